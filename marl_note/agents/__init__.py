@@ -1,0 +1,8 @@
+"""Backend-neutral agent pieces: the acting contract, RandomAgent, exploration policies and noise.
+
+Framework code lives in ``marl_note.agents.torch`` (and ``marl_note.agents.tf``); importing this
+package imports neither framework.
+"""
+from marl_note.agents.base import Agent, LearningAgent, RandomAgent, is_learning_agent
+
+__all__ = ["Agent", "LearningAgent", "RandomAgent", "is_learning_agent"]

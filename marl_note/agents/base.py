@@ -1,0 +1,82 @@
+"""The agent contract (numpy in, numpy out) and the simplest agent.
+
+Acting contract, enough for scripted opponents::
+
+    act(obs, mask=None, explore=False) -> actions      # batched over the leading axis
+
+Learning agents add::
+
+    observe(transitions)           # store a batch of this agent's Transitions
+    update(batch_size) -> dict     # metrics; must include "gradient_steps" (int)
+    state_dict() / load_state_dict(state)   # numpy arrays only
+"""
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+import gymnasium as gym
+import numpy as np
+
+from marl_note.types import Transitions
+
+
+@runtime_checkable
+class Agent(Protocol):
+    action_space: gym.Space
+
+    def act(self, obs: np.ndarray, mask: np.ndarray | None = None, explore: bool = False) -> np.ndarray: ...
+
+
+@runtime_checkable
+class LearningAgent(Agent, Protocol):
+    observation_space: gym.Space
+
+    def observe(self, transitions: Transitions) -> None: ...
+
+    def update(self, batch_size: int) -> dict[str, Any]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+def is_learning_agent(agent: Any) -> bool:
+    return all(callable(getattr(agent, name, None)) for name in ("act", "observe", "update"))
+
+
+class RandomAgent:
+    """Uniformly random over legal actions (or over the action space when unmasked).
+
+    Example:
+        >>> import gymnasium as gym, numpy as np
+        >>> agent = RandomAgent(gym.spaces.Discrete(3), seed=0)
+        >>> agent.act(np.zeros((2, 4)), mask=np.array([[0, 1, 0], [1, 0, 0]], bool)).tolist()
+        [1, 0]
+    """
+
+    def __init__(self, action_space: gym.Space, observation_space: gym.Space | None = None, seed: int | None = None):
+        if not isinstance(action_space, gym.Space):
+            raise TypeError(f"RandomAgent needs a gymnasium action space, got {type(action_space).__name__}")
+        self.action_space = action_space
+        if observation_space is not None:
+            self.observation_space = observation_space
+        self.rng = np.random.default_rng(seed)
+
+    def act(self, obs: np.ndarray, mask: np.ndarray | None = None, explore: bool = False) -> np.ndarray:
+        n = len(obs)
+        space = self.action_space
+        if isinstance(space, gym.spaces.Discrete):
+            if mask is None:
+                return space.start + self.rng.integers(0, space.n, size=n)
+            mask = np.asarray(mask, bool)
+            # pick the k-th legal action with k uniform in [0, num_legal)
+            counts = mask.sum(axis=1)
+            if np.any(counts == 0):
+                raise ValueError("RandomAgent got an observation with no legal action")
+            k = (self.rng.random(n) * counts).astype(np.int64)
+            return space.start + (np.cumsum(mask, axis=1) > k[:, None]).argmax(axis=1)
+        if isinstance(space, gym.spaces.Box):
+            low = np.where(np.isfinite(space.low), space.low, -1.0)
+            high = np.where(np.isfinite(space.high), space.high, 1.0)
+            return self.rng.uniform(low, high, size=(n, *space.shape)).astype(space.dtype)
+        return np.stack([space.sample() for _ in range(n)])

@@ -1,0 +1,117 @@
+"""Numpy-only types shared by every layer of marl_note.
+
+Nothing here imports torch or tensorflow; everything that crosses a seam between
+``envs``, ``replay``, ``agents`` and ``trainers`` is one of these types or a plain
+numpy array.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Mapping
+
+import gymnasium as gym
+import numpy as np
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """What downstream code needs to know about an environment.
+
+    Observation spaces have the action mask stripped: an agent sees the plain
+    observation and, separately, a boolean mask of legal actions.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> spec = EnvSpec(("agent_0",), {"agent_0": gym.spaces.Box(-1, 1, (4,))},
+        ...                {"agent_0": gym.spaces.Discrete(2)}, turn_based=False, has_action_mask=False)
+        >>> spec.num_agents, spec.action_space("agent_0").n
+        (1, 2)
+    """
+
+    possible_agents: tuple[str, ...]
+    observation_spaces: Mapping[str, gym.Space]
+    action_spaces: Mapping[str, gym.Space]
+    turn_based: bool
+    has_action_mask: bool
+
+    @property
+    def num_agents(self) -> int:
+        return len(self.possible_agents)
+
+    def observation_space(self, agent: str) -> gym.Space:
+        self._check(agent)
+        return self.observation_spaces[agent]
+
+    def action_space(self, agent: str) -> gym.Space:
+        self._check(agent)
+        return self.action_spaces[agent]
+
+    def seat(self, agent: str) -> int:
+        self._check(agent)
+        return self.possible_agents.index(agent)
+
+    def _check(self, agent: str) -> None:
+        if agent not in self.possible_agents:
+            raise KeyError(f"unknown agent {agent!r}; the env's agents are {list(self.possible_agents)}")
+
+
+@dataclass
+class Transitions:
+    """A batch of one agent's transitions, leading axis = batch.
+
+    ``stream`` identifies the (env, seat) stream a transition came from; within a
+    stream transitions arrive in time order, which on-policy learners (GAE) rely on.
+    ``mask``/``next_mask`` are boolean legal-action masks at ``obs``/``next_obs``
+    (``None`` when the env has no masks).
+
+    Example:
+        >>> t = Transitions(obs=np.zeros((2, 3)), act=np.array([0, 1]), rew=np.ones(2, np.float32),
+        ...                 next_obs=np.zeros((2, 3)), terminated=np.array([False, True]),
+        ...                 truncated=np.zeros(2, bool))
+        >>> len(t), t[1:].terminated.tolist()
+        (2, [True])
+    """
+
+    obs: np.ndarray
+    act: np.ndarray
+    rew: np.ndarray
+    next_obs: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    mask: np.ndarray | None = None
+    next_mask: np.ndarray | None = None
+    stream: np.ndarray | None = None
+    discount: np.ndarray | None = None  # per-item bootstrap discount (gamma**k for n-step); None = agent's gamma
+    weights: np.ndarray | None = field(default=None)  # importance weights (prioritized replay)
+    indices: np.ndarray | None = field(default=None)  # storage indices of sampled items
+
+    def __len__(self) -> int:
+        return int(self.rew.shape[0])
+
+    def __getitem__(self, index) -> "Transitions":
+        return Transitions(**{f.name: (None if getattr(self, f.name) is None else getattr(self, f.name)[index])
+                              for f in fields(self)})
+
+    @property
+    def done(self) -> np.ndarray:
+        return np.logical_or(self.terminated, self.truncated)
+
+    @staticmethod
+    def concatenate(parts: "list[Transitions]") -> "Transitions":
+        if not parts:
+            raise ValueError("cannot concatenate an empty list of Transitions")
+        out = {}
+        for f in fields(Transitions):
+            values = [getattr(p, f.name) for p in parts]
+            out[f.name] = None if any(v is None for v in values) else np.concatenate(values, axis=0)
+        return Transitions(**out)
+
+
+def space_shape_dtype(space: gym.Space) -> tuple[tuple[int, ...], np.dtype]:
+    """Shape and dtype of one sample of ``space`` as stored in numpy arrays."""
+    if isinstance(space, gym.spaces.Discrete):
+        return (), np.dtype(np.int64)
+    if isinstance(space, (gym.spaces.Box, gym.spaces.MultiBinary, gym.spaces.MultiDiscrete)):
+        return tuple(space.shape), np.dtype(space.dtype)
+    raise TypeError(f"unsupported space {space!r}: marl_note stores Box, Discrete, MultiBinary and "
+                    f"MultiDiscrete spaces (flatten Dict/Tuple observations with a wrapper)")
