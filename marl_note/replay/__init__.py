@@ -1,0 +1,9 @@
+"""Replay: ring storage, uniform and prioritized samplers, n-step accumulation, HER, rollouts and GAE.
+
+Numpy only; nothing here imports torch or tensorflow.
+"""
+from marl_note.replay.buffer import ReplayBuffer
+from marl_note.replay.rollout import RolloutBuffer, compute_gae
+from marl_note.replay.storage import RingStorage
+
+__all__ = ["ReplayBuffer", "RolloutBuffer", "compute_gae", "RingStorage"]
