@@ -4,5 +4,15 @@ Framework code lives in ``marl_note.agents.torch`` (and ``marl_note.agents.tf``)
 package imports neither framework.
 """
 from marl_note.agents.base import Agent, LearningAgent, RandomAgent, is_learning_agent
+from marl_note.agents.noise import GaussianWhiteNoiseProcess, OrnsteinUhlenbeckProcess
+from marl_note.agents.policies import (
+    BoltzmannGumbelQPolicy, BoltzmannQPolicy, EpsGreedyQPolicy, GreedyQPolicy, GumbelSoftmaxPolicy,
+    MaxBoltzmannQPolicy, SoftmaxPolicy,
+)
 
-__all__ = ["Agent", "LearningAgent", "RandomAgent", "is_learning_agent"]
+__all__ = [
+    "Agent", "LearningAgent", "RandomAgent", "is_learning_agent",
+    "GreedyQPolicy", "EpsGreedyQPolicy", "SoftmaxPolicy", "BoltzmannQPolicy", "MaxBoltzmannQPolicy",
+    "BoltzmannGumbelQPolicy", "GumbelSoftmaxPolicy",
+    "GaussianWhiteNoiseProcess", "OrnsteinUhlenbeckProcess",
+]
