@@ -1,0 +1,260 @@
+"""Adapters from Gymnasium, PettingZoo Parallel and PettingZoo AEC envs to one contract.
+
+The contract (DESIGN.md section 2) is shaped like PettingZoo's Parallel API: ``reset`` and
+``step`` return a :class:`StepResult` whose ``obs`` keys are exactly the agents that must act
+next. Rewards are reported per agent as everything it received since the previous call; for
+turn-based (AEC) envs that is PettingZoo's ``last()`` reward, reported when the agent is next
+selected, so a move that the opponent's reply turns into a loss still reaches the mover.
+Agents whose episode ended in a call appear in ``terminated``/``truncated`` with their final
+observation in ``final_obs``. Dead-agent ``None`` steps of AEC envs are consumed here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import gymnasium as gym
+import numpy as np
+
+from marl_note.types import EnvSpec
+
+try:  # pettingzoo is a core dependency, but keep the import error readable
+    from pettingzoo import AECEnv, ParallelEnv
+except ImportError:  # pragma: no cover
+    AECEnv = ParallelEnv = ()  # type: ignore[assignment]
+
+GYM_AGENT = "agent_0"
+
+
+@dataclass
+class StepResult:
+    """What one ``reset``/``step`` of an adapted env returns (see module docstring)."""
+
+    obs: dict[str, Any]
+    masks: dict[str, np.ndarray]
+    rewards: dict[str, float] = field(default_factory=dict)
+    terminated: dict[str, bool] = field(default_factory=dict)
+    truncated: dict[str, bool] = field(default_factory=dict)
+    final_obs: dict[str, Any] = field(default_factory=dict)
+    final_masks: dict[str, np.ndarray] = field(default_factory=dict)
+    episode_over: bool = False
+    infos: dict[str, dict] = field(default_factory=dict)
+
+
+def _strip_space(space: gym.Space) -> tuple[gym.Space, bool]:
+    """Observation space without its action mask, and whether it carried one."""
+    if isinstance(space, gym.spaces.Dict) and "action_mask" in space.spaces:
+        rest = {k: v for k, v in space.spaces.items() if k != "action_mask"}
+        if set(rest) == {"observation"}:
+            return rest["observation"], True
+        return gym.spaces.Dict(rest), True
+    return space, False
+
+
+def _split(raw: Any, info: dict | None) -> tuple[Any, np.ndarray | None]:
+    """Split a raw observation into (observation, bool mask or None)."""
+    if isinstance(raw, dict) and "action_mask" in raw:
+        mask = np.asarray(raw["action_mask"], dtype=bool)
+        if len(raw) == 2 and "observation" in raw:
+            return raw["observation"], mask
+        return {k: v for k, v in raw.items() if k != "action_mask"}, mask
+    if info and "action_mask" in info:
+        return raw, np.asarray(info["action_mask"], dtype=bool)
+    return raw, None
+
+
+class GymAdapter:
+    """A single-agent ``gymnasium.Env`` as the one-seat case of the contract.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> env = GymAdapter(gym.make("CartPole-v1"))
+        >>> list(env.reset(seed=0).obs)
+        ['agent_0']
+    """
+
+    turn_based = False
+
+    def __init__(self, env: gym.Env, agent_id: str = GYM_AGENT):
+        self.env = env
+        self.agent = agent_id
+        self.possible_agents = (agent_id,)
+
+    def raw_spaces(self) -> tuple[dict, dict]:
+        return {self.agent: self.env.observation_space}, {self.agent: self.env.action_space}
+
+    def reset(self, seed: int | None = None) -> StepResult:
+        raw, info = self.env.reset(seed=seed)
+        obs, mask = _split(raw, info)
+        return StepResult({self.agent: obs}, {} if mask is None else {self.agent: mask}, infos={self.agent: info})
+
+    def step(self, actions: dict[str, Any]) -> StepResult:
+        raw, reward, terminated, truncated, info = self.env.step(actions[self.agent])
+        obs, mask = _split(raw, info)
+        a = self.agent
+        if terminated or truncated:
+            return StepResult({}, {}, {a: float(reward)}, {a: bool(terminated)}, {a: bool(truncated) and not terminated},
+                              {a: obs}, {} if mask is None else {a: mask}, True, {a: info})
+        return StepResult({a: obs}, {} if mask is None else {a: mask}, {a: float(reward)}, infos={a: info})
+
+    def close(self) -> None:
+        self.env.close()
+
+
+class ParallelAdapter:
+    """A ``pettingzoo.ParallelEnv``: every live agent acts each step."""
+
+    turn_based = False
+
+    def __init__(self, env: Any):
+        self.env = env
+        self.possible_agents = tuple(env.possible_agents)
+
+    def raw_spaces(self) -> tuple[dict, dict]:
+        return ({a: self.env.observation_space(a) for a in self.possible_agents},
+                {a: self.env.action_space(a) for a in self.possible_agents})
+
+    def reset(self, seed: int | None = None) -> StepResult:
+        raw, infos = self.env.reset(seed=seed)
+        res = StepResult({}, {}, infos=infos or {})
+        for a in self.env.agents:
+            res.obs[a], mask = _split(raw[a], (infos or {}).get(a))
+            if mask is not None:
+                res.masks[a] = mask
+        return res
+
+    def step(self, actions: dict[str, Any]) -> StepResult:
+        raw, rewards, terms, truncs, infos = self.env.step(actions)
+        res = StepResult({}, {}, {a: float(r) for a, r in rewards.items()}, infos=infos or {})
+        live = set(self.env.agents)
+        for a, ob in raw.items():
+            o, mask = _split(ob, (infos or {}).get(a))
+            if terms.get(a, False) or truncs.get(a, False) or a not in live:
+                res.terminated[a] = bool(terms.get(a, False))
+                res.truncated[a] = not res.terminated[a]
+                res.final_obs[a] = o
+                if mask is not None:
+                    res.final_masks[a] = mask
+            else:
+                res.obs[a] = o
+                if mask is not None:
+                    res.masks[a] = mask
+        res.episode_over = not live
+        return res
+
+    def close(self) -> None:
+        self.env.close()
+
+
+class AECAdapter:
+    """A turn-based ``pettingzoo.AECEnv``: only ``agent_selection`` acts.
+
+    Rewards follow PettingZoo's ``last()``: what an agent received since its own previous action,
+    reported when it is next selected (to act, or dead at the end).
+    """
+
+    turn_based = True
+
+    def __init__(self, env: Any):
+        self.env = env
+        self.possible_agents = tuple(env.possible_agents)
+
+    def raw_spaces(self) -> tuple[dict, dict]:
+        return ({a: self.env.observation_space(a) for a in self.possible_agents},
+                {a: self.env.action_space(a) for a in self.possible_agents})
+
+    def reset(self, seed: int | None = None) -> StepResult:
+        self.env.reset(seed=seed)
+        return self._advance(StepResult({}, {}))
+
+    def step(self, actions: dict[str, Any]) -> StepResult:
+        env = self.env
+        agent = env.agent_selection
+        if len(actions) != 1 or agent not in actions:
+            raise ValueError(f"turn-based env expects exactly one action, for {agent!r}; got actions for {list(actions)}")
+        env.step(actions[agent])
+        return self._advance(StepResult({}, {}))
+
+    def _advance(self, res: StepResult) -> StepResult:
+        """Consume dead agents until a live agent must act or the episode is over."""
+        env = self.env
+        while env.agents:
+            agent = env.agent_selection
+            raw, reward, term, trunc, info = env.last()
+            obs, mask = _split(raw, info)
+            if reward:
+                res.rewards[agent] = res.rewards.get(agent, 0.0) + float(reward)
+            if term or trunc:
+                res.terminated[agent] = bool(term)
+                res.truncated[agent] = not term
+                res.final_obs[agent] = obs
+                if mask is not None:
+                    res.final_masks[agent] = mask
+                env.step(None)
+                continue
+            res.obs[agent] = obs
+            if mask is not None:
+                res.masks[agent] = mask
+            res.infos[agent] = info
+            return res
+        res.episode_over = True
+        return res
+
+    def close(self) -> None:
+        self.env.close()
+
+
+Adapter = GymAdapter | ParallelAdapter | AECAdapter
+
+
+def adapt(env: Any) -> Adapter:
+    """Wrap an env instance in the adapter for its API, or raise a TypeError naming the problem."""
+    if isinstance(env, (GymAdapter, ParallelAdapter, AECAdapter)):
+        return env
+    if isinstance(env, AECEnv):
+        return AECAdapter(env)
+    if isinstance(env, ParallelEnv):
+        return ParallelAdapter(env)
+    if isinstance(env, gym.Env):
+        return GymAdapter(env)
+    raise TypeError(f"unsupported env {type(env).__name__!r}: expected a gymnasium.Env, a pettingzoo.AECEnv or a "
+                    f"pettingzoo.ParallelEnv (or a factory / Gymnasium id that makes one)")
+
+
+def env_factory(env: Any) -> Callable[[], Any]:
+    """Normalise what a user passes as ``env`` into a zero-argument factory.
+
+    Accepts a Gymnasium id (``"CartPole-v1"``), a callable returning an env (``tictactoe_v3.env``,
+    ``lambda: gym.make(...)``), or a PettingZoo env module (``tictactoe_v3``).
+    """
+    if isinstance(env, str):
+        try:
+            gym.spec(env)
+        except Exception as exc:  # gymnasium raises its own NameNotFound/VersionNotFound errors
+            raise ValueError(f"unknown Gymnasium env id {env!r}: {exc}") from None
+        return lambda: gym.make(env)
+    if hasattr(env, "env") and callable(env.env) and type(env).__name__ == "module":
+        return env.env
+    if isinstance(env, (gym.Env, AECEnv, ParallelEnv)):
+        raise TypeError("pass an env factory (e.g. tictactoe_v3.env or lambda: gym.make(...)) or a Gymnasium id, "
+                        "not an env instance: the trainer builds one env per vector slot")
+    if callable(env):
+        return env
+    raise TypeError(f"unsupported env {env!r}: expected a Gymnasium id string, an env factory or a PettingZoo module")
+
+
+def make_spec(adapter: Adapter) -> EnvSpec:
+    """Build the :class:`EnvSpec` of an adapted env (resets it once to look for info masks)."""
+    raw_obs, act = adapter.raw_spaces()
+    obs_spaces, has_mask = {}, False
+    for a, space in raw_obs.items():
+        obs_spaces[a], m = _strip_space(space)
+        has_mask = has_mask or m
+    if not has_mask:
+        first = adapter.reset(seed=None)
+        has_mask = bool(first.masks)
+    for a, space in act.items():
+        if has_mask and not isinstance(space, gym.spaces.Discrete):
+            raise TypeError(f"agent {a!r} has an action mask but a {type(space).__name__} action space; "
+                            f"masks are supported for Discrete actions")
+    return EnvSpec(adapter.possible_agents, obs_spaces, act, adapter.turn_based, has_mask)
