@@ -1,0 +1,262 @@
+"""Turn-aware experience collection over a vector env.
+
+Each step the collector batches inference per (policy, explore) group across every env and seat
+that policy controls, validates the actions against the seat's space and mask, steps the envs and
+assembles transitions per (env, agent) stream: a transition opens when an agent acts and closes
+when that same agent next acts or its episode ends (then as terminal or truncated, with its own
+final observation). Only seats that learn have transitions assembled.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import gymnasium as gym
+import numpy as np
+
+from marl_note.types import EnvSpec, Transitions
+
+
+@dataclass
+class CollectStats:
+    """Counters and finished-episode results of one ``collect`` call."""
+
+    env_steps: int = 0
+    agent_steps: int = 0
+    episodes: int = 0
+    returns: list[np.ndarray] = field(default_factory=list)  # one [num_agents] row per finished episode
+    lengths: list[int] = field(default_factory=list)  # env steps per finished episode
+
+    def returns_array(self, num_agents: int) -> np.ndarray:
+        return np.array(self.returns, dtype=np.float64).reshape(-1, num_agents)
+
+
+def check_actions(actions: Any, space: gym.Space, masks: np.ndarray | None, n: int, who: str) -> tuple[np.ndarray, Any]:
+    """Validate a batch of actions for one seat; return (actions as stored, actions for the env).
+
+    Raises ValueError naming the seat for a wrong shape, an out-of-space or an illegal (masked)
+    action. Box actions are clipped to the bounds for the env (the raw action is stored).
+    """
+    a = np.asarray(actions)
+    if isinstance(space, gym.spaces.Discrete):
+        if a.shape != (n,):
+            raise ValueError(f"{who} returned actions of shape {a.shape}; expected ({n},) for {space}")
+        if not np.issubdtype(a.dtype, np.integer):
+            if not (np.issubdtype(a.dtype, np.floating) and np.all(a == np.round(a))):
+                raise ValueError(f"{who} returned non-integer actions {a[:5]} for {space}")
+            a = a.astype(np.int64)
+        idx = a - space.start
+        bad = (idx < 0) | (idx >= space.n)
+        if bad.any():
+            raise ValueError(f"{who} returned action {a[bad][0]} outside {space}")
+        if masks is not None and not masks[np.arange(n), idx].all():
+            k = int(np.flatnonzero(~masks[np.arange(n), idx])[0])
+            raise ValueError(f"{who} returned illegal (masked) action {a[k]}; legal actions were "
+                             f"{(np.flatnonzero(masks[k]) + space.start).tolist()}")
+        return a, a
+    if isinstance(space, gym.spaces.Box):
+        if a.shape != (n, *space.shape):
+            raise ValueError(f"{who} returned actions of shape {a.shape}; expected {(n, *space.shape)} for {space}")
+        if not np.all(np.isfinite(a)):
+            raise ValueError(f"{who} returned non-finite actions for {space}")
+        return a, np.clip(a, space.low, space.high).astype(space.dtype, copy=False)
+    if len(a) != n or not all(space.contains(x) for x in a):
+        raise ValueError(f"{who} returned actions outside {space}")
+    return a, a
+
+
+class _Stream:
+    """Column lists of one learning policy's closed transitions, stacked on ``flush``."""
+
+    __slots__ = ("obs", "act", "rew", "next_obs", "term", "trunc", "mask", "next_mask", "stream")
+
+    def __init__(self):
+        for name in self.__slots__:
+            setattr(self, name, [])
+
+    def __len__(self) -> int:
+        return len(self.rew)
+
+    def take(self, has_mask: bool) -> Transitions:
+        t = Transitions(obs=np.stack(self.obs), act=np.stack(self.act), rew=np.asarray(self.rew, np.float32),
+                        next_obs=np.stack(self.next_obs), terminated=np.asarray(self.term, bool),
+                        truncated=np.asarray(self.trunc, bool),
+                        mask=np.stack(self.mask) if has_mask else None,
+                        next_mask=np.stack(self.next_mask) if has_mask else None,
+                        stream=np.asarray(self.stream, np.int64))
+        self.__init__()
+        return t
+
+
+class Collector:
+    """Steps a vector env with one agent per seat and assembles per-stream transitions.
+
+    Example:
+        >>> from pettingzoo.classic import tictactoe_v3
+        >>> from marl_note.envs import SyncVectorEnv, make_spec, adapt
+        >>> from marl_note.agents import RandomAgent
+        >>> venv = SyncVectorEnv([tictactoe_v3.env] * 2)
+        >>> spec = make_spec(adapt(tictactoe_v3.env()))
+        >>> agents = [RandomAgent(spec.action_space(a), seed=0) for a in spec.possible_agents]
+        >>> col = Collector(venv, spec, agents, explore=[True, True], learn=[False, False])
+        >>> col.reset(seed=0)
+        >>> col.collect(n_episodes=4).episodes
+        4
+    """
+
+    def __init__(self, venv: Any, spec: EnvSpec, agents: Sequence[Any], explore: Sequence[bool],
+                 learn: Sequence[bool]):
+        self.venv, self.spec = venv, spec
+        self.agents = list(agents)
+        self.num_envs, self.num_agents = venv.num_envs, spec.num_agents
+        self.seat_of = {a: i for i, a in enumerate(spec.possible_agents)}
+        # inference groups: one per (policy object, explore flag)
+        keys: list[tuple[int, bool]] = []
+        self.group_of_seat = []
+        for agent, ex in zip(self.agents, explore):
+            key = (id(agent), bool(ex))
+            if key not in keys:
+                keys.append(key)
+            self.group_of_seat.append(keys.index(key))
+        self.group_agent = [self.agents[self.group_of_seat.index(g)] for g in range(len(keys))]
+        self.group_explore = [k[1] for k in keys]
+        # learning policies: one transition stream collection per distinct learning object
+        self.learners: list[Any] = []
+        self.learner_of_seat = []
+        for agent, ln in zip(self.agents, learn):
+            if not ln:
+                self.learner_of_seat.append(-1)
+                continue
+            ids = [id(x) for x in self.learners]
+            if id(agent) not in ids:
+                self.learners.append(agent)
+                ids.append(id(agent))
+            self.learner_of_seat.append(ids.index(id(agent)))
+        self.buffers = [_Stream() for _ in self.learners]
+        self.pending: dict[int, Any] = {}
+        self.open: list[dict[str, list]] = [{} for _ in range(self.num_envs)]
+        self.ep_return = np.zeros((self.num_envs, self.num_agents))
+        self.ep_len = np.zeros(self.num_envs, dtype=np.int64)
+
+    def reset(self, seed: int | None = None) -> None:
+        """Reset every env (env i seeded ``seed + i``) and drop unfinished transitions."""
+        self.pending = self.venv.reset(seed=seed)
+        self.open = [{} for _ in range(self.num_envs)]
+        self.ep_return[:] = 0
+        self.ep_len[:] = 0
+
+    def collect(self, n_steps: int | None = None, n_episodes: int | None = None) -> CollectStats:
+        """Step until ``n_steps`` env steps (all envs advance together) or ``n_episodes`` episodes.
+
+        With ``n_episodes`` each env gets an even share of the episodes and stops once it has
+        finished them, so the result is not biased towards short episodes.
+        """
+        if (n_steps is None) == (n_episodes is None):
+            raise ValueError("collect needs exactly one of n_steps or n_episodes")
+        if not self.pending:
+            self.reset()
+        stats = CollectStats()
+        active = list(range(self.num_envs))
+        quota = None
+        if n_episodes is not None:
+            if n_episodes < 1:
+                raise ValueError(f"n_episodes must be >= 1, got {n_episodes}")
+            quota = np.full(self.num_envs, n_episodes // self.num_envs)
+            quota[: n_episodes % self.num_envs] += 1
+            done_eps = np.zeros(self.num_envs, dtype=np.int64)
+            active = [i for i in active if quota[i] > 0]
+        while active:
+            actions = self._act(active)
+            stats.agent_steps += sum(len(a) for a in actions.values())
+            results = self.venv.step(actions)
+            for i, res in results.items():
+                stats.env_steps += 1
+                if self._absorb(i, res, stats) and quota is not None:
+                    done_eps[i] += 1
+            if quota is not None:
+                active = [i for i in active if done_eps[i] < quota[i]]
+            elif stats.env_steps >= n_steps:
+                break
+        return stats
+
+    def _act(self, active: list[int]) -> dict[int, dict[str, Any]]:
+        spec = self.spec
+        ngroups = len(self.group_agent)
+        who: list[list[tuple[int, str]]] = [[] for _ in range(ngroups)]
+        obs: list[list[Any]] = [[] for _ in range(ngroups)]
+        masks: list[list[Any]] = [[] for _ in range(ngroups)]
+        for i in active:
+            res = self.pending[i]
+            for agent, ob in res.obs.items():
+                g = self.group_of_seat[self.seat_of[agent]]
+                who[g].append((i, agent))
+                obs[g].append(ob)
+                if spec.has_action_mask:
+                    masks[g].append(res.masks[agent])
+        actions: dict[int, dict[str, Any]] = {i: {} for i in active}
+        for g in range(ngroups):
+            if not who[g]:
+                continue
+            batch = np.stack(obs[g])
+            mask = np.stack(masks[g]) if spec.has_action_mask else None
+            agent = self.group_agent[g]
+            raw = agent.act(batch, mask, explore=self.group_explore[g])
+            # all seats of a group share one action space (checked by the trainer)
+            first = who[g][0][1]
+            stored, for_env = check_actions(raw, spec.action_spaces[first], mask, len(batch),
+                                            f"agent {type(agent).__name__} in seat {first!r}")
+            for k, (i, name) in enumerate(who[g]):
+                actions[i][name] = for_env[k]
+                if self.learner_of_seat[self.seat_of[name]] >= 0:
+                    self.open[i][name] = [batch[k], stored[k], None if mask is None else mask[k], 0.0]
+        return actions
+
+    def _absorb(self, i: int, res: Any, stats: CollectStats) -> bool:
+        """Fold one env's step result into returns and transitions; True if an episode ended."""
+        seat_of, opened = self.seat_of, self.open[i]
+        self.ep_len[i] += 1
+        for agent, r in res.rewards.items():
+            self.ep_return[i, seat_of[agent]] += r
+            if agent in opened:
+                opened[agent][3] += r
+        for agent, ob in res.final_obs.items():
+            if agent in opened:
+                self._close(i, agent, ob, res.final_masks.get(agent), res.terminated[agent], res.truncated[agent])
+        ended = res.episode_over
+        if ended:
+            for agent in list(opened):  # an agent that vanished without a final observation
+                o = opened[agent]
+                self._close(i, agent, o[0], o[2], False, True)
+            stats.episodes += 1
+            stats.returns.append(self.ep_return[i].copy())
+            stats.lengths.append(int(self.ep_len[i]))
+            self.ep_return[i] = 0
+            self.ep_len[i] = 0
+        for agent, ob in res.obs.items():
+            if agent in opened:
+                self._close(i, agent, ob, res.masks.get(agent), False, False)
+        self.pending[i] = res
+        return ended
+
+    def _close(self, i: int, agent: str, next_obs: Any, next_mask: Any, term: bool, trunc: bool) -> None:
+        ob, act, mask, rew = self.open[i].pop(agent)
+        seat = self.seat_of[agent]
+        buf = self.buffers[self.learner_of_seat[seat]]
+        buf.obs.append(ob)
+        buf.act.append(act)
+        buf.rew.append(rew)
+        buf.next_obs.append(next_obs)
+        buf.term.append(term)
+        buf.trunc.append(trunc and not term)
+        buf.mask.append(mask)
+        buf.next_mask.append(next_mask if next_mask is not None else mask)
+        buf.stream.append(i * self.num_agents + seat)
+
+    def flush(self) -> int:
+        """Hand every learning policy its closed transitions (``observe``); return how many."""
+        total = 0
+        for agent, buf in zip(self.learners, self.buffers):
+            if len(buf):
+                total += len(buf)
+                agent.observe(buf.take(self.spec.has_action_mask))
+        return total
