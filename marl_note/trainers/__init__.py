@@ -1,0 +1,6 @@
+"""The trainer, the collector and their helpers (no framework imports)."""
+from marl_note.trainers.collector import Collector, CollectStats, check_actions
+from marl_note.trainers.plot import plot_metric, visualize_reward
+from marl_note.trainers.trainer import DecentralizedTrainer
+
+__all__ = ["Collector", "CollectStats", "check_actions", "DecentralizedTrainer", "plot_metric", "visualize_reward"]

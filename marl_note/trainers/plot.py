@@ -1,0 +1,44 @@
+"""Save a PNG of the test reward metric against training episodes (the original `visualize_reward`)."""
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from typing import Sequence
+
+
+def plot_metric(history: Sequence[tuple[int, float]], path: str | None = None, title: str = "marl_note") -> str:
+    """Write the plot atomically and return its absolute path (default ``runs/reward_<time>.png``)."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    if path is None:
+        path = os.path.join("runs", time.strftime("reward_%Y%m%d-%H%M%S.png"))
+    path = os.path.abspath(path)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    xs = [h[0] for h in history]
+    ys = [h[1] for h in history]
+    ax.plot(xs, ys, marker="o", markersize=3)
+    ax.set_xlabel("training episodes")
+    ax.set_ylabel("test reward metric")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fd, tmp = tempfile.mkstemp(suffix=".png", dir=os.path.dirname(path))
+    os.close(fd)
+    try:
+        fig.savefig(tmp)
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return path
+
+
+def visualize_reward(history: Sequence[tuple[int, float]], path: str | None = None) -> str:
+    """The original library's name for :func:`plot_metric`."""
+    return plot_metric(history, path)

@@ -1,0 +1,253 @@
+"""DecentralizedTrainer: one loop for on- and off-policy agents over any PettingZoo/Gymnasium env."""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from marl_note.agents.base import is_learning_agent
+from marl_note.envs.adapters import adapt, env_factory, make_spec
+from marl_note.envs.vector import SyncVectorEnv
+from marl_note.trainers.collector import Collector
+from marl_note.types import EnvSpec
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+class DecentralizedTrainer:
+    """Train one agent per seat (the same object may sit in several seats) on vectorized envs.
+
+    ``update_freq`` counts env steps between updates, ``test_freq`` counts training episodes
+    between tests, ``episodes_per_train`` is the training budget in episodes. Hooks:
+    ``train_fn(num_collected_episodes, num_collected_steps)`` before each collection chunk,
+    ``test_fn`` likewise before each test, ``save_best_fn(num_collected_episodes)`` on a new best
+    test metric, ``save_last_fn()`` when training ends, ``stop_fn(metric, num_collected_episodes)``
+    after each test (True stops), ``reward_metric(rewards[num_episodes, num_agents]) -> float``
+    (default: mean return of the learning seats).
+
+    Example:
+        >>> from marl_note.agents import RandomAgent
+        >>> from marl_note.agents.torch import DQN
+        >>> trainer = DecentralizedTrainer("CartPole-v1", num_train_envs=2, num_test_envs=2,
+        ...                                episodes_per_train=4, test_freq=2, episodes_per_test=2, seed=0)
+        >>> dqn = DQN(trainer.observation_space("agent_0"), trainer.action_space("agent_0"), seed=0)
+        >>> stats = trainer.train([dqn], learning_mask=[1], plot=False, progress=False)
+        >>> stats["num_collected_episodes"] >= 4
+        True
+    """
+
+    def __init__(self, env: Any, num_train_envs: int = 16, num_test_envs: int = 16, batch_size: int = 64,
+                 update_freq: int = 100, test_freq: int = 100, episodes_per_train: int = 5000,
+                 episodes_per_test: int = 50, train_fn: Callable | None = None, test_fn: Callable | None = None,
+                 save_best_fn: Callable | None = None, save_last_fn: Callable | None = None,
+                 stop_fn: Callable | None = None, reward_metric: Callable | None = None,
+                 shared_memory: bool = True, seed: int | None = None, processes: int | None = None,
+                 plot_path: str | None = None):
+        self.env_fn = env_factory(env)
+        self.num_train_envs = _positive_int("num_train_envs", num_train_envs)
+        self.num_test_envs = _positive_int("num_test_envs", num_test_envs)
+        self.batch_size = _positive_int("batch_size", batch_size)
+        self.update_freq = _positive_int("update_freq", update_freq)
+        self.test_freq = _positive_int("test_freq", test_freq)
+        self.episodes_per_train = _positive_int("episodes_per_train", episodes_per_train)
+        self.episodes_per_test = _positive_int("episodes_per_test", episodes_per_test)
+        for name, fn in (("train_fn", train_fn), ("test_fn", test_fn), ("save_best_fn", save_best_fn),
+                         ("save_last_fn", save_last_fn), ("stop_fn", stop_fn), ("reward_metric", reward_metric)):
+            if fn is not None and not callable(fn):
+                raise TypeError(f"{name} must be callable, got {type(fn).__name__}")
+        if processes is not None and _positive_int("processes", processes) < 1:
+            raise ValueError("processes must be >= 1")
+        self.train_fn, self.test_fn = train_fn, test_fn
+        self.save_best_fn, self.save_last_fn, self.stop_fn = save_best_fn, save_last_fn, stop_fn
+        self.reward_metric = reward_metric
+        self.shared_memory, self.processes = shared_memory, processes
+        self.seed = seed
+        self.plot_path = plot_path
+        probe = adapt(self.env_fn())
+        try:
+            self.spec: EnvSpec = make_spec(probe)
+        finally:
+            probe.close()
+        self._train_venv = self._test_venv = None
+        self.history: list[tuple[int, float]] = []
+
+    # ------------------------------------------------------------------ spaces
+    @property
+    def possible_agents(self) -> list[str]:
+        return list(self.spec.possible_agents)
+
+    def observation_space(self, agent: str):
+        return self.spec.observation_space(agent)
+
+    def action_space(self, agent: str):
+        return self.spec.action_space(agent)
+
+    # ------------------------------------------------------------------ validation
+    def _seats(self, agents: Sequence[Any] | Mapping[str, Any]) -> list[Any]:
+        names = self.spec.possible_agents
+        if isinstance(agents, Mapping):
+            missing = [a for a in names if a not in agents]
+            extra = [a for a in agents if a not in names]
+            if missing or extra:
+                raise ValueError(f"agents dict must have exactly the env's agents {list(names)}; "
+                                 f"missing {missing}, unknown {extra}")
+            seats = [agents[a] for a in names]
+        elif isinstance(agents, Sequence) and not isinstance(agents, str):
+            if len(agents) != len(names):
+                raise ValueError(f"got {len(agents)} agents for an env with {len(names)} seats {list(names)}")
+            seats = list(agents)
+        else:
+            raise TypeError(f"agents must be a list (one per seat) or a dict keyed by agent id, got {type(agents).__name__}")
+        for name, agent in zip(names, seats):
+            if not callable(getattr(agent, "act", None)):
+                raise TypeError(f"agent for seat {name!r} ({type(agent).__name__}) has no act(obs, mask, explore) method")
+            space = getattr(agent, "action_space", None)
+            if space is not None and space != self.spec.action_space(name):
+                raise ValueError(f"agent for seat {name!r} has action space {space}, "
+                                 f"but the seat's is {self.spec.action_space(name)}")
+            space = getattr(agent, "observation_space", None)
+            if space is not None and space != self.spec.observation_space(name):
+                raise ValueError(f"agent for seat {name!r} has observation space {space}, "
+                                 f"but the seat's is {self.spec.observation_space(name)}")
+        return seats
+
+    def _mask(self, mask: Any, what: str) -> list[bool]:
+        n = self.spec.num_agents
+        if isinstance(mask, Mapping):
+            unknown = [a for a in mask if a not in self.spec.possible_agents]
+            if unknown:
+                raise ValueError(f"{what} names unknown agents {unknown}")
+            mask = [mask.get(a, 0) for a in self.spec.possible_agents]
+        mask = list(np.asarray(mask).reshape(-1)) if not isinstance(mask, (list, tuple)) else list(mask)
+        if len(mask) != n:
+            raise ValueError(f"{what} has {len(mask)} entries for an env with {n} seats {list(self.spec.possible_agents)}")
+        if any(m not in (0, 1, True, False) for m in mask):
+            raise ValueError(f"{what} entries must be 0/1 or booleans, got {mask}")
+        return [bool(m) for m in mask]
+
+    def _metric(self, rewards: np.ndarray, learn: list[bool]) -> float:
+        if self.reward_metric is not None:
+            return float(self.reward_metric(rewards))
+        return float(rewards[:, np.flatnonzero(learn)].mean()) if len(rewards) else float("nan")
+
+    def _venv(self, n: int):
+        fns = [self.env_fn] * n
+        if self.processes and self.processes > 1:
+            from marl_note.envs.subproc import SubprocVectorEnv
+            return SubprocVectorEnv(fns, processes=self.processes, shared_memory=self.shared_memory)
+        return SyncVectorEnv(fns)
+
+    # ------------------------------------------------------------------ test
+    def test(self, agents: Sequence[Any] | Mapping[str, Any], episodes: int | None = None,
+             learning_mask: Sequence[int] | None = None) -> dict[str, Any]:
+        """Play ``episodes`` greedy episodes (no exploration, no learning) on the test envs."""
+        seats = self._seats(agents)
+        episodes = self.episodes_per_test if episodes is None else _positive_int("episodes", episodes)
+        learn = self._mask(learning_mask, "learning_mask") if learning_mask is not None else [True] * len(seats)
+        if self._test_venv is None:
+            self._test_venv = self._venv(self.num_test_envs)
+        col = Collector(self._test_venv, self.spec, seats, explore=[False] * len(seats), learn=[False] * len(seats))
+        col.reset(seed=None if self.seed is None else self.seed + 100_000 + len(self.history) * self.num_test_envs)
+        stats = col.collect(n_episodes=episodes)
+        rewards = stats.returns_array(self.spec.num_agents)
+        return {"rewards": rewards, "reward": self._metric(rewards, learn),
+                "reward_std": float(rewards.mean(axis=1).std()) if len(rewards) else float("nan"),
+                "mean_num_steps": float(np.mean(stats.lengths)), "num_collected_steps": stats.env_steps,
+                "num_collected_agent_steps": stats.agent_steps, "num_collected_episodes": stats.episodes}
+
+    # ------------------------------------------------------------------ train
+    def train(self, agents: Sequence[Any] | Mapping[str, Any], learning_mask: Sequence[int] | Mapping[str, int],
+              exploration_mask: Sequence[int] | None = None, plot: bool = True, progress: bool = True,
+              test_agents: Sequence[Any] | Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Train the seats in ``learning_mask``; see the class docstring for the loop and hooks.
+
+        ``test_agents`` (default: ``agents``) are the seats of the periodic tests, e.g. the learner
+        against a fixed opponent in a self-play run.
+        """
+        seats = self._seats(agents)
+        test_seats = seats if test_agents is None else self._seats(test_agents)
+        learn = self._mask(learning_mask, "learning_mask")
+        explore = learn if exploration_mask is None else self._mask(exploration_mask, "exploration_mask")
+        if not any(learn):
+            raise ValueError("learning_mask has no learning seat: at least one seat must learn (use test() to only play)")
+        for name, agent, ln in zip(self.spec.possible_agents, seats, learn):
+            if ln and not is_learning_agent(agent):
+                raise TypeError(f"seat {name!r} is marked as learning but {type(agent).__name__} has no "
+                                f"observe()/update() methods")
+        if self._train_venv is None:
+            self._train_venv = self._venv(self.num_train_envs)
+        col = Collector(self._train_venv, self.spec, seats, explore=explore, learn=learn)
+        col.reset(seed=self.seed)
+        from marl_note.trainers.progress import Progress  # tqdm lives there
+
+        bar = Progress(self.episodes_per_train, enabled=progress)
+        env_steps = agent_steps = episodes = grad_steps = 0
+        best, best_episode, next_test = -np.inf, 0, self.test_freq
+        self.history = []
+        train_returns: list[np.ndarray] = []
+        last_metrics: dict[str, float] = {}
+        start = time.perf_counter()
+        stopped = False
+        try:
+            while episodes < self.episodes_per_train and not stopped:
+                if self.train_fn is not None:
+                    self.train_fn(episodes, env_steps)
+                stats = col.collect(n_steps=self.update_freq)
+                env_steps += stats.env_steps
+                agent_steps += stats.agent_steps
+                episodes += stats.episodes
+                train_returns.extend(stats.returns)
+                col.flush()
+                for agent in col.learners:
+                    metrics = agent.update(self.batch_size) or {}
+                    grad_steps += int(metrics.get("gradient_steps", 0))
+                    last_metrics = {k: float(v) for k, v in metrics.items() if np.isscalar(v)}
+                test_due = episodes >= next_test or episodes >= self.episodes_per_train
+                if test_due:
+                    next_test = (episodes // self.test_freq + 1) * self.test_freq
+                    if self.test_fn is not None:
+                        self.test_fn(episodes, env_steps)
+                    result = self.test(test_seats, learning_mask=learn)
+                    metric = result["reward"]
+                    self.history.append((episodes, metric))
+                    if metric > best:
+                        best, best_episode = metric, episodes
+                        if self.save_best_fn is not None:
+                            self.save_best_fn(episodes)
+                    if self.stop_fn is not None and self.stop_fn(metric, episodes):
+                        stopped = True
+                recent = np.asarray(train_returns[-100:])
+                bar.update(episodes, env_steps=env_steps, train_reward=self._metric(recent, learn) if len(recent) else None,
+                           test_metric=self.history[-1][1] if self.history else None,
+                           best=best if self.history else None, **last_metrics)
+        finally:
+            bar.close()
+        if self.save_last_fn is not None:
+            self.save_last_fn()
+        metrics_hist = np.array([m for _, m in self.history], dtype=np.float64)
+        out = {
+            "reward_metric_stats": {"last": float(metrics_hist[-1]), "mean": float(metrics_hist.mean()),
+                                    "std": float(metrics_hist.std()), "max": float(metrics_hist.max()),
+                                    "min": float(metrics_hist.min())} if len(metrics_hist) else {},
+            "num_collected_steps": env_steps, "num_collected_agent_steps": agent_steps,
+            "num_collected_episodes": episodes, "num_gradient_steps": grad_steps,
+            "training_time": time.perf_counter() - start, "best_reward": float(best),
+            "best_episode": best_episode, "stopped_by_stop_fn": stopped, "test_history": list(self.history),
+        }
+        if plot and self.history:
+            from marl_note.trainers.plot import plot_metric
+
+            out["plot_path"] = plot_metric(self.history, self.plot_path)
+            print(f"marl_note: wrote the reward-metric plot to {out['plot_path']}")
+        return out
+
+    def close(self) -> None:
+        for venv in (self._train_venv, self._test_venv):
+            if venv is not None:
+                venv.close()
+        self._train_venv = self._test_venv = None
