@@ -1,0 +1,32 @@
+# Two set-up commands (see README): `make demo` and `make test`.
+# Both create .venv if it is missing and install what they need into it.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# The CPU build of torch: a plain `pip install torch` on Linux x86_64 pulls multi-gigabyte CUDA wheels.
+TORCH_SPEC ?= torch==2.13.0
+
+.PHONY: demo test install install-test bench clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --upgrade pip setuptools wheel
+
+$(VENV)/.installed: $(PY) pyproject.toml
+	$(PY) -m pip install "$(TORCH_SPEC)"
+	$(PY) -m pip install -e ".[torch,dev]"
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	$(PY) examples/tictactoe_selfplay.py
+
+test: install
+	$(PY) -m pytest
+
+bench: install
+	$(PY) bench/bench_collect.py
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache
