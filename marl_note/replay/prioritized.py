@@ -1,0 +1,226 @@
+"""Proportional prioritized replay: ReplayBuffer storage + a SumTree sampler."""
+from __future__ import annotations
+
+from typing import Mapping
+
+import gymnasium as gym
+import numpy as np
+
+from marl_note.replay.buffer import ReplayBuffer
+from marl_note.replay.sum_tree import SumTree
+from marl_note.types import Transitions
+
+_PREFIX = "per_"
+
+
+def _check_unit(name: str, value: float) -> float:
+    value = float(value)
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"{name} must lie in [0, 1], got {value}")
+    return value
+
+
+class PrioritizedReplayBuffer:
+    """Prioritized experience replay (proportional variant) over :class:`ReplayBuffer` storage.
+
+    Item ``i`` is sampled with probability ``P(i) = p_i / sum_k p_k`` where
+    ``p_i = (priority_i + eps) ** alpha``. New items get the largest priority seen so far
+    (``initial_TD`` to start with). Samples carry importance weights
+    ``(N * P(i)) ** -beta`` divided by the largest weight in the batch; ``beta`` anneals
+    linearly from ``beta`` to ``beta_final`` over ``beta_annealing_steps`` sample calls.
+    :meth:`update_priorities` takes TD errors, or for PPO-style learners mixes
+    ``lambda_ * |td| + (1 - lambda_) * |ratio - 1|``.
+
+    Example:
+        >>> import gymnasium as gym, numpy as np
+        >>> from marl_note.types import Transitions
+        >>> buf = PrioritizedReplayBuffer(8, gym.spaces.Box(-1, 1, (2,)), gym.spaces.Discrete(2), seed=0)
+        >>> _ = buf.add(Transitions(obs=np.zeros((4, 2)), act=np.zeros(4, int), rew=np.zeros(4),
+        ...                         next_obs=np.zeros((4, 2)), terminated=np.zeros(4, bool),
+        ...                         truncated=np.zeros(4, bool)))
+        >>> round(buf.effective_sample_size(), 6)  # all at the initial max priority
+        4.0
+        >>> batch = buf.sample(3)
+        >>> batch.weights.tolist(), batch.indices.shape
+        ([1.0, 1.0, 1.0], (3,))
+        >>> buf.update_priorities(np.array([0, 1]), td_errors=np.array([0.0, -9.0]))
+        >>> buf.effective_sample_size() < 4.0
+        True
+    """
+
+    def __init__(self, capacity: int, observation_space: gym.Space, action_space: gym.Space,
+                 alpha: float = 0.6, beta: float = 0.4, beta_final: float = 1.0,
+                 beta_annealing_steps: int = 100_000, initial_TD: float = 1.0, eps: float = 1e-6,
+                 seed: int | None = None):
+        if not float(alpha) >= 0.0:
+            raise ValueError(f"alpha must be >= 0, got {alpha}")
+        self.alpha = float(alpha)
+        self.beta_initial = _check_unit("beta", beta)
+        self.beta_final = _check_unit("beta_final", beta_final)
+        if isinstance(beta_annealing_steps, bool) or int(beta_annealing_steps) != beta_annealing_steps \
+                or beta_annealing_steps < 0:
+            raise ValueError(f"beta_annealing_steps must be a non-negative integer, got {beta_annealing_steps}")
+        self.beta_annealing_steps = int(beta_annealing_steps)
+        if not (np.isfinite(initial_TD) and initial_TD > 0):
+            raise ValueError(f"initial_TD must be a positive finite number, got {initial_TD}")
+        if not (np.isfinite(eps) and eps >= 0):
+            raise ValueError(f"eps must be a non-negative finite number, got {eps}")
+        self.eps = float(eps)
+        self._buffer = ReplayBuffer(capacity, observation_space, action_space, seed=seed)
+        self._tree = SumTree(capacity)
+        self._max_priority = float(initial_TD)  # in |td| units, before eps and alpha
+        self._sample_calls = 0
+
+    # -- delegated storage -----------------------------------------------------------------------
+    @property
+    def capacity(self) -> int:
+        return self._buffer.capacity
+
+    @property
+    def observation_space(self) -> gym.Space:
+        return self._buffer.observation_space
+
+    @property
+    def action_space(self) -> gym.Space:
+        return self._buffer.action_space
+
+    def __len__(self) -> int:
+        return len(self._buffer)
+
+    def __repr__(self) -> str:
+        return f"PrioritizedReplayBuffer(len={len(self)}, capacity={self.capacity}, alpha={self.alpha}, beta={self.beta:.3f})"
+
+    def get(self, indices) -> Transitions:
+        return self._buffer.get(indices)
+
+    def column(self, name: str) -> np.ndarray:
+        return self._buffer.column(name)
+
+    # -- priorities ------------------------------------------------------------------------------
+    @property
+    def beta(self) -> float:
+        """The beta the next :meth:`sample` call will use."""
+        if self.beta_annealing_steps == 0:
+            return self.beta_final
+        frac = min(1.0, self._sample_calls / self.beta_annealing_steps)
+        return self.beta_initial + frac * (self.beta_final - self.beta_initial)
+
+    @property
+    def max_priority(self) -> float:
+        return self._max_priority
+
+    def _to_tree(self, raw: np.ndarray) -> np.ndarray:
+        return (raw + self.eps) ** self.alpha
+
+    def priorities(self) -> np.ndarray:
+        """Sampling probabilities P(i) of the stored items (storage order)."""
+        p = np.asarray(self._tree.leaves[: len(self)])
+        return p / p.sum()
+
+    def effective_sample_size(self) -> float:
+        """``1 / sum_i P(i)^2``: equals ``len(self)`` for uniform priorities, 1 when one item dominates."""
+        if len(self) == 0:
+            raise ValueError("effective sample size of an empty buffer is undefined")
+        return float(1.0 / np.sum(self.priorities() ** 2))
+
+    def add(self, transitions: Transitions) -> np.ndarray:
+        """Store a batch at the current max priority; return the storage indices written."""
+        idx = self._buffer.add(transitions)
+        self._tree.update(idx, np.full(idx.shape[0], self._to_tree(self._max_priority)))
+        return idx
+
+    def sample(self, batch_size: int) -> Transitions:
+        """Draw proportionally to priority; the result carries ``weights`` and ``indices``."""
+        if len(self) == 0:
+            raise ValueError("cannot sample from an empty buffer")
+        idx = self._tree.sample(batch_size, self._buffer.rng)
+        probs = self._tree[idx] / self._tree.total
+        beta = self.beta
+        w = (len(self) * probs) ** (-beta)
+        self._sample_calls += 1
+        batch = self._buffer.get(idx)
+        batch.weights = (w / w.max()).astype(np.float32)
+        return batch
+
+    def update_priorities(self, indices, td_errors, ratios=None, lambda_: float | None = None) -> None:
+        """Set the priorities of sampled items from their TD errors (validated first; nothing changes on error).
+
+        With ``ratios`` (new/old policy probability ratios) and ``lambda_`` in [0, 1],
+        the priority is ``lambda_ * |td| + (1 - lambda_) * |ratio - 1|``.
+        """
+        indices = self._check_indices(indices)
+        td = np.asarray(td_errors, dtype=np.float64)
+        if td.shape != indices.shape:
+            raise ValueError(f"td_errors have shape {td.shape}, expected {indices.shape} like indices")
+        if not np.all(np.isfinite(td)):
+            raise ValueError("td_errors must be finite (got NaN or inf)")
+        raw = np.abs(td)
+        if (ratios is None) != (lambda_ is None):
+            raise ValueError("the PPO priority needs both ratios and lambda_ (or neither)")
+        if ratios is not None:
+            lam = _check_unit("lambda_", lambda_)
+            r = np.asarray(ratios, dtype=np.float64)
+            if r.shape != indices.shape:
+                raise ValueError(f"ratios have shape {r.shape}, expected {indices.shape} like indices")
+            if not np.all(np.isfinite(r)) or np.any(r < 0):
+                raise ValueError("ratios must be finite and non-negative")
+            raw = lam * raw + (1.0 - lam) * np.abs(r - 1.0)
+        self.set_priorities(indices, raw)
+
+    def _check_indices(self, indices) -> np.ndarray:
+        indices = np.asarray(indices)
+        if indices.ndim != 1 or indices.dtype.kind not in "iu":
+            raise ValueError(f"indices must be a 1-D integer array, got {indices.dtype} {indices.shape}")
+        if indices.size and (indices.min() < 0 or indices.max() >= len(self)):
+            raise ValueError(f"indices must lie in [0, {len(self)}) (stored items), got range "
+                             f"[{indices.min()}, {indices.max()}]")
+        return indices
+
+    def set_priorities(self, indices, priorities) -> None:
+        """Set raw priorities (``|td|`` units, before ``eps`` and ``alpha``) directly."""
+        indices = self._check_indices(indices)
+        raw = SumTree.check_priorities(priorities, indices.shape[0])
+        tree_values = self._to_tree(raw)
+        self._tree.update(indices, tree_values)  # validates indices before writing
+        if raw.size:
+            self._max_priority = max(self._max_priority, float(raw.max()))
+
+    # -- persistence -----------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Storage state plus the tree's priorities, the max priority, alpha and the beta schedule position."""
+        state = self._buffer.state_dict()
+        state[_PREFIX + "tree_leaves"] = np.asarray(self._tree.leaves).copy()
+        state[_PREFIX + "tree_ptr"] = np.int64(self._tree.state_dict()["ptr"])
+        state[_PREFIX + "max_priority"] = np.float64(self._max_priority)
+        state[_PREFIX + "alpha"] = np.float64(self.alpha)
+        state[_PREFIX + "sample_calls"] = np.int64(self._sample_calls)
+        return state
+
+    def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
+        """Restore from :meth:`state_dict`; on a ValueError nothing has changed."""
+        state = dict(state)
+        keys = ["tree_leaves", "tree_ptr", "max_priority", "alpha", "sample_calls"]
+        missing = [_PREFIX + k for k in keys if _PREFIX + k not in state]
+        if missing:
+            raise ValueError(f"state_dict is missing keys {missing}")
+        ours = {k: state.pop(_PREFIX + k) for k in keys}
+        if float(ours["alpha"]) != self.alpha:
+            raise ValueError(f"state_dict was saved with alpha={float(ours['alpha'])}, this buffer has alpha={self.alpha}")
+        max_p = float(ours["max_priority"])
+        if not (np.isfinite(max_p) and max_p >= 0):
+            raise ValueError(f"state_dict max_priority must be finite and >= 0, got {max_p}")
+        calls = int(ours["sample_calls"])
+        if calls < 0:
+            raise ValueError(f"state_dict sample_calls must be >= 0, got {calls}")
+        tree = SumTree(self.capacity)
+        try:
+            tree.load_state_dict({"leaves": ours["tree_leaves"], "ptr": ours["tree_ptr"]})
+        except ValueError as err:
+            raise ValueError(f"state_dict {_PREFIX}tree_*: {err}") from None
+        size = int(np.asarray(state.get("size", -1)))
+        if np.any(np.asarray(tree.leaves)[max(size, 0):] != 0):
+            raise ValueError("state_dict tree has non-zero priorities beyond the stored items")
+        self._buffer.load_state_dict(state)  # validates storage; raises before changing it
+        self._tree = tree
+        self._max_priority = max_p
+        self._sample_calls = calls
