@@ -83,7 +83,8 @@ class SumTree:
         nodes = rev_unique + self._leaf0
         self._nodes[nodes] = p[::-1][rev_pos]
         while nodes[0] > 1:
-            nodes = np.unique(nodes >> 1)
+            nodes = nodes >> 1  # still sorted, so duplicates are adjacent
+            nodes = nodes[np.concatenate(([True], nodes[1:] != nodes[:-1]))]
             self._nodes[nodes] = self._nodes[2 * nodes] + self._nodes[2 * nodes + 1]
 
     def add(self, priorities) -> np.ndarray:
