@@ -135,13 +135,15 @@ class RingStorage:
         state["capacity"] = np.int64(self.capacity)
         return state
 
-    def check_state_dict(self, state: Mapping[str, np.ndarray], optional: Mapping[str, tuple[Shape, np.dtype]] = {}
+    def check_state_dict(self, state: Mapping[str, np.ndarray],
+                         optional: Mapping[str, tuple[Shape | None, np.dtype]] | None = None
                          ) -> dict[str, tuple[Shape, np.dtype]]:
         """Validate ``state`` without touching anything; return the optional columns it brings.
 
         ``optional`` names columns that may be present (allocated lazily); their item
         shape is taken from the state when it is ``None``.
         """
+        optional = optional or {}
         required = set(self._arrays) - set(optional)
         allowed = required | set(optional) | {"ptr", "size", "capacity"}
         keys = set(state)
@@ -173,8 +175,9 @@ class RingStorage:
                 raise ValueError(f"state_dict[{name!r}] has dtype {arr.dtype}, expected {np.dtype(dtype)}")
         return brought
 
-    def load_state_dict(self, state: Mapping[str, np.ndarray], optional: Mapping[str, tuple[Shape, np.dtype]] = {}
-                        ) -> None:
+    def load_state_dict(self, state: Mapping[str, np.ndarray],
+                        optional: Mapping[str, tuple[Shape | None, np.dtype]] | None = None) -> None:
+        optional = optional or {}
         brought = self.check_state_dict(state, optional)
         for name in [n for n in self._arrays if n in optional]:
             del self._arrays[name]
