@@ -1,7 +1,8 @@
 """Env adapters (Gymnasium, PettingZoo AEC and Parallel) to one contract, and vector envs."""
 from marl_note.envs.adapters import (AECAdapter, GymAdapter, ParallelAdapter, StepResult, adapt, env_factory,
                                      make_spec)
+from marl_note.envs.goal_envs import BitFlippingEnv, PointReachEnv
 from marl_note.envs.vector import AutoResetWorker, SyncVectorEnv
 
 __all__ = ["AECAdapter", "GymAdapter", "ParallelAdapter", "StepResult", "adapt", "env_factory", "make_spec",
-           "AutoResetWorker", "SyncVectorEnv"]
+           "AutoResetWorker", "SyncVectorEnv", "BitFlippingEnv", "PointReachEnv"]

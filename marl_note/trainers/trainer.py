@@ -224,7 +224,8 @@ class DecentralizedTrainer:
                 recent = np.asarray(train_returns[-100:])
                 bar.update(episodes, env_steps=env_steps, train_reward=self._metric(recent, learn) if len(recent) else None,
                            test_metric=self.history[-1][1] if self.history else None,
-                           best=best if self.history else None, **last_metrics)
+                           best=best if self.history else None,
+                           **{k: v for k, v in last_metrics.items() if k in ("loss", "eps", "epsilon")})
         finally:
             bar.close()
         if self.save_last_fn is not None:
