@@ -3,7 +3,8 @@
     python bench/bench_subproc.py [--envs 8] [--processes N] [--steps 300] [--burn-ms 1.0]
 
 Workloads: CartPole behind a wrapper that burns ``--burn-ms`` of CPU per step (where processes
-should pay off, up to the number of cores), plain tic-tac-toe (a ~20 us env step, so the pipe
+should pay off, up to the number of *idle* cores), the same with a sleep instead of CPU work (an
+env waiting on an external simulator: overlaps even on a busy machine), plain tic-tac-toe (a ~20 us env step, so the pipe
 round trip dominates), and an env with a 84x84x3 uint8 observation (where shared memory matters).
 Every env acts on every step; action choice happens in the parent and costs the same for both.
 """
@@ -57,8 +58,24 @@ class BigObs(gym.Env):
         return self.frame.copy(), 0.0, False, self.t >= 200, {}
 
 
+class Sleep(gym.Wrapper):
+    """Sleeps ``ms`` milliseconds per step (an env waiting on an external simulator: no CPU used)."""
+
+    def __init__(self, env: gym.Env, ms: float):
+        super().__init__(env)
+        self.seconds = ms / 1000.0
+
+    def step(self, action):
+        time.sleep(self.seconds)
+        return self.env.step(action)
+
+
 def make_slow(ms: float) -> gym.Env:
     return BurnCPU(gym.make("CartPole-v1"), ms)
+
+
+def make_sleepy(ms: float) -> gym.Env:
+    return Sleep(gym.make("CartPole-v1"), ms)
 
 
 def run(venv, steps: int, action_n: int, seed: int = 0) -> float:
@@ -92,6 +109,7 @@ def main() -> None:
     procs = args.processes or min(args.envs, os.cpu_count() or 1)
     workloads = [
         (f"cartpole+{args.burn_ms:g}ms cpu", partial(make_slow, args.burn_ms), 2, max(args.steps // 2, 20)),
+        (f"cartpole+{args.burn_ms:g}ms sleep", partial(make_sleepy, args.burn_ms), 2, max(args.steps // 2, 20)),
         ("tictactoe", tictactoe_v3.env, 9, args.steps * 4),
         ("84x84x3 uint8 obs", BigObs, 4, args.steps * 2),
     ]
