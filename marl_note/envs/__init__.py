@@ -2,7 +2,9 @@
 from marl_note.envs.adapters import (AECAdapter, GymAdapter, ParallelAdapter, StepResult, adapt, env_factory,
                                      make_spec)
 from marl_note.envs.goal_envs import BitFlippingEnv, PointReachEnv
+from marl_note.envs.subproc import SubprocVectorEnv
 from marl_note.envs.vector import AutoResetWorker, SyncVectorEnv
 
 __all__ = ["AECAdapter", "GymAdapter", "ParallelAdapter", "StepResult", "adapt", "env_factory", "make_spec",
-           "AutoResetWorker", "SyncVectorEnv", "BitFlippingEnv", "PointReachEnv"]
+           "AutoResetWorker", "SyncVectorEnv", "BitFlippingEnv", "PointReachEnv",
+           "SubprocVectorEnv"]

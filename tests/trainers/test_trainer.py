@@ -180,3 +180,15 @@ def test_gymnasium_one_agent_case():
     agent = CountingLearner(trainer.action_space("agent_0"), trainer.observation_space("agent_0"))
     stats = trainer.train([agent], learning_mask=[1], plot=False, progress=False)
     assert stats["num_collected_episodes"] >= 10 and 8 <= stats["reward_metric_stats"]["last"] <= 100
+
+
+def test_subprocess_pool_gives_the_same_run_as_in_process():
+    """processes=N (the pool network) must not change what is collected."""
+    def run(processes):
+        trainer = small_trainer(processes=processes, episodes_per_train=20)
+        agent = learner(trainer)
+        stats = trainer.train([agent, agent], learning_mask=[1, 1], plot=False, progress=False)
+        trainer.close()
+        return stats["test_history"], stats["num_collected_steps"], agent.stored
+
+    assert run(2) == run(None)
