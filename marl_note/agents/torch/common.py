@@ -1,0 +1,226 @@
+"""Plumbing shared by the PyTorch agents: input checks, observation encoding, MLPs, numpy state.
+
+Everything that leaves this package is numpy; nothing here touches global torch settings
+(no ``torch.manual_seed``, no ``set_num_threads``): randomness comes from a per-agent
+``numpy.random.Generator`` and a per-agent ``torch.Generator`` derived from ``seed``.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Mapping
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from marl_note.agents.noise import rng_state_from_array, rng_state_to_array
+from marl_note.types import Transitions
+
+ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU, "gelu": nn.GELU}
+
+
+# --------------------------------------------------------------------------- observations
+
+def flat_obs_dim(space: gym.Space) -> int:
+    """Input width of the network for ``space`` (one-hot for Discrete observations)."""
+    if isinstance(space, gym.spaces.Discrete):
+        return int(space.n)
+    if isinstance(space, (gym.spaces.Box, gym.spaces.MultiBinary, gym.spaces.MultiDiscrete)):
+        return int(np.prod(space.shape, dtype=np.int64))
+    raise TypeError(f"unsupported observation space {space!r}: use Box, Discrete, MultiBinary or "
+                    f"MultiDiscrete (flatten Dict/Tuple observations with a wrapper)")
+
+
+class ObsEncoder:
+    """Checks a batch of observations against the space and turns it into a float32 tensor.
+
+    Box/MultiBinary/MultiDiscrete observations are flattened to ``[B, prod(shape)]`` and cast
+    (int8 boards included); Discrete observations become one-hot rows.
+    """
+
+    def __init__(self, space: gym.Space, device: torch.device):
+        self.space = space
+        self.dim = flat_obs_dim(space)
+        self.device = device
+        self.shape = () if isinstance(space, gym.spaces.Discrete) else tuple(space.shape)
+
+    def check(self, obs: Any, name: str = "obs") -> np.ndarray:
+        arr = np.asarray(obs)
+        if arr.dtype.kind not in "biuf":
+            raise TypeError(f"{name} must be a numeric array, got dtype {arr.dtype}")
+        if arr.shape[1:] != self.shape or arr.ndim != len(self.shape) + 1:
+            hint = " (observations are batched: add a leading batch axis)" if arr.shape == self.shape else ""
+            raise ValueError(f"{name} has shape {arr.shape}, expected (batch, *{self.shape}) for the "
+                             f"observation space {self.space}{hint}")
+        return arr
+
+    def __call__(self, obs: Any, name: str = "obs") -> torch.Tensor:
+        arr = self.check(obs, name)
+        if isinstance(self.space, gym.spaces.Discrete):
+            idx = torch.as_tensor(arr.astype(np.int64) - int(self.space.start), device=self.device)
+            return nn.functional.one_hot(idx, self.dim).to(torch.float32)
+        return torch.as_tensor(arr.reshape(len(arr), -1), device=self.device).to(torch.float32)
+
+
+def check_mask(mask: Any, batch: int, n: int, name: str = "mask") -> np.ndarray | None:
+    """``mask`` as a bool ``[batch, n]`` array (or None), or a ValueError naming the problem."""
+    if mask is None:
+        return None
+    arr = np.asarray(mask)
+    if arr.shape != (batch, n):
+        raise ValueError(f"{name} has shape {arr.shape}, expected ({batch}, {n}) (batch, num_actions)")
+    return arr.astype(bool, copy=False)
+
+
+def check_transitions(t: Any, encoder: ObsEncoder) -> Transitions:
+    if not isinstance(t, Transitions):
+        raise TypeError(f"observe() expects a marl_note.types.Transitions batch, got {type(t).__name__}")
+    encoder.check(t.obs, "transitions.obs")
+    encoder.check(t.next_obs, "transitions.next_obs")
+    n = len(t)
+    for name in ("obs", "act", "next_obs", "terminated", "truncated"):
+        if len(np.asarray(getattr(t, name))) != n:
+            raise ValueError(f"transitions.{name} has {len(np.asarray(getattr(t, name)))} items, rew has {n}")
+    return t
+
+
+# --------------------------------------------------------------------------- networks
+
+def mlp(in_dim: int, hidden_sizes: Iterable[int], out_dim: int | None, activation: str,
+        generator: torch.Generator, init: str = "default", out_gain: float = 1.0) -> nn.Sequential:
+    """``Linear -> act -> ... [-> Linear(out_dim)]`` initialised from ``generator``.
+
+    ``init="default"`` draws weights and biases from U(-1/sqrt(fan_in), 1/sqrt(fan_in));
+    ``init="orthogonal"`` uses orthogonal weights (gain sqrt(2) hidden, ``out_gain`` last) and zero
+    biases, as is usual for PPO.
+    """
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"unknown activation {activation!r}; choose one of {sorted(ACTIVATIONS)}")
+    layers: list[nn.Module] = []
+    last = in_dim
+    sizes = [int(h) for h in hidden_sizes]
+    if any(h <= 0 for h in sizes):
+        raise ValueError(f"hidden_sizes must be positive, got {tuple(sizes)}")
+    for h in sizes:
+        layers += [_linear(last, h, generator, init, math.sqrt(2)), ACTIVATIONS[activation]()]
+        last = h
+    if out_dim is not None:
+        layers.append(_linear(last, out_dim, generator, init, out_gain))
+    return nn.Sequential(*layers)
+
+
+def _linear(fan_in: int, fan_out: int, generator: torch.Generator, init: str, gain: float) -> nn.Linear:
+    layer = nn.utils.skip_init(nn.Linear, fan_in, fan_out)  # no draw from the global torch rng
+    with torch.no_grad():
+        if init == "orthogonal":
+            nn.init.orthogonal_(layer.weight, gain=gain, generator=generator)
+            layer.bias.zero_()
+        elif init == "default":
+            bound = 1.0 / math.sqrt(fan_in)
+            nn.init.uniform_(layer.weight, -bound, bound, generator=generator)
+            nn.init.uniform_(layer.bias, -bound, bound, generator=generator)
+        else:
+            raise ValueError(f"unknown init {init!r}; use 'default' or 'orthogonal'")
+    return layer
+
+
+# --------------------------------------------------------------------------- numpy state
+
+def module_to_numpy(prefix: str, module: nn.Module) -> dict[str, np.ndarray]:
+    return {f"{prefix}.{k}": v.detach().cpu().numpy().copy() for k, v in module.state_dict().items()}
+
+
+def module_from_numpy(prefix: str, module: nn.Module, state: Mapping[str, Any]) -> None:
+    own = module.state_dict()
+    missing = [f"{prefix}.{k}" for k in own if f"{prefix}.{k}" not in state]
+    if missing:
+        raise KeyError(f"state_dict is missing {missing}")
+    new = {}
+    for k, v in own.items():
+        arr = np.asarray(state[f"{prefix}.{k}"])
+        if tuple(arr.shape) != tuple(v.shape):
+            raise ValueError(f"{prefix}.{k} has shape {arr.shape}, this network expects {tuple(v.shape)}")
+        new[k] = torch.as_tensor(arr, dtype=v.dtype, device=v.device)
+    module.load_state_dict(new)
+
+
+def optimizer_to_numpy(prefix: str, opt: torch.optim.Optimizer) -> dict[str, np.ndarray]:
+    sd = opt.state_dict()
+    out = {f"{prefix}.lr": np.asarray(opt.param_groups[0]["lr"], np.float64)}
+    for idx, slots in sd["state"].items():
+        for key, value in slots.items():
+            out[f"{prefix}.{idx}.{key}"] = (value.detach().cpu().numpy().copy() if torch.is_tensor(value)
+                                            else np.asarray(value))
+    return out
+
+
+def optimizer_from_numpy(prefix: str, opt: torch.optim.Optimizer, state: Mapping[str, Any]) -> None:
+    sd = opt.state_dict()
+    slots: dict[int, dict[str, torch.Tensor]] = {}
+    for key, value in state.items():
+        if not key.startswith(prefix + ".") or key == f"{prefix}.lr":
+            continue
+        idx, slot = key[len(prefix) + 1:].split(".", 1)
+        slots.setdefault(int(idx), {})[slot] = torch.as_tensor(np.asarray(value))
+    sd["state"] = slots
+    if f"{prefix}.lr" in state:
+        for group in sd["param_groups"]:
+            group["lr"] = float(np.asarray(state[f"{prefix}.lr"]))
+    opt.load_state_dict(sd)
+
+
+class TorchAgent:
+    """Shared base of the PyTorch agents: spaces, device, seeding, counters and numpy state.
+
+    Subclasses list their networks in ``_nets`` (name -> module) and optimisers in ``_optims``
+    and add their own scalar state through ``_extra_state`` / ``_load_extra_state``.
+    """
+
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, seed: int | None, device):
+        if not isinstance(observation_space, gym.Space) or not isinstance(action_space, gym.Space):
+            raise TypeError("observation_space and action_space must be gymnasium spaces, got "
+                            f"{type(observation_space).__name__} and {type(action_space).__name__}")
+        self.observation_space = observation_space
+        self.action_space = action_space
+        self.device = torch.device(device)
+        self.encoder = ObsEncoder(observation_space, self.device)
+        self.seed = seed
+        self.rng = np.random.default_rng(seed)
+        self.generator = torch.Generator(device="cpu")
+        self.generator.manual_seed(int(self.rng.integers(0, 2**63 - 1)))
+        self.agent_steps = 0
+        self.updates = 0
+        self._nets: dict[str, nn.Module] = {}
+        self._optims: dict[str, torch.optim.Optimizer] = {}
+
+    def _extra_state(self) -> dict[str, np.ndarray]:
+        return {}
+
+    def _load_extra_state(self, state: Mapping[str, Any]) -> None:
+        pass
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Weights, optimiser slots, counters and rng states, as numpy arrays only."""
+        out: dict[str, np.ndarray] = {}
+        for name, net in self._nets.items():
+            out.update(module_to_numpy(name, net))
+        for name, opt in self._optims.items():
+            out.update(optimizer_to_numpy(name, opt))
+        out["agent_steps"] = np.asarray(self.agent_steps, np.int64)
+        out["updates"] = np.asarray(self.updates, np.int64)
+        out["rng"] = rng_state_to_array(self.rng)
+        out["torch_rng"] = self.generator.get_state().numpy().copy()
+        out.update(self._extra_state())
+        return out
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        for name, net in self._nets.items():
+            module_from_numpy(name, net, state)
+        for name, opt in self._optims.items():
+            optimizer_from_numpy(name, opt, state)
+        self.agent_steps = int(np.asarray(state["agent_steps"]))
+        self.updates = int(np.asarray(state["updates"]))
+        rng_state_from_array(self.rng, state["rng"])
+        self.generator.set_state(torch.as_tensor(np.asarray(state["torch_rng"], np.uint8)))
+        self._load_extra_state(state)

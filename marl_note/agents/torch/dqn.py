@@ -1,0 +1,208 @@
+"""Deep Q-learning (double DQN by default) with masked actions, in PyTorch.
+
+Read top to bottom: acting (``act``), storing (``observe``), the TD target (``td_target``), one
+gradient step (``_gradient_step``) and the update schedule (``update``).
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from marl_note.agents.policies import EpsGreedyQPolicy, masked_argmax
+from marl_note.agents.torch.common import TorchAgent, check_mask, check_transitions, mlp
+from marl_note.types import Transitions
+
+
+class DQN(TorchAgent):
+    """DQN over a Discrete action space: MLP Q-network, target network, replay, masked actions.
+
+    Exploration uses any policy from :mod:`marl_note.agents.policies` (default: epsilon-greedy
+    annealed from 1.0 to 0.05 over 10k agent steps); greedy actions are the best legal action.
+    The TD target ``r + discount * (1 - terminated) * Q_target(s', a*)`` takes ``a*`` among the
+    actions legal at ``s'`` (``next_mask``), chosen by the online network when ``double=True``;
+    ``discount`` is ``transitions.discount`` when present (n-step), else ``gamma``. Truncation
+    still bootstraps. Each ``update()`` call does ``update_steps`` gradient steps, or
+    ``max(1, round(replay_ratio * new transitions since the last call))`` when that is None,
+    and none until ``learning_starts`` transitions are stored. With ``tau`` set the target
+    network follows by Polyak averaging after every step; otherwise it is copied every
+    ``target_update`` steps. A ``replay`` with prioritized sampling (batches carrying
+    ``weights``) gets importance-weighted losses and ``update_priorities`` calls.
+
+    Example:
+        >>> import gymnasium as gym, numpy as np
+        >>> from marl_note.types import Transitions
+        >>> agent = DQN(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(3), learning_starts=8, seed=0)
+        >>> agent.act(np.zeros((2, 4)), mask=np.array([[0, 1, 0], [1, 0, 0]], bool)).tolist()
+        [1, 0]
+        >>> agent.observe(Transitions(obs=np.zeros((8, 4)), act=np.zeros(8, int), rew=np.ones(8),
+        ...     next_obs=np.zeros((8, 4)), terminated=np.ones(8, bool), truncated=np.zeros(8, bool)))
+        >>> agent.update(batch_size=4)["gradient_steps"]
+        2
+    """
+
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, *,
+                 hidden_sizes: tuple[int, ...] = (128, 128), activation: str = "relu",
+                 lr: float = 1e-3, gamma: float = 0.99, buffer_size: int = 100_000,
+                 learning_starts: int = 1000, double: bool = True, target_update: int = 250,
+                 tau: float | None = None, criterion: str = "huber", max_grad_norm: float | None = 10.0,
+                 replay_ratio: float = 0.25, update_steps: int | None = None, policy=None, replay=None,
+                 seed: int | None = None, device: str | torch.device = "cpu"):
+        if not isinstance(action_space, gym.spaces.Discrete):
+            raise TypeError(f"DQN needs a Discrete action space, got {action_space!r}; "
+                            f"use a continuous-control agent for Box actions")
+        super().__init__(observation_space, action_space, seed, device)
+        if criterion not in ("huber", "mse"):
+            raise ValueError(f"criterion must be 'huber' or 'mse', got {criterion!r}")
+        if tau is not None and not 0.0 < tau <= 1.0:
+            raise ValueError(f"tau must be in (0, 1], got {tau}")
+        if not 0.0 <= gamma <= 1.0:
+            raise ValueError(f"gamma must be in [0, 1], got {gamma}")
+        if int(target_update) <= 0 or replay_ratio < 0 or (update_steps is not None and int(update_steps) < 0):
+            raise ValueError("target_update must be positive, replay_ratio and update_steps non-negative")
+        if policy is not None and not callable(getattr(policy, "select", None)):
+            raise TypeError(f"policy must have select(values, mask, rng), got {type(policy).__name__}")
+        self.n_actions = int(action_space.n)
+        self.action_start = int(action_space.start)
+        self.gamma = float(gamma)
+        self.learning_starts = int(learning_starts)
+        self.double = bool(double)
+        self.target_update = int(target_update)
+        self.tau = None if tau is None else float(tau)
+        self.criterion = criterion
+        self.max_grad_norm = max_grad_norm
+        self.replay_ratio = float(replay_ratio)
+        self.update_steps = None if update_steps is None else int(update_steps)
+        self.policy = policy if policy is not None else EpsGreedyQPolicy(1.0, 0.05, n_steps_annealing=10_000)
+        if replay is None:
+            from marl_note.replay import ReplayBuffer
+            replay = ReplayBuffer(buffer_size, observation_space, action_space,
+                                  seed=int(self.rng.integers(0, 2**63 - 1)))
+        self.replay = replay
+
+        self.q_net = mlp(self.encoder.dim, hidden_sizes, self.n_actions, activation, self.generator).to(self.device)
+        self.target_net = mlp(self.encoder.dim, hidden_sizes, self.n_actions, activation,
+                              self.generator).to(self.device)
+        self.target_net.load_state_dict(self.q_net.state_dict())
+        self.target_net.requires_grad_(False)
+        self.optimizer = torch.optim.Adam(self.q_net.parameters(), lr=lr)
+        self._nets = {"q_net": self.q_net, "target_net": self.target_net}
+        self._optims = {"optimizer": self.optimizer}
+        self._new_transitions = 0
+
+    # -- acting ------------------------------------------------------------------------------------
+    def q_values(self, obs: np.ndarray) -> np.ndarray:
+        """Online Q-values ``[B, n]`` as float32 numpy."""
+        x = self.encoder(obs)
+        with torch.inference_mode():
+            return self.q_net(x).cpu().numpy()
+
+    def act(self, obs: np.ndarray, mask: np.ndarray | None = None, explore: bool = False) -> np.ndarray:
+        q = self.q_values(obs)
+        mask = check_mask(mask, len(q), self.n_actions)
+        a = self.policy.select(q, mask, self.rng) if explore else masked_argmax(q, mask)
+        return a + self.action_start
+
+    # -- storing -----------------------------------------------------------------------------------
+    def observe(self, transitions: Transitions) -> None:
+        check_transitions(transitions, self.encoder)
+        self.replay.add(transitions)
+        n = len(transitions)
+        self.agent_steps += n
+        self._new_transitions += n
+        if hasattr(self.policy, "step"):
+            self.policy.step(n)
+
+    # -- learning ----------------------------------------------------------------------------------
+    def td_target(self, batch: Transitions) -> torch.Tensor:
+        """``r + discount * (1 - terminated) * Q_target(s', a*)`` with ``a*`` legal at ``s'``.
+
+        Rows whose ``next_mask`` has no legal action do not bootstrap.
+        """
+        next_obs = self.encoder(batch.next_obs, "next_obs")
+        rew = torch.as_tensor(np.asarray(batch.rew, np.float32), device=self.device)
+        alive = torch.as_tensor(~np.asarray(batch.terminated, bool), device=self.device)
+        if batch.discount is not None:
+            discount = torch.as_tensor(np.asarray(batch.discount, np.float32), device=self.device)
+        else:
+            discount = torch.full_like(rew, self.gamma)
+        with torch.no_grad():
+            q_target = self.target_net(next_obs)
+            chooser = self.q_net(next_obs) if self.double else q_target
+            if batch.next_mask is not None:
+                legal = torch.as_tensor(check_mask(batch.next_mask, len(rew), self.n_actions, "next_mask"),
+                                        device=self.device)
+                chooser = chooser.masked_fill(~legal, -torch.inf)
+                alive = alive & legal.any(dim=1)
+            best = chooser.argmax(dim=1, keepdim=True)
+            next_v = q_target.gather(1, best).squeeze(1)
+            return rew + discount * alive.to(rew.dtype) * next_v
+
+    def _gradient_step(self, batch_size: int) -> dict[str, float]:
+        batch = self.replay.sample(batch_size)
+        obs = self.encoder(batch.obs)
+        act = torch.as_tensor(np.asarray(batch.act, np.int64) - self.action_start, device=self.device)
+        target = self.td_target(batch)
+        q = self.q_net(obs).gather(1, act[:, None]).squeeze(1)
+        if self.criterion == "huber":
+            losses = nn.functional.smooth_l1_loss(q, target, reduction="none")
+        else:
+            losses = nn.functional.mse_loss(q, target, reduction="none")
+        if batch.weights is not None:
+            weights = torch.as_tensor(np.asarray(batch.weights, np.float32), device=self.device)
+            loss = (weights * losses).mean()
+        else:
+            loss = losses.mean()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.max_grad_norm is not None:
+            nn.utils.clip_grad_norm_(self.q_net.parameters(), self.max_grad_norm)
+        self.optimizer.step()
+        self.updates += 1
+        self._update_target()
+        td = (target - q).detach()
+        if batch.weights is not None and hasattr(self.replay, "update_priorities"):
+            self.replay.update_priorities(batch.indices, td.abs().cpu().numpy())
+        return {"loss": loss.item(), "q_mean": q.detach().mean().item(), "td_abs": td.abs().mean().item()}
+
+    def _update_target(self) -> None:
+        with torch.no_grad():
+            if self.tau is not None:
+                for t, s in zip(self.target_net.parameters(), self.q_net.parameters()):
+                    t.lerp_(s, self.tau)
+            elif self.updates % self.target_update == 0:
+                self.target_net.load_state_dict(self.q_net.state_dict())
+
+    def update(self, batch_size: int) -> dict[str, Any]:
+        """Run this call's gradient steps; returns mean metrics and ``gradient_steps``."""
+        new, self._new_transitions = self._new_transitions, 0
+        if len(self.replay) == 0 or len(self.replay) < self.learning_starts:
+            return {"gradient_steps": 0}
+        steps = self.update_steps if self.update_steps is not None else max(1, round(self.replay_ratio * new))
+        totals: dict[str, float] = {}
+        for _ in range(steps):
+            for k, v in self._gradient_step(int(batch_size)).items():
+                totals[k] = totals.get(k, 0.0) + v
+        metrics: dict[str, Any] = {k: v / steps for k, v in totals.items()} if steps else {}
+        metrics.update({k: float(v) for k, v in getattr(self.policy, "metrics", dict)().items()})
+        metrics["gradient_steps"] = steps
+        return metrics
+
+    # -- state -------------------------------------------------------------------------------------
+    def _extra_state(self) -> dict[str, np.ndarray]:
+        state = {"new_transitions": np.asarray(self._new_transitions, np.int64)}
+        if hasattr(self.policy, "state_dict"):
+            state.update({f"policy.{k}": np.asarray(v) for k, v in self.policy.state_dict().items()})
+        return state
+
+    def _load_extra_state(self, state: Mapping[str, Any]) -> None:
+        self._new_transitions = int(np.asarray(state.get("new_transitions", 0)))
+        if hasattr(self.policy, "load_state_dict"):
+            self.policy.load_state_dict({k[len("policy."):]: v for k, v in state.items() if k.startswith("policy.")})
+
+    def __repr__(self) -> str:
+        return (f"DQN(obs_dim={self.encoder.dim}, n_actions={self.n_actions}, policy={self.policy!r}, "
+                f"agent_steps={self.agent_steps}, updates={self.updates})")

@@ -1,0 +1,19 @@
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread(request):
+    """Torch tests run on one intra-op thread (faster on 2 cores); restored afterwards.
+
+    torch is touched only when a torch test module already imported it, so the numpy-only tests
+    here never import it.
+    """
+    import sys
+    torch = sys.modules.get("torch")
+    if torch is None:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
