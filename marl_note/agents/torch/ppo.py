@@ -1,0 +1,225 @@
+"""Proximal policy optimisation (clipped objective, GAE) with masked categorical or Gaussian actions.
+
+No act-time extras are stored: collection never changes the network, so at the start of
+``update()`` one batched forward pass over the stored (obs, act) gives exactly the behaviour
+policy's log-probabilities and the value estimates GAE needs.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from marl_note.agents.policies import masked_argmax, masked_softmax, sample_categorical
+from marl_note.agents.torch.common import TorchAgent, check_mask, check_transitions, mlp
+from marl_note.types import Transitions
+
+
+class ActorCritic(nn.Module):
+    """Policy head (logits or Gaussian mean) and value head over separate or shared MLP trunks."""
+
+    def __init__(self, in_dim: int, out_dim: int, hidden_sizes, activation: str, shared: bool,
+                 continuous: bool, log_std_init: float, generator: torch.Generator):
+        super().__init__()
+        last = int(hidden_sizes[-1]) if len(hidden_sizes) else in_dim
+        self.shared = shared
+        if shared:
+            self.trunk = mlp(in_dim, hidden_sizes, None, activation, generator, init="orthogonal")
+            self.pi = mlp(last, (), out_dim, activation, generator, init="orthogonal", out_gain=0.01)
+            self.v = mlp(last, (), 1, activation, generator, init="orthogonal", out_gain=1.0)
+        else:
+            self.pi = mlp(in_dim, hidden_sizes, out_dim, activation, generator, init="orthogonal", out_gain=0.01)
+            self.v = mlp(in_dim, hidden_sizes, 1, activation, generator, init="orthogonal", out_gain=1.0)
+        self.log_std = nn.Parameter(torch.full((out_dim,), float(log_std_init))) if continuous else None
+
+    def policy_out(self, x: torch.Tensor) -> torch.Tensor:
+        return self.pi(self.trunk(x) if self.shared else x)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.shared:
+            h = self.trunk(x)
+            return self.pi(h), self.v(h).squeeze(-1)
+        return self.pi(x), self.v(x).squeeze(-1)
+
+
+class PPO(TorchAgent):
+    """PPO with a clipped surrogate, GAE(lambda), advantage normalisation and gradient clipping.
+
+    Discrete actions use a masked categorical (illegal logits are ``-inf``; exploring samples,
+    ``explore=False`` takes the best legal logit). Box actions use a diagonal Gaussian with a
+    state-independent log-std; ``act`` returns the raw sample (the caller clips to the bounds).
+    ``update(batch_size)`` does nothing until ``n_steps`` transitions are stored, then runs
+    ``n_epochs`` passes of minibatches of ``batch_size`` over all of them and clears the rollout.
+
+    Example:
+        >>> import gymnasium as gym, numpy as np
+        >>> from marl_note.types import Transitions
+        >>> agent = PPO(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), n_steps=4, n_epochs=2, seed=0)
+        >>> a = agent.act(np.zeros((4, 3)), explore=True)
+        >>> agent.observe(Transitions(obs=np.zeros((4, 3)), act=a, rew=np.ones(4), next_obs=np.zeros((4, 3)),
+        ...     terminated=np.array([0, 0, 0, 1], bool), truncated=np.zeros(4, bool), stream=np.zeros(4, int)))
+        >>> agent.update(batch_size=2)["gradient_steps"]
+        4
+    """
+
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, *,
+                 hidden_sizes: tuple[int, ...] = (64, 64), activation: str = "tanh", shared: bool = False,
+                 lr: float = 3e-4, gamma: float = 0.99, gae_lambda: float = 0.95, clip_range: float = 0.2,
+                 ent_coef: float = 0.0, vf_coef: float = 0.5, n_epochs: int = 10, n_steps: int = 2048,
+                 max_grad_norm: float | None = 0.5, normalize_advantage: bool = True,
+                 target_kl: float | None = None, log_std_init: float = 0.0,
+                 seed: int | None = None, device: str | torch.device = "cpu"):
+        if isinstance(action_space, gym.spaces.Discrete):
+            self.continuous = False
+            out_dim = int(action_space.n)
+        elif isinstance(action_space, gym.spaces.Box):
+            self.continuous = True
+            out_dim = int(np.prod(action_space.shape, dtype=np.int64))
+        else:
+            raise TypeError(f"PPO supports Discrete and Box action spaces, got {action_space!r}")
+        super().__init__(observation_space, action_space, seed, device)
+        if not 0.0 <= gamma <= 1.0 or not 0.0 <= gae_lambda <= 1.0 or clip_range <= 0:
+            raise ValueError(f"need gamma, gae_lambda in [0, 1] and clip_range > 0, got {gamma}, "
+                             f"{gae_lambda}, {clip_range}")
+        if int(n_epochs) <= 0 or int(n_steps) <= 0:
+            raise ValueError(f"n_epochs and n_steps must be positive, got {n_epochs}, {n_steps}")
+        self.out_dim = out_dim
+        self.action_start = 0 if self.continuous else int(action_space.start)
+        self.gamma, self.gae_lambda, self.clip_range = float(gamma), float(gae_lambda), float(clip_range)
+        self.ent_coef, self.vf_coef = float(ent_coef), float(vf_coef)
+        self.n_epochs, self.n_steps = int(n_epochs), int(n_steps)
+        self.max_grad_norm = max_grad_norm
+        self.normalize_advantage = bool(normalize_advantage)
+        self.target_kl = target_kl
+        from marl_note.replay import RolloutBuffer
+        self.rollout = RolloutBuffer(observation_space, action_space)
+        self.net = ActorCritic(self.encoder.dim, out_dim, tuple(hidden_sizes), activation, shared,
+                               self.continuous, log_std_init, self.generator).to(self.device)
+        self.optimizer = torch.optim.Adam(self.net.parameters(), lr=lr, eps=1e-5)
+        self._nets = {"net": self.net}
+        self._optims = {"optimizer": self.optimizer}
+
+    # -- acting ------------------------------------------------------------------------------------
+    def act(self, obs: np.ndarray, mask: np.ndarray | None = None, explore: bool = False) -> np.ndarray:
+        x = self.encoder(obs)
+        with torch.inference_mode():
+            out = self.net.policy_out(x).cpu().numpy().astype(np.float64)
+        if self.continuous:
+            if explore:
+                std = np.exp(self.net.log_std.detach().cpu().numpy().astype(np.float64))
+                out = out + std * self.rng.standard_normal(out.shape)
+            return out.reshape(len(out), *self.action_space.shape).astype(self.action_space.dtype)
+        mask = check_mask(mask, len(out), self.out_dim)
+        a = sample_categorical(masked_softmax(out, mask), self.rng) if explore else masked_argmax(out, mask)
+        return a + self.action_start
+
+    # -- storing -----------------------------------------------------------------------------------
+    def observe(self, transitions: Transitions) -> None:
+        check_transitions(transitions, self.encoder)
+        self.rollout.add(transitions)
+        self.agent_steps += len(transitions)
+
+    # -- distribution --------------------------------------------------------------------------------
+    def _act_tensor(self, act: np.ndarray) -> torch.Tensor:
+        act = np.asarray(act)
+        if self.continuous:
+            return torch.as_tensor(act.reshape(len(act), -1), dtype=torch.float32, device=self.device)
+        return torch.as_tensor(act.astype(np.int64) - self.action_start, device=self.device)
+
+    def evaluate(self, x: torch.Tensor, act: torch.Tensor, mask: torch.Tensor | None):
+        """Log-probabilities of ``act``, entropies and values for encoded observations ``x``."""
+        out, values = self.net(x)
+        if self.continuous:
+            log_std = self.net.log_std.expand_as(out)
+            z = (act - out) / log_std.exp()
+            logp = (-0.5 * z.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+            entropy = (0.5 + 0.5 * math.log(2 * math.pi) + log_std).sum(-1)
+            return logp, entropy, values
+        if mask is not None:
+            out = out.masked_fill(~mask, -torch.inf)
+        logp_all = torch.log_softmax(out, dim=-1)
+        logp = logp_all.gather(1, act[:, None]).squeeze(1)
+        safe = logp_all if mask is None else torch.where(mask, logp_all, torch.zeros_like(logp_all))
+        entropy = -(logp_all.exp() * safe).sum(-1)
+        return logp, entropy, values
+
+    def log_prob(self, obs: np.ndarray, act: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+        """Log-probabilities of ``act`` under the current policy (numpy in, numpy out)."""
+        x = self.encoder(obs)
+        m = None if mask is None else torch.as_tensor(check_mask(mask, len(x), self.out_dim), device=self.device)
+        with torch.inference_mode():
+            return self.evaluate(x, self._act_tensor(act), m)[0].cpu().numpy()
+
+    # -- learning ----------------------------------------------------------------------------------
+    def update(self, batch_size: int) -> dict[str, Any]:
+        """Train on the stored rollout once it holds ``n_steps`` transitions, then clear it."""
+        if len(self.rollout) < self.n_steps:
+            return {"gradient_steps": 0}
+        batch_size = int(batch_size)
+        if batch_size <= 0:
+            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        from marl_note.replay import compute_gae
+        data = self.rollout.get()
+        n = len(data)
+        x = self.encoder(data.obs)
+        act = self._act_tensor(data.act)
+        mask = None
+        if data.mask is not None and not self.continuous:
+            mask = torch.as_tensor(np.asarray(data.mask, bool), device=self.device)
+        with torch.no_grad():
+            old_logp, _, values = self.evaluate(x, act, mask)
+            next_values = self.net(self.encoder(data.next_obs, "next_obs"))[1]
+        adv, ret = compute_gae(data.rew, values.cpu().numpy(), next_values.cpu().numpy(), data.terminated,
+                               data.truncated, data.stream, self.gamma, self.gae_lambda)
+        adv = torch.as_tensor(adv, device=self.device)
+        ret = torch.as_tensor(ret, device=self.device)
+
+        sums = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "approx_kl": 0.0, "clip_fraction": 0.0}
+        steps = 0
+        for _ in range(self.n_epochs):
+            perm = torch.as_tensor(self.rng.permutation(n), device=self.device)
+            epoch_kl = []
+            for start in range(0, n, batch_size):
+                idx = perm[start:start + batch_size]
+                logp, entropy, v = self.evaluate(x[idx], act[idx], None if mask is None else mask[idx])
+                a = adv[idx]
+                if self.normalize_advantage and len(idx) > 1:
+                    a = (a - a.mean()) / (a.std() + 1e-8)
+                log_ratio = logp - old_logp[idx]
+                ratio = log_ratio.exp()
+                clipped = ratio.clamp(1.0 - self.clip_range, 1.0 + self.clip_range)
+                policy_loss = -torch.min(ratio * a, clipped * a).mean()
+                value_loss = nn.functional.mse_loss(v, ret[idx])
+                loss = policy_loss + self.vf_coef * value_loss - self.ent_coef * entropy.mean()
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                if self.max_grad_norm is not None:
+                    nn.utils.clip_grad_norm_(self.net.parameters(), self.max_grad_norm)
+                self.optimizer.step()
+                steps += 1
+                with torch.no_grad():
+                    kl = ((ratio - 1) - log_ratio).mean().item()
+                    sums["clip_fraction"] += ((ratio - 1).abs() > self.clip_range).float().mean().item()
+                epoch_kl.append(kl)
+                sums["policy_loss"] += policy_loss.item()
+                sums["value_loss"] += value_loss.item()
+                sums["entropy"] += entropy.mean().item()
+                sums["approx_kl"] += kl
+            if self.target_kl is not None and np.mean(epoch_kl) > 1.5 * self.target_kl:
+                break
+        self.updates += steps
+        self.rollout.clear()
+        var = ret.var().item()
+        metrics: dict[str, Any] = {k: v / steps for k, v in sums.items()}
+        metrics["explained_variance"] = float("nan") if var == 0 else 1.0 - (ret - values).var().item() / var
+        metrics["gradient_steps"] = steps
+        return metrics
+
+    def __repr__(self) -> str:
+        kind = "gaussian" if self.continuous else "categorical"
+        return (f"PPO(obs_dim={self.encoder.dim}, {kind}[{self.out_dim}], agent_steps={self.agent_steps}, "
+                f"updates={self.updates})")
