@@ -157,6 +157,9 @@ class AECAdapter:
 
     def __init__(self, env: Any):
         self.env = env
+        # bookkeeping attributes are read from the unwrapped env: each PettingZoo wrapper layer
+        # forwards them through a Python __getattr__, which dominated the step cost
+        self._base = getattr(env, "unwrapped", env)
         self.possible_agents = tuple(env.possible_agents)
 
     def raw_spaces(self) -> tuple[dict, dict]:
@@ -169,7 +172,7 @@ class AECAdapter:
 
     def step(self, actions: dict[str, Any]) -> StepResult:
         env = self.env
-        agent = env.agent_selection
+        agent = self._base.agent_selection
         if len(actions) != 1 or agent not in actions:
             raise ValueError(f"turn-based env expects exactly one action, for {agent!r}; got actions for {list(actions)}")
         env.step(actions[agent])
@@ -177,9 +180,9 @@ class AECAdapter:
 
     def _advance(self, res: StepResult) -> StepResult:
         """Consume dead agents until a live agent must act or the episode is over."""
-        env = self.env
-        while env.agents:
-            agent = env.agent_selection
+        env, base = self.env, self._base
+        while base.agents:
+            agent = base.agent_selection
             raw, reward, term, trunc, info = env.last()
             obs, mask = _split(raw, info)
             if reward:
