@@ -28,6 +28,11 @@ class AnnealedGaussianProcess:
     """Base class: ``mu``, an annealed ``sigma``, a sample counter and an rng.
 
     Subclasses implement ``sample()`` (which must call ``self._tick()``) and may extend ``reset``.
+
+    Example:
+        >>> p = AnnealedGaussianProcess(sigma=1.0, sigma_min=0.5, n_steps_annealing=10)
+        >>> p.current_sigma, p.schedule.value(10)
+        (1.0, 0.5)
     """
 
     def __init__(self, mu=0.0, sigma: float = 1.0, sigma_min: float | None = None,

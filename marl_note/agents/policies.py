@@ -136,6 +136,10 @@ class Policy:
     """Base class: a step counter that drives annealed parameters, and numpy state.
 
     Subclasses implement ``select(values, mask, rng)``.
+
+    Example:
+        >>> p = GreedyQPolicy(); p.step(3); p.state_dict()["steps"].item()
+        3
     """
 
     def __init__(self):

@@ -37,6 +37,14 @@ class ObsEncoder:
 
     Box/MultiBinary/MultiDiscrete observations are flattened to ``[B, prod(shape)]`` and cast
     (int8 boards included); Discrete observations become one-hot rows.
+
+    Example:
+        >>> import gymnasium as gym, numpy as np, torch
+        >>> enc = ObsEncoder(gym.spaces.Box(0, 1, (3, 3, 2), np.int8), torch.device("cpu"))
+        >>> x = enc(np.zeros((4, 3, 3, 2), np.int8)); x.shape, x.dtype
+        (torch.Size([4, 18]), torch.float32)
+        >>> ObsEncoder(gym.spaces.Discrete(3), torch.device("cpu"))(np.array([2])).tolist()
+        [[0.0, 0.0, 1.0]]
     """
 
     def __init__(self, space: gym.Space, device: torch.device):
@@ -175,6 +183,12 @@ class TorchAgent:
 
     Subclasses list their networks in ``_nets`` (name -> module) and optimisers in ``_optims``
     and add their own scalar state through ``_extra_state`` / ``_load_extra_state``.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> base = TorchAgent(gym.spaces.Box(-1, 1, (2,)), gym.spaces.Discrete(2), seed=0, device="cpu")
+        >>> sorted(base.state_dict())
+        ['agent_steps', 'rng', 'torch_rng', 'updates']
     """
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, seed: int | None, device):

@@ -20,7 +20,15 @@ from marl_note.types import Transitions
 
 
 class ActorCritic(nn.Module):
-    """Policy head (logits or Gaussian mean) and value head over separate or shared MLP trunks."""
+    """Policy head (logits or Gaussian mean) and value head over separate or shared MLP trunks.
+
+    Example:
+        >>> import torch
+        >>> net = ActorCritic(3, 2, (8,), "tanh", shared=True, continuous=False, log_std_init=0.0,
+        ...                   generator=torch.Generator().manual_seed(0))
+        >>> [t.shape for t in net(torch.zeros(5, 3))]
+        [torch.Size([5, 2]), torch.Size([5])]
+    """
 
     def __init__(self, in_dim: int, out_dim: int, hidden_sizes, activation: str, shared: bool,
                  continuous: bool, log_std_init: float, generator: torch.Generator):
