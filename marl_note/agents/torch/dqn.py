@@ -47,7 +47,7 @@ class DQN(TorchAgent):
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, *,
                  hidden_sizes: tuple[int, ...] = (128, 128), activation: str = "relu",
                  lr: float = 1e-3, gamma: float = 0.99, buffer_size: int = 100_000,
-                 learning_starts: int = 1000, double: bool = True, target_update: int = 250,
+                 learning_starts: int = 1000, double: bool = True, target_update: int = 100,
                  tau: float | None = None, criterion: str = "huber", max_grad_norm: float | None = 10.0,
                  replay_ratio: float = 0.25, update_steps: int | None = None, policy=None, replay=None,
                  seed: int | None = None, device: str | torch.device = "cpu"):
