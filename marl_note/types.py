@@ -89,8 +89,7 @@ class Transitions:
         return int(self.rew.shape[0])
 
     def __getitem__(self, index) -> "Transitions":
-        return Transitions(**{f.name: (None if getattr(self, f.name) is None else getattr(self, f.name)[index])
-                              for f in fields(self)})
+        return Transitions(**{f.name: index_obs(getattr(self, f.name), index) for f in fields(self)})
 
     @property
     def done(self) -> np.ndarray:
@@ -103,8 +102,29 @@ class Transitions:
         out = {}
         for f in fields(Transitions):
             values = [getattr(p, f.name) for p in parts]
-            out[f.name] = None if any(v is None for v in values) else np.concatenate(values, axis=0)
+            if any(v is None for v in values):
+                out[f.name] = None
+            elif isinstance(values[0], dict):  # dict observations (goal envs): key-wise
+                out[f.name] = {k: np.concatenate([v[k] for v in values], axis=0) for k in values[0]}
+            else:
+                out[f.name] = np.concatenate(values, axis=0)
         return Transitions(**out)
+
+
+def stack_obs(items: list) -> "np.ndarray | dict[str, np.ndarray]":
+    """Stack per-agent observations into a batch; dict observations are stacked key-wise."""
+    if isinstance(items[0], dict):
+        return {k: np.stack([o[k] for o in items]) for k in items[0]}
+    return np.stack(items)
+
+
+def index_obs(obs, index):
+    """``obs[index]`` for an array, key-wise for a dict of arrays, None stays None."""
+    if obs is None:
+        return None
+    if isinstance(obs, dict):
+        return {k: v[index] for k, v in obs.items()}
+    return obs[index]
 
 
 def space_shape_dtype(space: gym.Space) -> tuple[tuple[int, ...], np.dtype]:

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import gymnasium as gym
 import numpy as np
 
-from marl_note.types import EnvSpec, Transitions
+from marl_note.types import EnvSpec, Transitions, index_obs, stack_obs
 
 
 @dataclass
@@ -78,8 +78,8 @@ class _Stream:
         return len(self.rew)
 
     def take(self, has_mask: bool) -> Transitions:
-        t = Transitions(obs=np.stack(self.obs), act=np.stack(self.act), rew=np.asarray(self.rew, np.float32),
-                        next_obs=np.stack(self.next_obs), terminated=np.asarray(self.term, bool),
+        t = Transitions(obs=stack_obs(self.obs), act=np.stack(self.act), rew=np.asarray(self.rew, np.float32),
+                        next_obs=stack_obs(self.next_obs), terminated=np.asarray(self.term, bool),
                         truncated=np.asarray(self.trunc, bool),
                         mask=np.stack(self.mask) if has_mask else None,
                         next_mask=np.stack(self.next_mask) if has_mask else None,
@@ -197,18 +197,18 @@ class Collector:
         for g in range(ngroups):
             if not who[g]:
                 continue
-            batch = np.stack(obs[g])
+            batch = stack_obs(obs[g])
             mask = np.stack(masks[g]) if spec.has_action_mask else None
             agent = self.group_agent[g]
             raw = agent.act(batch, mask, explore=self.group_explore[g])
             # all seats of a group share one action space (checked by the trainer)
             first = who[g][0][1]
-            stored, for_env = check_actions(raw, spec.action_spaces[first], mask, len(batch),
+            stored, for_env = check_actions(raw, spec.action_spaces[first], mask, len(who[g]),
                                             f"agent {type(agent).__name__} in seat {first!r}")
             for k, (i, name) in enumerate(who[g]):
                 actions[i][name] = for_env[k]
                 if self.learner_of_seat[self.seat_of[name]] >= 0:
-                    self.open[i][name] = [batch[k], stored[k], None if mask is None else mask[k], 0.0]
+                    self.open[i][name] = [obs[g][k], stored[k], None if mask is None else mask[k], 0.0]
         return actions
 
     def _absorb(self, i: int, res: Any, stats: CollectStats) -> bool:

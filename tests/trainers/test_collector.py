@@ -126,3 +126,21 @@ def test_episode_quota_is_exact_and_random_agents_play_legal_tictactoe():
     r = stats.returns_array(2)
     assert set(np.unique(r.sum(axis=1)).tolist()) == {0.0}  # zero-sum: win/loss or draw
     assert all(5 <= n <= 9 for n in stats.lengths)
+
+
+def test_dict_observations_of_goal_envs_are_stacked_key_wise():
+    from marl_note.envs import BitFlippingEnv
+
+    class Recorder(Scripted):
+        def act(self, obs, mask=None, explore=False):
+            assert isinstance(obs, dict) and obs["observation"].shape == (len(obs["desired_goal"]), 4)
+            return super().act(obs["observation"], mask, explore)
+
+    agent = Recorder(gym.spaces.Discrete(4), [0, 1, 2, 3] * 50)
+    col = _collector(lambda: BitFlippingEnv(n_bits=4), [agent], n_envs=3)
+    col.collect(n_steps=12)
+    col.flush()
+    (t,) = agent.seen
+    assert set(t.obs) == {"observation", "achieved_goal", "desired_goal"}
+    assert t.obs["observation"].shape == (len(t), 4) and t.next_obs["achieved_goal"].shape == (len(t), 4)
+    assert t[:2].obs["desired_goal"].shape == (2, 4)
