@@ -4,3 +4,6 @@ from marl_note.trainers.plot import plot_metric, visualize_reward
 from marl_note.trainers.trainer import DecentralizedTrainer
 
 __all__ = ["Collector", "CollectStats", "check_actions", "DecentralizedTrainer", "plot_metric", "visualize_reward"]
+from marl_note.trainers.selfplay import Elo, FrozenAgent, OpponentPool, snapshot  # noqa: E402
+
+__all__ += ["Elo", "FrozenAgent", "OpponentPool", "snapshot"]

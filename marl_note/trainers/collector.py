@@ -26,6 +26,7 @@ class CollectStats:
     episodes: int = 0
     returns: list[np.ndarray] = field(default_factory=list)  # one [num_agents] row per finished episode
     lengths: list[int] = field(default_factory=list)  # env steps per finished episode
+    tags: list[Any] = field(default_factory=list)  # the matchmaker's tag of each finished episode
 
     def returns_array(self, num_agents: int) -> np.ndarray:
         return np.array(self.returns, dtype=np.float64).reshape(-1, num_agents)
@@ -105,42 +106,59 @@ class Collector:
     """
 
     def __init__(self, venv: Any, spec: EnvSpec, agents: Sequence[Any], explore: Sequence[bool],
-                 learn: Sequence[bool]):
+                 learn: Sequence[bool], matchmaker: Any = None):
         self.venv, self.spec = venv, spec
-        self.agents = list(agents)
         self.num_envs, self.num_agents = venv.num_envs, spec.num_agents
         self.seat_of = {a: i for i, a in enumerate(spec.possible_agents)}
-        # inference groups: one per (policy object, explore flag)
-        keys: list[tuple[int, bool]] = []
-        self.group_of_seat = []
-        for agent, ex in zip(self.agents, explore):
-            key = (id(agent), bool(ex))
-            if key not in keys:
-                keys.append(key)
-            self.group_of_seat.append(keys.index(key))
-        self.group_agent = [self.agents[self.group_of_seat.index(g)] for g in range(len(keys))]
-        self.group_explore = [k[1] for k in keys]
-        # learning policies: one transition stream collection per distinct learning object
+        # inference groups, one per (policy object, explore flag), and learners, one per distinct
+        # learning object; both registries only grow (a matchmaker may bring new opponents)
+        self._group_index: dict[tuple[int, bool], int] = {}
+        self.group_agent: list[Any] = []
+        self.group_explore: list[bool] = []
+        self._learner_index: dict[int, int] = {}
         self.learners: list[Any] = []
-        self.learner_of_seat = []
-        for agent, ln in zip(self.agents, learn):
-            if not ln:
-                self.learner_of_seat.append(-1)
-                continue
-            ids = [id(x) for x in self.learners]
-            if id(agent) not in ids:
-                self.learners.append(agent)
-                ids.append(id(agent))
-            self.learner_of_seat.append(ids.index(id(agent)))
-        self.buffers = [_Stream() for _ in self.learners]
+        self.buffers: list[_Stream] = []
+        # per env and seat: (group index, learner index or -1); per env: the matchmaker's tag
+        self.env_group = np.zeros((self.num_envs, self.num_agents), dtype=np.int64)
+        self.env_learner = np.full((self.num_envs, self.num_agents), -1, dtype=np.int64)
+        self.env_tag: list[Any] = [None] * self.num_envs
+        self.matchmaker = matchmaker
+        for i in range(self.num_envs):
+            self.assign(i, agents, explore, learn)
         self.pending: dict[int, Any] = {}
         self.open: list[dict[str, list]] = [{} for _ in range(self.num_envs)]
         self.ep_return = np.zeros((self.num_envs, self.num_agents))
         self.ep_len = np.zeros(self.num_envs, dtype=np.int64)
 
+    def assign(self, i: int, agents: Sequence[Any], explore: Sequence[bool], learn: Sequence[bool],
+               tag: Any = None) -> None:
+        """Seat ``agents`` in env ``i`` (from its next action on); ``tag`` is reported per episode."""
+        for seat, (agent, ex, ln) in enumerate(zip(agents, explore, learn)):
+            key = (id(agent), bool(ex))
+            if key not in self._group_index:
+                self._group_index[key] = len(self.group_agent)
+                self.group_agent.append(agent)
+                self.group_explore.append(bool(ex))
+            self.env_group[i, seat] = self._group_index[key]
+            if ln:
+                if id(agent) not in self._learner_index:
+                    self._learner_index[id(agent)] = len(self.learners)
+                    self.learners.append(agent)
+                    self.buffers.append(_Stream())
+                self.env_learner[i, seat] = self._learner_index[id(agent)]
+            else:
+                self.env_learner[i, seat] = -1
+        self.env_tag[i] = tag
+
+    def _matchmake(self, i: int) -> None:
+        if self.matchmaker is not None:
+            self.assign(i, *self.matchmaker(i))
+
     def reset(self, seed: int | None = None) -> None:
         """Reset every env (env i seeded ``seed + i``) and drop unfinished transitions."""
         self.pending = self.venv.reset(seed=seed)
+        for i in range(self.num_envs):
+            self._matchmake(i)
         self.open = [{} for _ in range(self.num_envs)]
         self.ep_return[:] = 0
         self.ep_len[:] = 0
@@ -185,10 +203,11 @@ class Collector:
         who: list[list[tuple[int, str]]] = [[] for _ in range(ngroups)]
         obs: list[list[Any]] = [[] for _ in range(ngroups)]
         masks: list[list[Any]] = [[] for _ in range(ngroups)]
+        env_group, seat_of = self.env_group, self.seat_of
         for i in active:
             res = self.pending[i]
             for agent, ob in res.obs.items():
-                g = self.group_of_seat[self.seat_of[agent]]
+                g = env_group[i, seat_of[agent]]
                 who[g].append((i, agent))
                 obs[g].append(ob)
                 if spec.has_action_mask:
@@ -207,7 +226,7 @@ class Collector:
                                             f"agent {type(agent).__name__} in seat {first!r}")
             for k, (i, name) in enumerate(who[g]):
                 actions[i][name] = for_env[k]
-                if self.learner_of_seat[self.seat_of[name]] >= 0:
+                if self.env_learner[i, seat_of[name]] >= 0:
                     self.open[i][name] = [obs[g][k], stored[k], None if mask is None else mask[k], 0.0]
         return actions
 
@@ -230,8 +249,10 @@ class Collector:
             stats.episodes += 1
             stats.returns.append(self.ep_return[i].copy())
             stats.lengths.append(int(self.ep_len[i]))
+            stats.tags.append(self.env_tag[i])
             self.ep_return[i] = 0
             self.ep_len[i] = 0
+            self._matchmake(i)
         for agent, ob in res.obs.items():
             if agent in opened:
                 self._close(i, agent, ob, res.masks.get(agent), False, False)
@@ -241,7 +262,7 @@ class Collector:
     def _close(self, i: int, agent: str, next_obs: Any, next_mask: Any, term: bool, trunc: bool) -> None:
         ob, act, mask, rew = self.open[i].pop(agent)
         seat = self.seat_of[agent]
-        buf = self.buffers[self.learner_of_seat[seat]]
+        buf = self.buffers[self.env_learner[i, seat]]
         buf.obs.append(ob)
         buf.act.append(act)
         buf.rew.append(rew)

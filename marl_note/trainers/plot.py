@@ -4,11 +4,15 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from typing import Sequence
+from typing import Mapping, Sequence
 
 
-def plot_metric(history: Sequence[tuple[int, float]], path: str | None = None, title: str = "marl_note") -> str:
-    """Write the plot atomically and return its absolute path (default ``runs/reward_<time>.png``)."""
+def plot_metric(history: Sequence[tuple[int, float]], path: str | None = None, title: str = "marl_note",
+                extra: Mapping[str, Sequence[tuple[int, float]]] | None = None) -> str:
+    """Write the plot atomically and return its absolute path (default ``runs/reward_<time>.png``).
+
+    ``extra`` series (e.g. Elo ratings) are drawn against a second y axis.
+    """
     import matplotlib
 
     matplotlib.use("Agg", force=False)
@@ -26,6 +30,13 @@ def plot_metric(history: Sequence[tuple[int, float]], path: str | None = None, t
     ax.set_ylabel("test reward metric")
     ax.set_title(title)
     ax.grid(alpha=0.3)
+    if extra:
+        ax2 = ax.twinx()
+        for i, (label, series) in enumerate(extra.items()):
+            if series:
+                ax2.plot([p[0] for p in series], [p[1] for p in series], color=f"C{i + 1}", label=label)
+        ax2.set_ylabel(", ".join(extra))
+        ax2.legend(loc="lower right")
     fig.tight_layout()
     fd, tmp = tempfile.mkstemp(suffix=".png", dir=os.path.dirname(path))
     os.close(fd)

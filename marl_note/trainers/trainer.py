@@ -163,11 +163,18 @@ class DecentralizedTrainer:
     # ------------------------------------------------------------------ train
     def train(self, agents: Sequence[Any] | Mapping[str, Any], learning_mask: Sequence[int] | Mapping[str, int],
               exploration_mask: Sequence[int] | None = None, plot: bool = True, progress: bool = True,
-              test_agents: Sequence[Any] | Mapping[str, Any] | None = None) -> dict[str, Any]:
+              test_agents: Sequence[Any] | Mapping[str, Any] | None = None, matchmaker: Callable | None = None,
+              callbacks: Sequence[Any] = ()) -> dict[str, Any]:
         """Train the seats in ``learning_mask``; see the class docstring for the loop and hooks.
 
         ``test_agents`` (default: ``agents``) are the seats of the periodic tests, e.g. the learner
-        against a fixed opponent in a self-play run.
+        against a fixed opponent in a self-play run. ``matchmaker(env_index) -> (agents, explore,
+        learn, tag)`` reseats an env at the start of each of its episodes (see
+        :class:`~marl_note.trainers.selfplay.OpponentPool`). ``callbacks`` are objects with any of
+        ``on_train_begin(trainer)``, ``on_collect_end(trainer, stats, episodes)``,
+        ``on_update_end(trainer, metrics, episodes)``, ``on_test_end(trainer, result, episodes)``,
+        ``on_train_end(trainer, stats)`` (which may add keys to the returned statistics) and
+        ``plot_series() -> {label: [(episodes, value), ...]}`` (drawn on the plot).
         """
         seats = self._seats(agents)
         test_seats = seats if test_agents is None else self._seats(test_agents)
@@ -181,7 +188,18 @@ class DecentralizedTrainer:
                                 f"observe()/update() methods")
         if self._train_venv is None:
             self._train_venv = self._venv(self.num_train_envs)
-        col = Collector(self._train_venv, self.spec, seats, explore=explore, learn=learn)
+        if matchmaker is not None and not callable(matchmaker):
+            raise TypeError(f"matchmaker must be callable, got {type(matchmaker).__name__}")
+        callbacks = list(callbacks)
+
+        def fire(event: str, *args: Any) -> None:
+            for cb in callbacks:
+                fn = getattr(cb, event, None)
+                if fn is not None:
+                    fn(self, *args)
+
+        fire("on_train_begin")
+        col = Collector(self._train_venv, self.spec, seats, explore=explore, learn=learn, matchmaker=matchmaker)
         col.reset(seed=self.seed)
         from marl_note.trainers.progress import Progress  # tqdm lives there
 
@@ -203,16 +221,19 @@ class DecentralizedTrainer:
                 episodes += stats.episodes
                 train_returns.extend(stats.returns)
                 col.flush()
+                fire("on_collect_end", stats, episodes)
                 for agent in col.learners:
                     metrics = agent.update(self.batch_size) or {}
                     grad_steps += int(metrics.get("gradient_steps", 0))
                     last_metrics = {k: float(v) for k, v in metrics.items() if np.isscalar(v)}
+                    fire("on_update_end", metrics, episodes)
                 test_due = episodes >= next_test or episodes >= self.episodes_per_train
                 if test_due:
                     next_test = (episodes // self.test_freq + 1) * self.test_freq
                     if self.test_fn is not None:
                         self.test_fn(episodes, env_steps)
                     result = self.test(test_seats, learning_mask=learn)
+                    fire("on_test_end", result, episodes)
                     metric = result["reward"]
                     self.history.append((episodes, metric))
                     if metric > best:
@@ -240,10 +261,15 @@ class DecentralizedTrainer:
             "training_time": time.perf_counter() - start, "best_reward": float(best),
             "best_episode": best_episode, "stopped_by_stop_fn": stopped, "test_history": list(self.history),
         }
+        fire("on_train_end", out)
         if plot and self.history:
             from marl_note.trainers.plot import plot_metric
 
-            out["plot_path"] = plot_metric(self.history, self.plot_path)
+            extra = {}
+            for cb in callbacks:
+                if callable(getattr(cb, "plot_series", None)):
+                    extra.update(cb.plot_series())
+            out["plot_path"] = plot_metric(self.history, self.plot_path, extra=extra)
             print(f"marl_note: wrote the reward-metric plot to {out['plot_path']}")
         return out
 

@@ -1,0 +1,105 @@
+import threading
+
+import numpy as np
+import pytest
+from pettingzoo.classic import connect_four_v3, tictactoe_v3
+
+from marl_note.agents import RandomAgent
+from marl_note.trainers import DecentralizedTrainer, Elo, OpponentPool, snapshot
+from tests.trainers.test_trainer import CountingLearner
+
+torch = pytest.importorskip("torch")
+from marl_note.agents.torch import DQN  # noqa: E402
+
+
+def test_elo_matches_hand_computed_values():
+    elo = Elo(k=32)
+    assert elo.update("a", "b", 1.0) == (1216.0, 1184.0)
+    elo = Elo(k=20)
+    elo.ratings.update(a=1400.0, b=1200.0)
+    expected = 1 / (1 + 10 ** (-200 / 400))  # 0.7597
+    assert elo.expected("a", "b") == pytest.approx(expected)
+    a, b = elo.update("a", "b", 0.5)  # a draw against a weaker player costs a points
+    assert a == pytest.approx(1400 + 20 * (0.5 - expected)) and b == pytest.approx(1200 - 20 * (0.5 - expected))
+    assert a + b == pytest.approx(2600.0)  # zero-sum
+    with pytest.raises(ValueError, match="score"):
+        elo.update("a", "b", 2.0)
+
+
+def _trainer(**kw):
+    args = dict(num_train_envs=4, num_test_envs=2, update_freq=40, test_freq=20, episodes_per_train=40,
+                episodes_per_test=4, seed=0)
+    args.update(kw)
+    return DecentralizedTrainer(tictactoe_v3.env, **args)
+
+
+def test_snapshots_are_frozen_copies():
+    trainer = _trainer()
+    learner = DQN(trainer.observation_space("player_1"), trainer.action_space("player_1"), seed=0,
+                  learning_starts=10, update_steps=20)
+    frozen = snapshot(learner, "s0")
+    obs = np.random.default_rng(0).integers(0, 2, (64, 3, 3, 2)).astype(np.int8)
+    before = frozen.act(obs)
+    trainer.train([learner, learner], learning_mask=[1, 1], plot=False, progress=False)
+    assert learner.updates > 0
+    assert np.array_equal(frozen.act(obs), before)  # training the learner did not move the snapshot
+    assert not np.array_equal(learner.q_values(obs), frozen.agent.q_values(obs))
+    assert not hasattr(frozen, "observe") and not hasattr(frozen, "update")
+
+
+def test_unsnapshottable_agent_and_mismatched_opponent_fail_clearly():
+    trainer = _trainer()
+
+    class Locked(CountingLearner):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            self.lock = threading.Lock()  # cannot be deep-copied
+
+    with pytest.raises(TypeError, match="cannot snapshot agent Locked"):
+        snapshot(Locked(trainer.action_space("player_1"), trainer.observation_space("player_1")))
+    learner = CountingLearner(trainer.action_space("player_1"), trainer.observation_space("player_1"))
+    pool = OpponentPool(learner, trainer.spec)
+    c4 = DecentralizedTrainer(connect_four_v3.env, num_train_envs=1, num_test_envs=1)
+    with pytest.raises(ValueError, match="pool opponent 'c4' has action space Discrete\\(7\\)"):
+        pool.add(RandomAgent(c4.action_space("player_0")), name="c4")
+    with pytest.raises(ValueError, match="sampling"):
+        OpponentPool(learner, trainer.spec, sampling="best")
+
+
+def test_pool_training_rotates_seats_freezes_opponents_and_rates_them():
+    trainer = _trainer(episodes_per_train=60)
+    learner = DQN(trainer.observation_space("player_1"), trainer.action_space("player_1"), seed=0,
+                  learning_starts=50)
+    pool = OpponentPool(learner, trainer.spec, snapshot_every=20, eval_episodes=4, seed=0)
+    pool.add(RandomAgent(trainer.action_space("player_1"), seed=1), name="random")
+    tags = []
+    pool_call = pool.__call__
+
+    def matchmaker(i):
+        seating = pool_call(i)
+        tags.append(seating[3])
+        agents, explore, learn, _ = seating
+        assert sum(learn) == 1 and agents[learn.index(True)] is learner
+        assert all(not e for e, ln in zip(explore, learn) if not ln)  # frozen seats act greedily
+        return seating
+
+    stats = trainer.train([learner, learner], learning_mask=[1, 1], plot=False, progress=False,
+                          matchmaker=matchmaker, callbacks=[pool])
+    assert {seat for _, seat in tags} == {0, 1}  # the learner played both seats
+    assert {opp for opp, _ in tags} >= {"random", "snapshot_0@0"}
+    snaps = [n for n in pool.names if n.startswith("snapshot_")]
+    assert len(snaps) >= 3  # at start, then every 20 episodes
+    assert set(stats["elo"]) == {"learner", "random", *snaps} and stats["elo_history"]
+    # each game the learner plays only its own seat: stored transitions ~ half the env steps
+    assert learner.agent_steps < 0.7 * stats["num_collected_steps"]
+
+
+def test_prioritized_sampling_prefers_opponents_the_learner_scores_badly_against():
+    trainer = _trainer()
+    learner = CountingLearner(trainer.action_space("player_1"), trainer.observation_space("player_1"))
+    pool = OpponentPool(learner, trainer.spec, sampling="prioritized", seed=0)
+    for name in ("easy", "hard"):
+        pool.add(RandomAgent(trainer.action_space("player_1")), name=name)
+    pool.scores.update(easy=1.0, hard=0.0)
+    draws = [pool.sample_opponent() for _ in range(2000)]
+    assert draws.count("hard") > 0.9 * len(draws)
