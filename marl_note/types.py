@@ -135,3 +135,35 @@ def space_shape_dtype(space: gym.Space) -> tuple[tuple[int, ...], np.dtype]:
         return tuple(space.shape), np.dtype(space.dtype)
     raise TypeError(f"unsupported space {space!r}: marl_note stores Box, Discrete, MultiBinary and "
                     f"MultiDiscrete spaces (flatten Dict/Tuple observations with a wrapper)")
+
+
+@dataclass
+class JointTransitions:
+    """One batch of joint per-step data of a Parallel env, for centralised critics (MADDPG).
+
+    Row ``b`` is one env step of one env. Per-agent fields are dicts keyed by agent id over all
+    ``possible_agents`` (rows of agents that did not act at that step are zeros, see ``alive``);
+    ``rew``/``terminated``/``truncated``/``alive`` are ``[B, num_agents]`` in ``agents`` order.
+    ``next_obs`` of an agent whose episode ended at that step is its final observation.
+
+    Example:
+        >>> jt = JointTransitions(("a", "b"), obs={"a": np.zeros((1, 2)), "b": np.zeros((1, 3))},
+        ...     act={"a": np.zeros(1, int), "b": np.zeros(1, int)}, rew=np.zeros((1, 2), np.float32),
+        ...     next_obs={"a": np.zeros((1, 2)), "b": np.zeros((1, 3))}, terminated=np.zeros((1, 2), bool),
+        ...     truncated=np.zeros((1, 2), bool), alive=np.ones((1, 2), bool))
+        >>> len(jt), jt.next_obs["b"].shape
+        (1, (1, 3))
+    """
+
+    agents: tuple[str, ...]
+    obs: dict[str, np.ndarray]
+    act: dict[str, np.ndarray]
+    rew: np.ndarray
+    next_obs: dict[str, np.ndarray]
+    terminated: np.ndarray
+    truncated: np.ndarray
+    alive: np.ndarray
+    stream: np.ndarray | None = None  # env index of each row
+
+    def __len__(self) -> int:
+        return int(self.rew.shape[0])
