@@ -1,0 +1,11 @@
+"""TensorFlow/Keras agents: ``from marl_note.agents.tf import DQN, PPO``.
+
+The same constructor arguments, defaults and behaviour as ``marl_note.agents.torch``, and the
+same numpy ``state_dict()`` keys and layouts, so weights, optimiser moments, counters and
+exploration state move between the backends. This package is the only place in
+``marl_note.agents`` that imports tensorflow or keras.
+"""
+from marl_note.agents.tf.dqn import DQN
+from marl_note.agents.tf.ppo import PPO
+
+__all__ = ["DQN", "PPO"]
