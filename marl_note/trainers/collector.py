@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import gymnasium as gym
 import numpy as np
 
-from marl_note.types import EnvSpec, Transitions, index_obs, stack_obs
+from marl_note.types import EnvSpec, JointTransitions, Transitions, space_shape_dtype, stack_obs
 
 
 @dataclass
@@ -70,6 +70,7 @@ class _Stream:
     """Column lists of one learning policy's closed transitions, stacked on ``flush``."""
 
     __slots__ = ("obs", "act", "rew", "next_obs", "term", "trunc", "mask", "next_mask", "stream")
+    joint = False
 
     def __init__(self):
         for name in self.__slots__:
@@ -87,6 +88,54 @@ class _Stream:
                         stream=np.asarray(self.stream, np.int64))
         self.__init__()
         return t
+
+
+class _JointStream:
+    """Rows of joint per-step data for a centralised learner, padded over ``possible_agents``."""
+
+    joint = True
+
+    def __init__(self, spec: EnvSpec):
+        self.spec = spec
+        self.shapes = {a: space_shape_dtype(spec.observation_space(a)) for a in spec.possible_agents}
+        self.act_shapes = {a: space_shape_dtype(spec.action_space(a)) for a in spec.possible_agents}
+        self.rows: list[tuple] = []
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def add(self, i: int, acted: dict[str, tuple], res: Any) -> None:
+        self.rows.append((i, acted, res.rewards, res.terminated, res.truncated, res.obs, res.final_obs))
+
+    def take(self) -> JointTransitions:
+        agents = self.spec.possible_agents
+        n, size = len(agents), len(self.rows)
+        obs = {a: np.zeros((size, *self.shapes[a][0]), self.shapes[a][1]) for a in agents}
+        next_obs = {a: np.zeros((size, *self.shapes[a][0]), self.shapes[a][1]) for a in agents}
+        act = {a: np.zeros((size, *self.act_shapes[a][0]), self.act_shapes[a][1]) for a in agents}
+        rew = np.zeros((size, n), np.float32)
+        term = np.zeros((size, n), bool)
+        trunc = np.zeros((size, n), bool)
+        alive = np.zeros((size, n), bool)
+        stream = np.zeros(size, np.int64)
+        for b, (i, acted, rewards, terms, truncs, nxt, final) in enumerate(self.rows):
+            stream[b] = i
+            for j, a in enumerate(agents):
+                if a in acted:
+                    alive[b, j] = True
+                    obs[a][b], act[a][b] = acted[a]
+                    rew[b, j] = rewards.get(a, 0.0)
+                    term[b, j] = terms.get(a, False)
+                    trunc[b, j] = truncs.get(a, False)
+                    if a in final:
+                        next_obs[a][b] = final[a]
+                    elif a in nxt:
+                        next_obs[a][b] = nxt[a]
+                    else:  # vanished without a final observation: cut as truncated
+                        next_obs[a][b] = acted[a][0]
+                        trunc[b, j] = True
+        self.rows = []
+        return JointTransitions(tuple(agents), obs, act, rew, next_obs, term, trunc, alive, stream)
 
 
 class Collector:
@@ -122,6 +171,8 @@ class Collector:
         self.env_group = np.zeros((self.num_envs, self.num_agents), dtype=np.int64)
         self.env_learner = np.full((self.num_envs, self.num_agents), -1, dtype=np.int64)
         self.env_tag: list[Any] = [None] * self.num_envs
+        self.env_joint: list[list[int]] = [[] for _ in range(self.num_envs)]  # joint learners per env
+        self.joint_open: list[dict[str, tuple]] = [{} for _ in range(self.num_envs)]
         self.matchmaker = matchmaker
         for i in range(self.num_envs):
             self.assign(i, agents, explore, learn)
@@ -141,14 +192,20 @@ class Collector:
                 self.group_explore.append(bool(ex))
             self.env_group[i, seat] = self._group_index[key]
             if ln:
-                if id(agent) not in self._learner_index:
-                    self._learner_index[id(agent)] = len(self.learners)
-                    self.learners.append(agent)
-                    self.buffers.append(_Stream())
-                self.env_learner[i, seat] = self._learner_index[id(agent)]
+                # seat actors of a centralised learner (MADDPG) share one `joint_learner`
+                owner = getattr(agent, "joint_learner", None) or agent
+                if id(owner) not in self._learner_index:
+                    if owner is not agent and self.spec.turn_based:
+                        raise TypeError(f"{type(owner).__name__} learns from joint per-step data, which needs a "
+                                        f"Parallel env; this env is turn-based")
+                    self._learner_index[id(owner)] = len(self.learners)
+                    self.learners.append(owner)
+                    self.buffers.append(_JointStream(self.spec) if owner is not agent else _Stream())
+                self.env_learner[i, seat] = self._learner_index[id(owner)]
             else:
                 self.env_learner[i, seat] = -1
         self.env_tag[i] = tag
+        self.env_joint[i] = sorted({int(k) for k in self.env_learner[i] if k >= 0 and self.buffers[k].joint})
 
     def _matchmake(self, i: int) -> None:
         if self.matchmaker is not None:
@@ -226,7 +283,9 @@ class Collector:
                                             f"agent {type(agent).__name__} in seat {first!r}")
             for k, (i, name) in enumerate(who[g]):
                 actions[i][name] = for_env[k]
-                if self.env_learner[i, seat_of[name]] >= 0:
+                if self.env_joint[i]:
+                    self.joint_open[i][name] = (obs[g][k], stored[k])
+                elif self.env_learner[i, seat_of[name]] >= 0:
                     self.open[i][name] = [obs[g][k], stored[k], None if mask is None else mask[k], 0.0]
         return actions
 
@@ -234,6 +293,10 @@ class Collector:
         """Fold one env's step result into returns and transitions; True if an episode ended."""
         seat_of, opened = self.seat_of, self.open[i]
         self.ep_len[i] += 1
+        if self.env_joint[i] and self.joint_open[i]:
+            for k in self.env_joint[i]:
+                self.buffers[k].add(i, self.joint_open[i], res)
+            self.joint_open[i] = {}
         for agent, r in res.rewards.items():
             self.ep_return[i, seat_of[agent]] += r
             if agent in opened:
@@ -274,10 +337,14 @@ class Collector:
         buf.stream.append(i * self.num_agents + seat)
 
     def flush(self) -> int:
-        """Hand every learning policy its closed transitions (``observe``); return how many."""
+        """Hand every learning policy its closed transitions (``observe``, or ``observe_joint`` for
+        centralised learners); return how many."""
         total = 0
         for agent, buf in zip(self.learners, self.buffers):
             if len(buf):
                 total += len(buf)
-                agent.observe(buf.take(self.spec.has_action_mask))
+                if buf.joint:
+                    agent.observe_joint(buf.take())
+                else:
+                    agent.observe(buf.take(self.spec.has_action_mask))
         return total

@@ -183,7 +183,14 @@ class DecentralizedTrainer:
         if not any(learn):
             raise ValueError("learning_mask has no learning seat: at least one seat must learn (use test() to only play)")
         for name, agent, ln in zip(self.spec.possible_agents, seats, learn):
-            if ln and not is_learning_agent(agent):
+            joint = getattr(agent, "joint_learner", None)
+            if joint is not None:
+                if not (callable(getattr(joint, "observe_joint", None)) and callable(getattr(joint, "update", None))):
+                    raise TypeError(f"seat {name!r}: joint_learner {type(joint).__name__} needs observe_joint() and update()")
+                if self.spec.turn_based and ln:
+                    raise TypeError(f"seat {name!r}: {type(joint).__name__} learns from joint per-step data, "
+                                    f"which needs a Parallel env; this env is turn-based")
+            elif ln and not is_learning_agent(agent):
                 raise TypeError(f"seat {name!r} is marked as learning but {type(agent).__name__} has no "
                                 f"observe()/update() methods")
         if self._train_venv is None:

@@ -144,3 +144,47 @@ def test_dict_observations_of_goal_envs_are_stacked_key_wise():
     assert set(t.obs) == {"observation", "achieved_goal", "desired_goal"}
     assert t.obs["observation"].shape == (len(t), 4) and t.next_obs["achieved_goal"].shape == (len(t), 4)
     assert t[:2].obs["desired_goal"].shape == (2, 4)
+
+
+class JointRecorder:
+    """A centralised learner: records joint data; its seat actors play fixed actions."""
+
+    def __init__(self, n_seats):
+        self.seen = []
+        self.seats = []
+        for _ in range(n_seats):
+            seat = Scripted(gym.spaces.Discrete(2), [1] * 100)
+            seat.joint_learner = self
+            self.seats.append(seat)
+
+    def observe_joint(self, jt):
+        self.seen.append(jt)
+
+    def update(self, batch_size):
+        return {"gradient_steps": 1}
+
+
+def test_joint_data_for_centralised_learners_pads_dead_agents():
+    learner = JointRecorder(2)
+    col = _collector(RaceEnv, learner.seats, n_envs=2)
+    assert col.learners == [learner]
+    col.collect(n_episodes=2)
+    col.flush()
+    (jt,) = learner.seen
+    assert jt.agents == ("a", "b") and len(jt) == 6  # 3 steps x 2 envs
+    assert sorted(jt.stream.tolist()) == [0, 0, 0, 1, 1, 1]
+    rows = jt.stream == 0
+    # step 1: both alive; step 2: a terminates; step 3: only b, truncated
+    assert jt.alive[rows].tolist() == [[True, True], [True, True], [False, True]]
+    assert jt.terminated[rows].tolist() == [[False, False], [True, False], [False, False]]
+    assert jt.truncated[rows].tolist() == [[False, False], [False, False], [False, True]]
+    assert jt.rew[rows].tolist() == [[1.0, 1.0], [1.0, 1.0], [0.0, 1.0]]
+    assert jt.next_obs["a"][rows].ravel().tolist() == [1.0, 2.0, 0.0] and jt.obs["a"][rows][2, 0] == 0.0
+    assert jt.act["b"][rows].tolist() == [1, 1, 1] and jt.act["a"][rows].tolist() == [1, 1, 0]
+    assert not learner.seats[0].seen  # no per-seat transitions for joint learners
+
+
+def test_joint_learner_on_a_turn_based_env_is_refused():
+    learner = JointRecorder(2)
+    with pytest.raises(TypeError, match="needs a Parallel env"):
+        _collector(lambda: NimEnv(stones=3), learner.seats)
