@@ -4,7 +4,8 @@ from marl_note.envs.adapters import (AECAdapter, GymAdapter, ParallelAdapter, St
 from marl_note.envs.goal_envs import BitFlippingEnv, PointReachEnv
 from marl_note.envs.subproc import SubprocVectorEnv
 from marl_note.envs.vector import AutoResetWorker, SyncVectorEnv
+from marl_note.envs.wrappers import AgentIdAEC, AgentIdParallel, with_agent_id
 
 __all__ = ["AECAdapter", "GymAdapter", "ParallelAdapter", "StepResult", "adapt", "env_factory", "make_spec",
            "AutoResetWorker", "SyncVectorEnv", "BitFlippingEnv", "PointReachEnv",
-           "SubprocVectorEnv"]
+           "SubprocVectorEnv", "AgentIdAEC", "AgentIdParallel", "with_agent_id"]
