@@ -16,6 +16,7 @@ from torch import nn
 
 from marl_note.agents.policies import masked_argmax, masked_softmax, sample_categorical
 from marl_note.agents.torch.common import TorchAgent, check_mask, check_transitions, mlp
+from marl_note.agents.torch.compiling import maybe_compile
 from marl_note.types import Transitions
 
 
@@ -62,6 +63,8 @@ class PPO(TorchAgent):
     state-independent log-std; ``act`` returns the raw sample (the caller clips to the bounds).
     ``update(batch_size)`` does nothing until ``n_steps`` transitions are stored, then runs
     ``n_epochs`` passes of minibatches of ``batch_size`` over all of them and clears the rollout.
+    ``compile=True`` runs the minibatch loss through ``torch.compile`` (eager, with a warning,
+    where that fails).
 
     Example:
         >>> import gymnasium as gym, numpy as np
@@ -80,7 +83,7 @@ class PPO(TorchAgent):
                  ent_coef: float = 0.0, vf_coef: float = 0.5, n_epochs: int = 10, n_steps: int = 2048,
                  max_grad_norm: float | None = 0.5, normalize_advantage: bool = True,
                  target_kl: float | None = None, log_std_init: float = 0.0,
-                 seed: int | None = None, device: str | torch.device = "cpu"):
+                 seed: int | None = None, device: str | torch.device = "cpu", compile: bool = False):
         if isinstance(action_space, gym.spaces.Discrete):
             self.continuous = False
             out_dim = int(action_space.n)
@@ -110,6 +113,8 @@ class PPO(TorchAgent):
         self.optimizer = torch.optim.Adam(self.net.parameters(), lr=lr, eps=1e-5)
         self._nets = {"net": self.net}
         self._optims = {"optimizer": self.optimizer}
+        self.compile = bool(compile)
+        self._loss_fn = maybe_compile(self._minibatch_loss, self.compile, "PPO loss")
 
     # -- acting ------------------------------------------------------------------------------------
     def act(self, obs: np.ndarray, mask: np.ndarray | None = None, explore: bool = False) -> np.ndarray:
@@ -163,6 +168,16 @@ class PPO(TorchAgent):
             return self.evaluate(x, self._act_tensor(act), m)[0].cpu().numpy()
 
     # -- learning ----------------------------------------------------------------------------------
+    def _minibatch_loss(self, x, act, mask, old_logp, adv, ret):
+        logp, entropy, v = self.evaluate(x, act, mask)
+        log_ratio = logp - old_logp
+        ratio = log_ratio.exp()
+        clipped = ratio.clamp(1.0 - self.clip_range, 1.0 + self.clip_range)
+        policy_loss = -torch.min(ratio * adv, clipped * adv).mean()
+        value_loss = nn.functional.mse_loss(v, ret)
+        loss = policy_loss + self.vf_coef * value_loss - self.ent_coef * entropy.mean()
+        return loss, policy_loss, value_loss, entropy, ratio, log_ratio
+
     def update(self, batch_size: int) -> dict[str, Any]:
         """Train on the stored rollout once it holds ``n_steps`` transitions, then clear it."""
         if len(self.rollout) < self.n_steps:
@@ -193,16 +208,11 @@ class PPO(TorchAgent):
             epoch_kl = []
             for start in range(0, n, batch_size):
                 idx = perm[start:start + batch_size]
-                logp, entropy, v = self.evaluate(x[idx], act[idx], None if mask is None else mask[idx])
                 a = adv[idx]
                 if self.normalize_advantage and len(idx) > 1:
                     a = (a - a.mean()) / (a.std() + 1e-8)
-                log_ratio = logp - old_logp[idx]
-                ratio = log_ratio.exp()
-                clipped = ratio.clamp(1.0 - self.clip_range, 1.0 + self.clip_range)
-                policy_loss = -torch.min(ratio * a, clipped * a).mean()
-                value_loss = nn.functional.mse_loss(v, ret[idx])
-                loss = policy_loss + self.vf_coef * value_loss - self.ent_coef * entropy.mean()
+                loss, policy_loss, value_loss, entropy, ratio, log_ratio = self._loss_fn(
+                    x[idx], act[idx], None if mask is None else mask[idx], old_logp[idx], a, ret[idx])
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 if self.max_grad_norm is not None:
