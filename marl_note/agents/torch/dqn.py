@@ -14,6 +14,7 @@ from torch import nn
 
 from marl_note.agents.policies import EpsGreedyQPolicy, masked_argmax
 from marl_note.agents.torch.common import TorchAgent, check_mask, check_transitions, mlp
+from marl_note.agents.torch.compiling import maybe_compile
 from marl_note.types import Transitions
 
 
@@ -31,6 +32,8 @@ class DQN(TorchAgent):
     network follows by Polyak averaging after every step; otherwise it is copied every
     ``target_update`` steps. A ``replay`` with prioritized sampling (batches carrying
     ``weights``) gets importance-weighted losses and ``update_priorities`` calls.
+    ``compile=True`` runs the loss (forward and backward) through ``torch.compile``, falling back
+    to eager mode with a warning where that fails.
 
     Example:
         >>> import gymnasium as gym, numpy as np
@@ -50,7 +53,7 @@ class DQN(TorchAgent):
                  learning_starts: int = 1000, double: bool = True, target_update: int = 100,
                  tau: float | None = None, criterion: str = "huber", max_grad_norm: float | None = 10.0,
                  replay_ratio: float = 0.25, update_steps: int | None = None, policy=None, replay=None,
-                 seed: int | None = None, device: str | torch.device = "cpu"):
+                 seed: int | None = None, device: str | torch.device = "cpu", compile: bool = False):
         if not isinstance(action_space, gym.spaces.Discrete):
             raise TypeError(f"DQN needs a Discrete action space, got {action_space!r}; "
                             f"use a continuous-control agent for Box actions")
@@ -92,6 +95,8 @@ class DQN(TorchAgent):
         self._nets = {"q_net": self.q_net, "target_net": self.target_net}
         self._optims = {"optimizer": self.optimizer}
         self._new_transitions = 0
+        self.compile = bool(compile)
+        self._loss_fn = maybe_compile(self._loss, self.compile, "DQN loss")
 
     # -- acting ------------------------------------------------------------------------------------
     def q_values(self, obs: np.ndarray) -> np.ndarray:
@@ -141,21 +146,23 @@ class DQN(TorchAgent):
             next_v = q_target.gather(1, best).squeeze(1)
             return rew + discount * alive.to(rew.dtype) * next_v
 
-    def _gradient_step(self, batch_size: int) -> dict[str, float]:
-        batch = self.replay.sample(batch_size)
-        obs = self.encoder(batch.obs)
-        act = torch.as_tensor(np.asarray(batch.act, np.int64) - self.action_start, device=self.device)
-        target = self.td_target(batch)
+    def _loss(self, obs: torch.Tensor, act: torch.Tensor, target: torch.Tensor,
+              weights: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         q = self.q_net(obs).gather(1, act[:, None]).squeeze(1)
         if self.criterion == "huber":
             losses = nn.functional.smooth_l1_loss(q, target, reduction="none")
         else:
             losses = nn.functional.mse_loss(q, target, reduction="none")
-        if batch.weights is not None:
-            weights = torch.as_tensor(np.asarray(batch.weights, np.float32), device=self.device)
-            loss = (weights * losses).mean()
-        else:
-            loss = losses.mean()
+        return ((weights * losses).mean() if weights is not None else losses.mean()), q
+
+    def _gradient_step(self, batch_size: int) -> dict[str, float]:
+        batch = self.replay.sample(batch_size)
+        obs = self.encoder(batch.obs)
+        act = torch.as_tensor(np.asarray(batch.act, np.int64) - self.action_start, device=self.device)
+        target = self.td_target(batch)
+        weights = (None if batch.weights is None
+                   else torch.as_tensor(np.asarray(batch.weights, np.float32), device=self.device))
+        loss, q = self._loss_fn(obs, act, target, weights)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if self.max_grad_norm is not None:

@@ -40,3 +40,22 @@ def test_ppo_compile_option_falls_back_to_the_eager_update(monkeypatch):
             agent.update(16)
     a, b = (agent.state_dict() for agent in agents)
     assert all(np.array_equal(a[k], b[k]) for k in a if k.startswith("net."))
+
+
+def test_dqn_compile_option_falls_back_to_the_eager_step(monkeypatch):
+    from marl_note.agents.torch import DQN
+
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: (_ for _ in ()).throw(RuntimeError("nope")))
+    space = gym.spaces.Box(-1, 1, (3,), np.float32)
+    rng = np.random.default_rng(1)
+    t = Transitions(obs=rng.normal(size=(16, 3)).astype(np.float32), act=rng.integers(0, 2, 16),
+                    rew=rng.normal(size=16), next_obs=rng.normal(size=(16, 3)).astype(np.float32),
+                    terminated=np.zeros(16, bool), truncated=np.zeros(16, bool))
+    with pytest.warns(RuntimeWarning, match="DQN loss"):
+        agents = [DQN(space, gym.spaces.Discrete(2), hidden_sizes=(8,), learning_starts=1, update_steps=2, seed=0,
+                      compile=c) for c in (False, True)]
+        for agent in agents:
+            agent.observe(t)
+            agent.update(8)
+    a, b = (agent.state_dict() for agent in agents)
+    assert all(np.array_equal(a[k], b[k]) for k in a if k.startswith("q_net."))
