@@ -6,6 +6,7 @@ exploration state move between the backends. This package is the only place in
 ``marl_note.agents`` that imports tensorflow or keras.
 """
 from marl_note.agents.tf.dqn import DQN
+from marl_note.agents.tf.maddpg import MADDPG
 from marl_note.agents.tf.ppo import PPO
 
-__all__ = ["DQN", "PPO"]
+__all__ = ["DQN", "PPO", "MADDPG"]

@@ -5,6 +5,7 @@ learning contract of :mod:`marl_note.agents.base` and keep all state as numpy in
 ``state_dict()``.
 """
 from marl_note.agents.torch.dqn import DQN
+from marl_note.agents.torch.maddpg import MADDPG
 from marl_note.agents.torch.ppo import PPO
 
-__all__ = ["DQN", "PPO"]
+__all__ = ["DQN", "PPO", "MADDPG"]

@@ -1,0 +1,148 @@
+"""Joint replay for centralised critics (MADDPG): one row = one env step of all agents.
+
+A :class:`JointReplayBuffer` stores :class:`~marl_note.types.JointTransitions` in preallocated
+numpy ring arrays: per agent ``obs.<agent>``, ``act.<agent>``, ``next_obs.<agent>`` (item shapes
+from that agent's spaces, so heterogeneous agents are fine) and ``[capacity, num_agents]`` arrays
+``rew``, ``terminated``, ``truncated``, ``alive``. Sampling is uniform with replacement and draws
+the same rows for every agent. Numpy only.
+"""
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import gymnasium as gym
+import numpy as np
+
+from marl_note.replay.storage import (RingStorage, as_column, check_batch_size, check_rng_state_array,
+                                      rng_state_array, set_rng_state)
+from marl_note.types import JointTransitions, space_shape_dtype
+
+__all__ = ["JointReplayBuffer"]
+
+PER_AGENT_FIELDS = ("obs", "act", "next_obs")
+JOINT_FIELDS = {"rew": np.float32, "terminated": bool, "truncated": bool, "alive": bool}
+
+
+class JointReplayBuffer:
+    """Uniform replay of joint per-step rows over ``agents`` (a ring of the last ``capacity`` rows).
+
+    Example:
+        >>> import gymnasium as gym, numpy as np
+        >>> from marl_note.types import JointTransitions
+        >>> obs = {"a": gym.spaces.Box(-1, 1, (2,)), "b": gym.spaces.Box(-1, 1, (3,))}
+        >>> act = {"a": gym.spaces.Discrete(4), "b": gym.spaces.Discrete(2)}
+        >>> buf = JointReplayBuffer(10, ("a", "b"), obs, act, seed=0)
+        >>> jt = JointTransitions(("a", "b"), obs={"a": np.zeros((3, 2)), "b": np.ones((3, 3))},
+        ...     act={"a": np.array([0, 1, 3]), "b": np.array([1, 0, 1])}, rew=np.ones((3, 2)),
+        ...     next_obs={"a": np.zeros((3, 2)), "b": np.ones((3, 3))}, terminated=np.zeros((3, 2), bool),
+        ...     truncated=np.zeros((3, 2), bool), alive=np.ones((3, 2), bool))
+        >>> buf.add(jt).tolist()
+        [0, 1, 2]
+        >>> batch = buf.sample(5)
+        >>> len(buf), batch.obs["b"].shape, batch.rew.shape
+        (3, (5, 3), (5, 2))
+    """
+
+    def __init__(self, capacity: int, agents: Sequence[str], observation_spaces: Mapping[str, gym.Space],
+                 action_spaces: Mapping[str, gym.Space], seed: int | None = None):
+        self.agents = tuple(agents)
+        if not self.agents or len(set(self.agents)) != len(self.agents):
+            raise ValueError(f"agents must be a non-empty sequence of distinct ids, got {list(agents)}")
+        missing = [a for a in self.agents if a not in observation_spaces or a not in action_spaces]
+        if missing:
+            raise ValueError(f"no observation/action space for agents {missing}")
+        n = len(self.agents)
+        specs: dict[str, tuple] = {}
+        for a in self.agents:
+            obs_spec = space_shape_dtype(observation_spaces[a])
+            specs[f"obs.{a}"] = obs_spec
+            specs[f"act.{a}"] = space_shape_dtype(action_spaces[a])
+            specs[f"next_obs.{a}"] = obs_spec
+        for name, dtype in JOINT_FIELDS.items():
+            specs[name] = ((n,), np.dtype(dtype))
+        self._specs = specs
+        self._storage = RingStorage(capacity, specs)
+        self._rng = np.random.default_rng(seed)
+
+    @property
+    def capacity(self) -> int:
+        return self._storage.capacity
+
+    @property
+    def num_agents(self) -> int:
+        return len(self.agents)
+
+    def __len__(self) -> int:
+        return len(self._storage)
+
+    def __repr__(self) -> str:
+        return f"JointReplayBuffer(agents={list(self.agents)}, len={len(self)}, capacity={self.capacity})"
+
+    # -- writing ---------------------------------------------------------------------------------
+    def validate(self, jt: JointTransitions) -> dict[str, np.ndarray]:
+        """Check a batch against this buffer and return its columns; raises ValueError, writes nothing."""
+        if not isinstance(jt, JointTransitions):
+            raise ValueError(f"expected a JointTransitions batch, got {type(jt).__name__}")
+        if tuple(jt.agents) != self.agents:
+            raise ValueError(f"batch is over agents {list(jt.agents)}, this buffer over {list(self.agents)}")
+        rew = np.asarray(jt.rew)
+        if rew.ndim != 2:
+            raise ValueError(f"rew must have shape (batch, {self.num_agents}), got {rew.shape}")
+        n = rew.shape[0]
+        cols: dict[str, np.ndarray] = {}
+        for field in PER_AGENT_FIELDS:
+            per_agent = getattr(jt, field)
+            if not isinstance(per_agent, Mapping) or set(per_agent) != set(self.agents):
+                got = sorted(per_agent) if isinstance(per_agent, Mapping) else type(per_agent).__name__
+                raise ValueError(f"{field} must be a dict over all agents {list(self.agents)}, got {got}")
+            for a in self.agents:
+                key = f"{field}.{a}"
+                cols[key] = as_column(key, per_agent[a], *self._specs[key], n)
+        for name in JOINT_FIELDS:
+            cols[name] = as_column(name, getattr(jt, name), *self._specs[name], n)
+        return cols
+
+    def add(self, jt: JointTransitions) -> np.ndarray:
+        """Append a batch of joint rows (it may wrap around the ring); return the indices written."""
+        return self._storage.write(self.validate(jt))
+
+    # -- reading ---------------------------------------------------------------------------------
+    def get(self, indices) -> JointTransitions:
+        """The stored rows at ``indices`` (copies) as JointTransitions."""
+        indices = np.asarray(indices, dtype=np.int64)
+        if indices.ndim != 1:
+            raise ValueError(f"indices must be 1-D, got shape {indices.shape}")
+        if indices.size and (indices.min() < 0 or indices.max() >= len(self)):
+            raise ValueError(f"indices must lie in [0, {len(self)}), got range [{indices.min()}, {indices.max()}]")
+        cols = self._storage.read(indices)
+        per = {f: {a: cols[f"{f}.{a}"] for a in self.agents} for f in PER_AGENT_FIELDS}
+        return JointTransitions(self.agents, **per, rew=cols["rew"], terminated=cols["terminated"],
+                                truncated=cols["truncated"], alive=cols["alive"])
+
+    def sample_indices(self, batch_size: int) -> np.ndarray:
+        batch_size = check_batch_size(batch_size)
+        if len(self) == 0:
+            raise ValueError("cannot sample from an empty buffer")
+        return self._rng.integers(0, len(self), size=batch_size, dtype=np.int64)
+
+    def sample(self, batch_size: int) -> JointTransitions:
+        """``batch_size`` joint rows drawn uniformly with replacement (the same rows for all agents)."""
+        return self.get(self.sample_indices(batch_size))
+
+    # -- persistence -----------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Numpy arrays only: the valid rows of every column (``obs.<agent>``, ``rew``, ...), ring
+        position, capacity and the sampling rng."""
+        state = self._storage.state_dict()
+        state["rng_state"] = rng_state_array(self._rng)
+        return state
+
+    def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
+        """Restore from :meth:`state_dict`; raises ValueError naming the problem and changes nothing then."""
+        state = dict(state)
+        if "rng_state" not in state:
+            raise ValueError("state_dict is missing keys ['rng_state']")
+        rng_state = check_rng_state_array(state.pop("rng_state"))
+        self._storage.check_state_dict(state)
+        self._storage.load_state_dict(state)
+        set_rng_state(self._rng, rng_state)
