@@ -6,6 +6,7 @@ from marl_note.replay.buffer import ReplayBuffer
 from marl_note.replay.her import (HERSample, HindsightRelabeler, goal_observation,
                                   goal_observation_space)
 from marl_note.replay.her_buffer import HERReplayBuffer
+from marl_note.replay.joint import JointReplayBuffer
 from marl_note.replay.nstep import NStepAccumulator
 from marl_note.replay.prioritized import PrioritizedReplayBuffer
 from marl_note.replay.rollout import RolloutBuffer, compute_gae
@@ -13,4 +14,5 @@ from marl_note.replay.storage import RingStorage
 from marl_note.replay.sum_tree import SumTree
 
 __all__ = ["ReplayBuffer", "PrioritizedReplayBuffer", "SumTree", "NStepAccumulator", "RolloutBuffer", "compute_gae", "RingStorage",
-           "HERReplayBuffer", "HindsightRelabeler", "HERSample", "goal_observation", "goal_observation_space"]
+           "HERReplayBuffer", "HindsightRelabeler", "HERSample", "goal_observation", "goal_observation_space",
+           "JointReplayBuffer"]
