@@ -327,3 +327,28 @@ def test_maddpg_learns_to_coordinate_on_the_cue():
     greedy_rate = run_episodes(m, envs, 40, explore=False, learn=False, rng=rng)
     assert random_rate < 0.3  # about 1/9 by chance
     assert greedy_rate > 0.8, (random_rate, greedy_rate)
+
+
+# --------------------------------------------------------------------------- through the trainer
+
+def test_trainer_delivers_joint_rows_on_simple_spread():
+    simple_spread_v3 = pytest.importorskip("mpe2.simple_spread_v3")
+    from marl_note.trainers import DecentralizedTrainer
+
+    trainer = DecentralizedTrainer(lambda: simple_spread_v3.parallel_env(max_cycles=25), num_train_envs=2,
+                                   num_test_envs=2, batch_size=32, update_freq=50, test_freq=8,
+                                   episodes_per_train=8, episodes_per_test=2, seed=0)
+    m = MADDPG.from_trainer(trainer, hidden_sizes=(16,), learning_starts=64, replay_ratio=0.1, seed=0)
+    seen = []
+    observe_joint = m.observe_joint
+    m.observe_joint = lambda jt: (seen.append(jt), observe_joint(jt))
+    stats = trainer.train(m.seat_agents(), learning_mask=[1, 1, 1], plot=False, progress=False)
+    rows = sum(len(jt) for jt in seen)
+    assert rows == len(m.replay) == stats["num_collected_steps"] == 8 * 25  # one row per env step
+    assert m.agent_steps == stats["num_collected_agent_steps"] == 3 * rows
+    assert all(jt.alive.all() and jt.obs["agent_2"].shape[1:] == (18,) for jt in seen)
+    assert sum(int(jt.truncated.all(axis=1).sum()) for jt in seen) == 8  # each episode ends once
+    assert m.updates == stats["num_gradient_steps"] > 0  # one update per step, not one per seat
+    result = trainer.test(m.seat_agents(), episodes=2)
+    assert result["rewards"].shape == (2, 3)
+    trainer.close()
