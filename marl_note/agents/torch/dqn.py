@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from marl_note.agents.policies import EpsGreedyQPolicy, masked_argmax
+from marl_note.agents.replay_options import ReplayFeed, network_space
 from marl_note.agents.torch.common import TorchAgent, check_mask, check_transitions, mlp
 from marl_note.agents.torch.compiling import maybe_compile
 from marl_note.types import Transitions
@@ -35,6 +36,13 @@ class DQN(TorchAgent):
     ``compile=True`` runs the loss (forward and backward) through ``torch.compile``, falling back
     to eager mode with a warning where that fails.
 
+    Replay options (shared with DDPG, see :class:`~marl_note.agents.replay_options.ReplayFeed`):
+    ``PR=True, alpha, beta, initial_TD`` builds a prioritized buffer (``|TD|`` fed back after each
+    gradient step); ``num_steps=n`` stores n-step transitions (their ``discount`` is ``gamma**k``);
+    for goal envs (Dict observations with ``observation``/``achieved_goal``/``desired_goal``)
+    ``her=dict(strategy="future", k=4), compute_reward=env.compute_reward`` (or
+    ``replay=HERReplayBuffer(...)``) relabels goals, and ``act`` takes the dict of batched arrays.
+
     Example:
         >>> import gymnasium as gym, numpy as np
         >>> from marl_note.types import Transitions
@@ -53,11 +61,14 @@ class DQN(TorchAgent):
                  learning_starts: int = 1000, double: bool = True, target_update: int = 100,
                  tau: float | None = None, criterion: str = "huber", max_grad_norm: float | None = 10.0,
                  replay_ratio: float = 0.25, update_steps: int | None = None, policy=None, replay=None,
-                 seed: int | None = None, device: str | torch.device = "cpu", compile: bool = False):
+                 seed: int | None = None, device: str | torch.device = "cpu", compile: bool = False,
+                 PR: bool = False, alpha: float = 0.6, beta: float = 0.4, initial_TD: float = 1.0,
+                 num_steps: int = 1, her=None, compute_reward=None):
         if not isinstance(action_space, gym.spaces.Discrete):
             raise TypeError(f"DQN needs a Discrete action space, got {action_space!r}; "
                             f"use a continuous-control agent for Box actions")
-        super().__init__(observation_space, action_space, seed, device)
+        super().__init__(network_space(observation_space), action_space, seed, device)
+        self.observation_space = observation_space  # a goal env's Dict space; the networks see the flat one
         if criterion not in ("huber", "mse"):
             raise ValueError(f"criterion must be 'huber' or 'mse', got {criterion!r}")
         if tau is not None and not 0.0 < tau <= 1.0:
@@ -80,11 +91,11 @@ class DQN(TorchAgent):
         self.replay_ratio = float(replay_ratio)
         self.update_steps = None if update_steps is None else int(update_steps)
         self.policy = policy if policy is not None else EpsGreedyQPolicy(1.0, 0.05, n_steps_annealing=10_000)
-        if replay is None:
-            from marl_note.replay import ReplayBuffer
-            replay = ReplayBuffer(buffer_size, observation_space, action_space,
-                                  seed=int(self.rng.integers(0, 2**63 - 1)))
-        self.replay = replay
+        self._feed = ReplayFeed(observation_space, action_space, buffer_size=buffer_size, gamma=gamma, PR=PR,
+                                alpha=alpha, beta=beta, initial_TD=initial_TD, num_steps=num_steps, her=her,
+                                compute_reward=compute_reward, replay=replay,
+                                seed=None if replay is not None else int(self.rng.integers(0, 2**63 - 1)))
+        self.replay = self._feed.replay
 
         self.q_net = mlp(self.encoder.dim, hidden_sizes, self.n_actions, activation, self.generator).to(self.device)
         self.target_net = mlp(self.encoder.dim, hidden_sizes, self.n_actions, activation,
@@ -101,7 +112,7 @@ class DQN(TorchAgent):
     # -- acting ------------------------------------------------------------------------------------
     def q_values(self, obs: np.ndarray) -> np.ndarray:
         """Online Q-values ``[B, n]`` as float32 numpy."""
-        x = self.encoder(obs)
+        x = self.encoder(self._feed.observation(obs))
         with torch.inference_mode():
             return self.q_net(x).cpu().numpy()
 
@@ -113,8 +124,10 @@ class DQN(TorchAgent):
 
     # -- storing -----------------------------------------------------------------------------------
     def observe(self, transitions: Transitions) -> None:
-        check_transitions(transitions, self.encoder)
-        self.replay.add(transitions)
+        if not isinstance(transitions, Transitions):
+            raise TypeError(f"observe() expects a marl_note.types.Transitions batch, got {type(transitions).__name__}")
+        flat = check_transitions(self._feed.flat(transitions), self.encoder)
+        self._feed.add(transitions, flat)  # n-step accumulation / HER episode storage happen here
         n = len(transitions)
         self.agent_steps += n
         self._new_transitions += n

@@ -1,0 +1,205 @@
+"""DDPG (torch): acting in the bounds, noise, targets, Polyak updates, state, a short learning check, HER."""
+import doctest
+import importlib
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from marl_note.agents import continuous  # noqa: E402
+from marl_note.agents.noise import GaussianWhiteNoiseProcess, OrnsteinUhlenbeckProcess  # noqa: E402
+from marl_note.agents.torch import DDPG  # noqa: E402
+from marl_note.envs.goal_envs import PointReachEnv  # noqa: E402
+from marl_note.replay import HERReplayBuffer, PrioritizedReplayBuffer  # noqa: E402
+from marl_note.types import Transitions  # noqa: E402
+
+OBS = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+ACT = gym.spaces.Box(np.array([0.0, -2.0], np.float32), np.array([1.0, 2.0], np.float32))
+
+
+def batch(n, rng, **over):
+    t = dict(obs=rng.uniform(-1, 1, (n, 3)).astype(np.float32), act=rng.uniform(ACT.low, ACT.high, (n, 2)),
+             rew=rng.normal(size=n).astype(np.float32), next_obs=rng.uniform(-1, 1, (n, 3)).astype(np.float32),
+             terminated=rng.random(n) < 0.3, truncated=np.zeros(n, bool))
+    t.update(over)
+    return Transitions(**t)
+
+
+@pytest.mark.parametrize("name", ["marl_note.agents.torch.ddpg", "marl_note.agents.continuous"])
+def test_docstring_examples(name):
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0 and result.attempted > 0
+
+
+def test_rejects_bad_spaces_and_options():
+    with pytest.raises(TypeError, match="Box action space"):
+        DDPG(OBS, gym.spaces.Discrete(2))
+    with pytest.raises(ValueError, match="finite"):
+        DDPG(OBS, gym.spaces.Box(-np.inf, np.inf, (2,)))
+    with pytest.raises(ValueError, match="tau"):
+        DDPG(OBS, ACT, tau=0.0)
+    with pytest.raises(ValueError, match="target_clip"):
+        DDPG(OBS, ACT, target_clip=(0.0, -1.0))
+    with pytest.raises(ValueError, match="noise process size"):
+        DDPG(OBS, ACT, noise=GaussianWhiteNoiseProcess(size=3))
+    with pytest.raises(TypeError, match="sample"):
+        DDPG(OBS, ACT, noise=object())
+
+
+def test_actions_are_squashed_into_asymmetric_bounds():
+    agent = DDPG(OBS, ACT, hidden_sizes=(16,), seed=0)
+    obs = np.random.default_rng(0).uniform(-1, 1, (64, 3)).astype(np.float32)
+    greedy = agent.act(obs)
+    assert greedy.shape == (64, 2) and greedy.dtype == np.float32
+    np.testing.assert_array_equal(greedy, agent.act(obs))  # deterministic without exploration
+    unit = agent.unit_actions(obs)
+    np.testing.assert_allclose(greedy, np.stack([(unit[:, 0] + 1) / 2, 2 * unit[:, 1]], 1), rtol=1e-6, atol=1e-6)
+    with torch.no_grad():  # saturate the actor: actions hit the bounds exactly, never beyond
+        agent.actor[-2].bias.fill_(100.0)
+    np.testing.assert_allclose(agent.act(obs), np.tile(ACT.high, (64, 1)))
+    noisy = agent.act(obs, explore=True)
+    assert np.all(noisy >= ACT.low) and np.all(noisy <= ACT.high)
+
+
+def test_default_noise_is_ten_percent_of_half_range():
+    agent = DDPG(OBS, ACT, hidden_sizes=(16,), seed=1)
+    obs = np.zeros((4000, 3), np.float32)
+    diff = agent.act(obs, explore=True) - agent.act(obs)
+    std = diff.std(axis=0)
+    np.testing.assert_allclose(std, [0.1 * 0.5, 0.1 * 2.0], rtol=0.1)
+
+
+def test_batched_ou_noise_restarts_rows_whose_episodes_ended():
+    ou = OrnsteinUhlenbeckProcess(theta=0.15, sigma=0.3, size=(3, 2), seed=0)
+    agent = DDPG(OBS, ACT, noise=ou, hidden_sizes=(8,), seed=2)
+    rng = np.random.default_rng(2)
+    agent.act(np.zeros((3, 3), np.float32), explore=True)
+    assert np.all(ou.x_prev != 0)
+    agent.observe(batch(3, rng, terminated=np.array([False, True, False]), stream=np.arange(3)))
+    assert np.all(ou.x_prev[1] == 0) and np.all(ou.x_prev[[0, 2]] != 0)
+    with pytest.raises(ValueError, match="holds 3 rows"):
+        agent.act(np.zeros((2, 3), np.float32), explore=True)
+
+
+def test_td_target_and_polyak_targets():
+    rng = np.random.default_rng(3)
+    agent = DDPG(OBS, ACT, hidden_sizes=(16,), gamma=0.9, tau=0.1, learning_starts=1, update_steps=1, seed=3)
+    b = batch(32, rng)
+    with torch.no_grad():
+        nx = torch.as_tensor(b.next_obs)
+        q_next = agent.critic_target(torch.cat([nx, agent.actor_target(nx)], 1)).squeeze(1).numpy()
+    expected = b.rew + 0.9 * (~b.terminated) * q_next
+    np.testing.assert_allclose(agent.td_target(b).numpy(), expected, rtol=1e-5, atol=1e-6)
+    clipped = DDPG(OBS, ACT, hidden_sizes=(16,), target_clip=(-0.01, 0.01), seed=3)
+    assert np.abs(clipped.td_target(b).numpy()).max() <= 0.01 + 1e-7
+    old_targets = [p.detach().clone() for p in agent.actor_target.parameters()]
+    agent.observe(b)
+    m = agent.update(16)
+    assert m["gradient_steps"] == 1 and {"critic_loss", "actor_loss", "q_mean", "noise_sigma"} <= set(m)
+    for t, s, old in zip(agent.actor_target.parameters(), agent.actor.parameters(), old_targets):
+        torch.testing.assert_close(t, 0.9 * old + 0.1 * s)
+
+
+def test_update_schedule_like_dqn():
+    rng = np.random.default_rng(4)
+    agent = DDPG(OBS, ACT, hidden_sizes=(8,), learning_starts=20, replay_ratio=0.5, seed=4)
+    agent.observe(batch(10, rng))
+    assert agent.update(8) == {"gradient_steps": 0}
+    agent.observe(batch(30, rng))
+    assert agent.update(8)["gradient_steps"] == 15
+    assert agent.update(8)["gradient_steps"] == 1
+
+
+def test_prioritized_ddpg_feeds_back_td():
+    rng = np.random.default_rng(5)
+    agent = DDPG(OBS, ACT, PR=True, hidden_sizes=(8,), learning_starts=1, update_steps=2, seed=5)
+    assert isinstance(agent.replay, PrioritizedReplayBuffer) and agent.prioritized
+    agent.observe(batch(40, rng))
+    agent.update(16)
+    assert agent.replay.effective_sample_size() < 40
+
+
+def _run(agent, seed):
+    rng = np.random.default_rng(seed)
+    for _ in range(3):
+        agent.observe(batch(20, rng))
+        agent.update(8)
+    return agent
+
+
+def test_seeded_runs_identical_and_state_round_trip():
+    kw = dict(hidden_sizes=(16,), learning_starts=10, seed=6)
+    a, b = _run(DDPG(OBS, ACT, **kw), 0), _run(DDPG(OBS, ACT, **kw), 0)
+    sa, sb = a.state_dict(), b.state_dict()
+    assert all(isinstance(v, np.ndarray) for v in sa.values()) and all(np.array_equal(sa[k], sb[k]) for k in sa)
+    assert {"actor.0.weight", "critic.2.bias", "actor_target.2.weight", "critic_target.0.weight",
+            "actor_optimizer.lr", "critic_optimizer.lr", "noise.n_steps", "noise.rng"} <= set(sa)
+    assert sa["actor.0.weight"].shape == (16, 3) and sa["critic.0.weight"].shape == (16, 5)
+    c = DDPG(OBS, ACT, hidden_sizes=(16,), learning_starts=10, seed=99)
+    c.load_state_dict({k: v.copy() for k, v in sa.items()})
+    obs = np.random.default_rng(1).uniform(-1, 1, (32, 3)).astype(np.float32)
+    np.testing.assert_array_equal(a.act(obs, explore=True), c.act(obs, explore=True))
+    c.replay.load_state_dict(a.replay.state_dict())
+    a.update(8), c.update(8)
+    np.testing.assert_array_equal(a.act(obs), c.act(obs))
+    np.testing.assert_array_equal(a.q_values(obs, a.act(obs)), c.q_values(obs, c.act(obs)))
+
+
+def test_learns_a_contextual_bandit():
+    """One-step task: reward -(a - target(obs))^2; the greedy action must track the target."""
+    obs_space = gym.spaces.Box(-1, 1, (1,), np.float32)
+    act_space = gym.spaces.Box(-1, 1, (1,), np.float32)
+    agent = DDPG(obs_space, act_space, hidden_sizes=(32, 32), learning_starts=64, update_steps=1,
+                 actor_lr=3e-3, critic_lr=3e-3, noise=GaussianWhiteNoiseProcess(sigma=0.3, size=(1,), seed=7),
+                 seed=7)
+    rng = np.random.default_rng(7)
+    for _ in range(400):
+        obs = rng.uniform(-1, 1, (8, 1)).astype(np.float32)
+        a = agent.act(obs, explore=True)
+        rew = -((a[:, 0] - 0.8 * obs[:, 0]) ** 2)
+        agent.observe(Transitions(obs=obs, act=a, rew=rew, next_obs=obs, terminated=np.ones(8, bool),
+                                  truncated=np.zeros(8, bool)))
+        agent.update(64)
+    test = np.linspace(-1, 1, 21, dtype=np.float32)[:, None]
+    err = np.abs(agent.act(test)[:, 0] - 0.8 * test[:, 0])
+    assert err.mean() < 0.1, err
+
+
+def test_her_on_point_reach_takes_goal_dicts():
+    env = PointReachEnv(max_steps=10)
+    agent = DDPG(env.observation_space, env.action_space, her=dict(strategy="future", k=4),
+                 compute_reward=env.compute_reward, hidden_sizes=(16,), learning_starts=10, seed=8)
+    assert isinstance(agent.replay, HERReplayBuffer) and agent.encoder.dim == 4
+    for ep in range(3):
+        obs, _ = env.reset(seed=ep)
+        done = False
+        while not done:
+            one = {k: v[None] for k, v in obs.items()}
+            a = agent.act(one, explore=True)
+            nxt, r, term, trunc, _ = env.step(a[0])
+            agent.observe(Transitions(obs=one, act=a, rew=np.array([r], np.float32),
+                                      next_obs={k: v[None] for k, v in nxt.items()},
+                                      terminated=np.array([term]), truncated=np.array([trunc])))
+            obs, done = nxt, term or trunc
+    assert len(agent.replay) == agent.agent_steps
+    sample = agent.replay.sample_relabeled(64)
+    assert sample.relabeled.any()
+    m = agent.update(32)
+    assert m["gradient_steps"] >= 1 and np.isfinite(m["critic_loss"])
+
+
+def test_trainer_runs_ddpg_her_on_goal_env():
+    from marl_note.trainers import DecentralizedTrainer
+
+    trainer = DecentralizedTrainer(lambda: PointReachEnv(max_steps=10), num_train_envs=2, num_test_envs=2,
+                                   episodes_per_train=6, test_freq=6, episodes_per_test=2, update_freq=10, seed=0)
+    env = PointReachEnv()
+    agent = DDPG(trainer.observation_space("agent_0"), trainer.action_space("agent_0"),
+                 her=dict(strategy="future", k=4), compute_reward=env.compute_reward, hidden_sizes=(8,),
+                 learning_starts=10, seed=0)
+    stats = trainer.train([agent], learning_mask=[1], plot=False, progress=False)
+    trainer.close()
+    assert stats["num_collected_episodes"] >= 6 and stats["num_gradient_steps"] > 0
+    assert len(agent.replay) == agent.agent_steps
