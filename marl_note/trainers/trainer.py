@@ -10,7 +10,13 @@ from marl_note.agents.base import is_learning_agent
 from marl_note.envs.adapters import adapt, env_factory, make_spec
 from marl_note.envs.vector import SyncVectorEnv
 from marl_note.trainers.collector import Collector
+from marl_note.trainers.run_state import RunState, load_run, save_run
 from marl_note.types import EnvSpec
+
+
+def _resume_seed(seed: int | None, run: RunState) -> int | None:
+    """A resumed run reseeds its envs differently from the original start (no replayed episodes)."""
+    return None if seed is None else seed + 7919 * (run.episodes + 1)
 
 
 def _positive_int(name: str, value: Any) -> int:
@@ -75,6 +81,8 @@ class DecentralizedTrainer:
             probe.close()
         self._train_venv = self._test_venv = None
         self.history: list[tuple[int, float]] = []
+        self._run: RunState | None = None
+        self._run_agents: list[Any] = []
 
     # ------------------------------------------------------------------ spaces
     @property
@@ -164,7 +172,8 @@ class DecentralizedTrainer:
     def train(self, agents: Sequence[Any] | Mapping[str, Any], learning_mask: Sequence[int] | Mapping[str, int],
               exploration_mask: Sequence[int] | None = None, plot: bool = True, progress: bool = True,
               test_agents: Sequence[Any] | Mapping[str, Any] | None = None, matchmaker: Callable | None = None,
-              callbacks: Sequence[Any] = ()) -> dict[str, Any]:
+              callbacks: Sequence[Any] = (), checkpoint_path: str | None = None,
+              resume_from: str | None = None) -> dict[str, Any]:
         """Train the seats in ``learning_mask``; see the class docstring for the loop and hooks.
 
         ``test_agents`` (default: ``agents``) are the seats of the periodic tests, e.g. the learner
@@ -175,6 +184,9 @@ class DecentralizedTrainer:
         ``on_update_end(trainer, metrics, episodes)``, ``on_test_end(trainer, result, episodes)``,
         ``on_train_end(trainer, stats)`` (which may add keys to the returned statistics) and
         ``plot_series() -> {label: [(episodes, value), ...]}`` (drawn on the plot).
+        ``checkpoint_path`` saves the whole run there (atomically) after every test and at the end;
+        ``resume_from`` continues a saved run with the same agents (their states, replay buffers,
+        counters and history are loaded; episodes in flight when it was saved start afresh).
         """
         seats = self._seats(agents)
         test_seats = seats if test_agents is None else self._seats(test_agents)
@@ -205,80 +217,99 @@ class DecentralizedTrainer:
                 if fn is not None:
                     fn(self, *args)
 
+        run = RunState(next_test=self.test_freq)
+        if resume_from is not None:
+            run = load_run(resume_from, seats)  # checks everything before loading anything
+        self._run, self._run_agents = run, seats
+        self.history = run.history
         fire("on_train_begin")
         col = Collector(self._train_venv, self.spec, seats, explore=explore, learn=learn, matchmaker=matchmaker)
-        col.reset(seed=self.seed)
+        col.reset(seed=self.seed if resume_from is None else _resume_seed(self.seed, run))
         from marl_note.trainers.progress import Progress  # tqdm lives there
 
         bar = Progress(self.episodes_per_train, enabled=progress)
-        env_steps = agent_steps = episodes = grad_steps = 0
-        best, best_episode, next_test = -np.inf, 0, self.test_freq
-        self.history = []
-        train_returns: list[np.ndarray] = []
         last_metrics: dict[str, float] = {}
-        start = time.perf_counter()
+        start = time.perf_counter() - run.training_time
         stopped = False
         try:
-            while episodes < self.episodes_per_train and not stopped:
+            while run.episodes < self.episodes_per_train and not stopped:
                 if self.train_fn is not None:
-                    self.train_fn(episodes, env_steps)
+                    self.train_fn(run.episodes, run.env_steps)
                 stats = col.collect(n_steps=self.update_freq)
-                env_steps += stats.env_steps
-                agent_steps += stats.agent_steps
-                episodes += stats.episodes
-                train_returns.extend(stats.returns)
+                run.env_steps += stats.env_steps
+                run.agent_steps += stats.agent_steps
+                run.episodes += stats.episodes
+                run.recent_returns = (run.recent_returns + [r.tolist() for r in stats.returns])[-100:]
                 col.flush()
-                fire("on_collect_end", stats, episodes)
+                fire("on_collect_end", stats, run.episodes)
                 for agent in col.learners:
                     metrics = agent.update(self.batch_size) or {}
-                    grad_steps += int(metrics.get("gradient_steps", 0))
+                    run.updates += int(metrics.get("gradient_steps", 0))
                     last_metrics = {k: float(v) for k, v in metrics.items() if np.isscalar(v)}
-                    fire("on_update_end", metrics, episodes)
-                test_due = episodes >= next_test or episodes >= self.episodes_per_train
-                if test_due:
-                    next_test = (episodes // self.test_freq + 1) * self.test_freq
+                    fire("on_update_end", metrics, run.episodes)
+                if run.episodes >= run.next_test or run.episodes >= self.episodes_per_train:
+                    run.next_test = (run.episodes // self.test_freq + 1) * self.test_freq
                     if self.test_fn is not None:
-                        self.test_fn(episodes, env_steps)
+                        self.test_fn(run.episodes, run.env_steps)
                     result = self.test(test_seats, learning_mask=learn)
-                    fire("on_test_end", result, episodes)
+                    fire("on_test_end", result, run.episodes)
                     metric = result["reward"]
-                    self.history.append((episodes, metric))
-                    if metric > best:
-                        best, best_episode = metric, episodes
+                    run.history.append((run.episodes, metric))
+                    if metric > run.best:
+                        run.best, run.best_episode = metric, run.episodes
                         if self.save_best_fn is not None:
-                            self.save_best_fn(episodes)
-                    if self.stop_fn is not None and self.stop_fn(metric, episodes):
+                            self.save_best_fn(run.episodes)
+                    if self.stop_fn is not None and self.stop_fn(metric, run.episodes):
                         stopped = True
-                recent = np.asarray(train_returns[-100:])
-                bar.update(episodes, env_steps=env_steps, train_reward=self._metric(recent, learn) if len(recent) else None,
-                           test_metric=self.history[-1][1] if self.history else None,
-                           best=best if self.history else None,
+                    if checkpoint_path is not None:
+                        run.training_time = time.perf_counter() - start
+                        self.save_checkpoint(checkpoint_path)
+                recent = np.asarray(run.recent_returns, dtype=np.float64).reshape(-1, self.spec.num_agents)
+                bar.update(run.episodes, env_steps=run.env_steps,
+                           train_reward=self._metric(recent, learn) if len(recent) else None,
+                           test_metric=run.history[-1][1] if run.history else None,
+                           best=run.best if run.history else None,
                            **{k: v for k, v in last_metrics.items() if k in ("loss", "eps", "epsilon")})
         finally:
             bar.close()
+        run.training_time = time.perf_counter() - start
+        if checkpoint_path is not None:
+            self.save_checkpoint(checkpoint_path)
         if self.save_last_fn is not None:
             self.save_last_fn()
-        metrics_hist = np.array([m for _, m in self.history], dtype=np.float64)
+        metrics_hist = np.array([m for _, m in run.history], dtype=np.float64)
         out = {
             "reward_metric_stats": {"last": float(metrics_hist[-1]), "mean": float(metrics_hist.mean()),
                                     "std": float(metrics_hist.std()), "max": float(metrics_hist.max()),
                                     "min": float(metrics_hist.min())} if len(metrics_hist) else {},
-            "num_collected_steps": env_steps, "num_collected_agent_steps": agent_steps,
-            "num_collected_episodes": episodes, "num_gradient_steps": grad_steps,
-            "training_time": time.perf_counter() - start, "best_reward": float(best),
-            "best_episode": best_episode, "stopped_by_stop_fn": stopped, "test_history": list(self.history),
+            "num_collected_steps": run.env_steps, "num_collected_agent_steps": run.agent_steps,
+            "num_collected_episodes": run.episodes, "num_gradient_steps": run.updates,
+            "training_time": run.training_time, "best_reward": float(run.best),
+            "best_episode": run.best_episode, "stopped_by_stop_fn": stopped, "test_history": list(run.history),
         }
         fire("on_train_end", out)
-        if plot and self.history:
+        if plot and run.history:
             from marl_note.trainers.plot import plot_metric
 
             extra = {}
             for cb in callbacks:
                 if callable(getattr(cb, "plot_series", None)):
                     extra.update(cb.plot_series())
-            out["plot_path"] = plot_metric(self.history, self.plot_path, extra=extra)
+            out["plot_path"] = plot_metric(run.history, self.plot_path, extra=extra)
             print(f"marl_note: wrote the reward-metric plot to {out['plot_path']}")
         return out
+
+    def save_checkpoint(self, path: str, include_replay: bool = True) -> str:
+        """Save the current (or last) run: every distinct agent's state, replay, counters, history.
+
+        Resume it with ``train(same agents, ..., resume_from=path)``.
+        """
+        if self._run is None:
+            raise RuntimeError("no run to checkpoint yet: call train() first")
+        settings = {"episodes_per_train": self.episodes_per_train, "update_freq": self.update_freq,
+                    "test_freq": self.test_freq, "batch_size": self.batch_size, "seed": self.seed,
+                    "possible_agents": list(self.spec.possible_agents)}
+        return save_run(path, self._run, self._run_agents, settings, include_replay=include_replay)
 
     def close(self) -> None:
         for venv in (self._train_venv, self._test_venv):
