@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from marl_note.agents.policies import masked_argmax, masked_softmax, sample_categorical
+from marl_note.agents.replay_options import check_prioritized_options
 from marl_note.agents.torch.common import TorchAgent, check_mask, check_transitions, mlp
 from marl_note.agents.torch.compiling import maybe_compile
 from marl_note.types import Transitions
@@ -66,6 +67,13 @@ class PPO(TorchAgent):
     ``compile=True`` runs the minibatch loss through ``torch.compile`` (eager, with a warning,
     where that fails).
 
+    ``PR=True`` draws each epoch's minibatches (as many as a plain epoch has) with replacement
+    from a :class:`~marl_note.replay.PrioritizedReplayBuffer` over the rollout instead of a
+    permutation: priorities ``lambda_ * |return - V(s)| + (1 - lambda_) * |ratio - 1|`` are fed
+    back after every minibatch, items start at ``lambda_ * initial_TD + (1 - lambda_) *
+    initial_ratio``, ``alpha`` is the prioritization exponent and the importance weights'
+    ``beta`` anneals linearly to 1 over 100k gradient steps; both loss terms are weighted.
+
     Example:
         >>> import gymnasium as gym, numpy as np
         >>> from marl_note.types import Transitions
@@ -83,7 +91,9 @@ class PPO(TorchAgent):
                  ent_coef: float = 0.0, vf_coef: float = 0.5, n_epochs: int = 10, n_steps: int = 2048,
                  max_grad_norm: float | None = 0.5, normalize_advantage: bool = True,
                  target_kl: float | None = None, log_std_init: float = 0.0,
-                 seed: int | None = None, device: str | torch.device = "cpu", compile: bool = False):
+                 seed: int | None = None, device: str | torch.device = "cpu", compile: bool = False,
+                 PR: bool = False, alpha: float = 0.6, beta: float = 0.4, initial_TD: float = 1.0,
+                 lambda_: float = 0.5, initial_ratio: float = 1.0):
         if isinstance(action_space, gym.spaces.Discrete):
             self.continuous = False
             out_dim = int(action_space.n)
@@ -115,6 +125,16 @@ class PPO(TorchAgent):
         self._optims = {"optimizer": self.optimizer}
         self.compile = bool(compile)
         self._loss_fn = maybe_compile(self._minibatch_loss, self.compile, "PPO loss")
+        self.PR = bool(PR)
+        self.alpha, self.beta, self.initial_TD = check_prioritized_options(alpha, beta, initial_TD)
+        if not 0.0 <= float(lambda_) <= 1.0:
+            raise ValueError(f"lambda_ must lie in [0, 1] (the weight of |TD| against |ratio - 1| in the "
+                             f"priority), got {lambda_}")
+        if not (np.isfinite(initial_ratio) and initial_ratio >= 0):
+            raise ValueError(f"initial_ratio must be a finite number >= 0, got {initial_ratio}")
+        self.lambda_, self.initial_ratio = float(lambda_), float(initial_ratio)
+        if self.lambda_ * self.initial_TD + (1 - self.lambda_) * self.initial_ratio <= 0:
+            raise ValueError("the initial priority lambda_ * initial_TD + (1 - lambda_) * initial_ratio must be > 0")
 
     # -- acting ------------------------------------------------------------------------------------
     def act(self, obs: np.ndarray, mask: np.ndarray | None = None, explore: bool = False) -> np.ndarray:
@@ -203,22 +223,28 @@ class PPO(TorchAgent):
 
         sums = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "approx_kl": 0.0, "clip_fraction": 0.0}
         steps = 0
+        per = self._prioritized_rollout(data) if self.PR else None
         for _ in range(self.n_epochs):
-            perm = torch.as_tensor(self.rng.permutation(n), device=self.device)
             epoch_kl = []
-            for start in range(0, n, batch_size):
-                idx = perm[start:start + batch_size]
+            for idx, w in self._minibatches(n, batch_size, per):
                 a = adv[idx]
                 if self.normalize_advantage and len(idx) > 1:
                     a = (a - a.mean()) / (a.std() + 1e-8)
-                loss, policy_loss, value_loss, entropy, ratio, log_ratio = self._loss_fn(
-                    x[idx], act[idx], None if mask is None else mask[idx], old_logp[idx], a, ret[idx])
+                if w is None:
+                    loss, policy_loss, value_loss, entropy, ratio, log_ratio = self._loss_fn(
+                        x[idx], act[idx], None if mask is None else mask[idx], old_logp[idx], a, ret[idx])
+                else:
+                    loss, policy_loss, value_loss, entropy, ratio, log_ratio, v = self._weighted_loss(
+                        x[idx], act[idx], None if mask is None else mask[idx], old_logp[idx], a, ret[idx], w)
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 if self.max_grad_norm is not None:
                     nn.utils.clip_grad_norm_(self.net.parameters(), self.max_grad_norm)
                 self.optimizer.step()
                 steps += 1
+                if per is not None:
+                    per.update_priorities(idx.cpu().numpy(), (ret[idx] - v).detach().cpu().numpy(),
+                                          ratios=ratio.detach().cpu().numpy(), lambda_=self.lambda_)
                 with torch.no_grad():
                     kl = ((ratio - 1) - log_ratio).mean().item()
                     sums["clip_fraction"] += ((ratio - 1).abs() > self.clip_range).float().mean().item()
@@ -234,8 +260,46 @@ class PPO(TorchAgent):
         var = ret.var().item()
         metrics: dict[str, Any] = {k: v / steps for k, v in sums.items()}
         metrics["explained_variance"] = float("nan") if var == 0 else 1.0 - (ret - values).var().item() / var
+        if per is not None:
+            metrics["per_ess"] = per.effective_sample_size()
+            metrics["per_beta"] = per.beta
         metrics["gradient_steps"] = steps
         return metrics
+
+    # -- prioritized minibatches (PR=True) --------------------------------------------------------
+    def _prioritized_rollout(self, data: Transitions):
+        """A prioritized buffer holding this rollout in order (storage index == row)."""
+        from marl_note.replay import PrioritizedReplayBuffer
+        beta = self.beta + (1.0 - self.beta) * min(1.0, self.updates / 100_000)
+        initial = self.lambda_ * self.initial_TD + (1.0 - self.lambda_) * self.initial_ratio
+        per = PrioritizedReplayBuffer(len(data), self.observation_space, self.action_space, alpha=self.alpha,
+                                      beta=beta, beta_final=beta, beta_annealing_steps=0, initial_TD=initial,
+                                      seed=int(self.rng.integers(0, 2**63 - 1)))
+        per.add(data)
+        return per
+
+    def _minibatches(self, n: int, batch_size: int, per):
+        """``(indices, importance weights or None)`` for one epoch."""
+        if per is None:
+            perm = torch.as_tensor(self.rng.permutation(n), device=self.device)
+            for start in range(0, n, batch_size):
+                yield perm[start:start + batch_size], None
+            return
+        for _ in range(-(-n // batch_size)):
+            b = per.sample(batch_size)
+            yield (torch.as_tensor(b.indices, device=self.device),
+                   torch.as_tensor(b.weights, device=self.device))
+
+    def _weighted_loss(self, x, act, mask, old_logp, adv, ret, w):
+        """The minibatch loss with per-item importance weights ``w`` (also returns the values)."""
+        logp, entropy, v = self.evaluate(x, act, mask)
+        log_ratio = logp - old_logp
+        ratio = log_ratio.exp()
+        clipped = ratio.clamp(1.0 - self.clip_range, 1.0 + self.clip_range)
+        policy_loss = -(w * torch.min(ratio * adv, clipped * adv)).mean()
+        value_loss = (w * (v - ret).pow(2)).mean()
+        loss = policy_loss + self.vf_coef * value_loss - self.ent_coef * entropy.mean()
+        return loss, policy_loss, value_loss, entropy, ratio, log_ratio, v
 
     def __repr__(self) -> str:
         kind = "gaussian" if self.continuous else "categorical"
