@@ -21,6 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from marl_note.agents.noise import rng_state_from_array, rng_state_to_array
+from marl_note.agents.saving import Saving
 from marl_note.types import Transitions
 
 ACTIVATIONS = ("relu", "tanh", "elu", "gelu")
@@ -297,7 +298,7 @@ def torch_generator_state(seed: int) -> np.ndarray:
     return np.frombuffer(raw + bytes(5056 - len(raw)), np.uint8).copy()
 
 
-class TFAgent:
+class TFAgent(Saving):
     """Shared base of the TensorFlow agents: spaces, device, seeding, counters and numpy state.
 
     Subclasses register ``_params[name] = [(torch_key, variable, transposed), ...]`` per network

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from marl_note.agents.noise import rng_state_from_array, rng_state_to_array
+from marl_note.agents.saving import Saving
 from marl_note.types import Transitions
 
 ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU, "gelu": nn.GELU}
@@ -178,7 +179,7 @@ def optimizer_from_numpy(prefix: str, opt: torch.optim.Optimizer, state: Mapping
     opt.load_state_dict(sd)
 
 
-class TorchAgent:
+class TorchAgent(Saving):
     """Shared base of the PyTorch agents: spaces, device, seeding, counters and numpy state.
 
     Subclasses list their networks in ``_nets`` (name -> module) and optimisers in ``_optims``

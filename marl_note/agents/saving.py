@@ -1,0 +1,522 @@
+"""Saving and restoring whole agents, backend neutral: ``agent.save(path)`` / ``Cls.restore(path)``.
+
+A checkpoint (see :mod:`marl_note.agents.checkpoint`) holds a JSON manifest and numpy arrays::
+
+    manifest: format, kind ("agent" or "params"), library_version, backend ("torch"/"tf"),
+              algorithm (class name), class (module.qualname, informational), config (the
+              constructor keyword arguments), observation_space, action_space
+    arrays:   agent.state_dict() (weights, optimiser slots, counters, exploration state) and,
+              with ``include_replay=True``, the replay contents under ``__replay__.<key>``
+
+The constructor arguments are captured automatically: :class:`Saving` wraps the ``__init__`` of
+every subclass and binds the outermost call (the most derived class's own arguments, defaults
+applied). JSON values are written as they are; tuples, numpy arrays/scalars and Gymnasium spaces
+with a tag; exploration policies, noise processes and replay buffers of this library as
+``{"$object": class name, "kwargs": ...}`` (their schedule/rng state travels in the arrays). Any
+other object (a user's own policy, a callable) is refused at save time with a TypeError saying
+which argument it is: build such objects inside ``__init__`` from plain arguments, pass them
+again as ``restore(path, name=obj)``, or save only the weights with :meth:`Saving.save_param`.
+
+``Cls.restore(path)`` builds the class named in the manifest *for the backend of* ``Cls``, so a
+torch checkpoint restores into the TF agent of the same name and vice versa (their state_dict keys
+and shapes are identical); :func:`restore` picks the backend from the manifest. Loading never
+executes code from the checkpoint (no pickle; classes come from a registry of already imported
+classes, never from an import named in the file). Everything that does not fit - another
+algorithm, missing arrays, wrong shapes, a tampered manifest - raises
+:class:`~marl_note.agents.checkpoint.CheckpointError` before any existing agent is modified.
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import os
+import warnings
+from typing import Any, Mapping
+
+import gymnasium as gym
+import numpy as np
+
+from marl_note.agents.checkpoint import (CheckpointError, check_state_shapes, read_checkpoint, space_from_json,
+                                         space_to_json, write_checkpoint)
+
+__all__ = ["Saving", "restore", "encode_config", "decode_config", "REPLAY_PREFIX"]
+
+REPLAY_PREFIX = "__replay__."
+BACKENDS = ("torch", "tf")
+_SPACE_PARAMS = ("observation_space", "action_space")
+_REGISTRY: dict[str, list[type]] = {}
+
+
+# --------------------------------------------------------------------------- the mixin
+
+class Saving:
+    """Mixin giving an agent ``save`` / ``restore`` (alias ``load``) / ``save_param`` / ``restore_param``.
+
+    The agent needs ``observation_space``, ``action_space``, ``state_dict()`` and
+    ``load_state_dict(state)``; the weights for ``save_param`` are the state keys under the
+    agent's networks (``self._nets`` or ``self._params``, keyed by network name). The backend is the package
+    (``marl_note.agents.torch`` or ``marl_note.agents.tf``) the class or one of its bases lives in.
+
+    Example:
+        >>> import os, tempfile, gymnasium as gym, numpy as np
+        >>> from marl_note.agents.torch import DQN
+        >>> agent = DQN(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), hidden_sizes=(8,), seed=0)
+        >>> path = agent.save(os.path.join(tempfile.mkdtemp(), "dqn.zip"))
+        >>> again = DQN.restore(path)
+        >>> again.config["hidden_sizes"], again.updates == agent.updates
+        ((8,), True)
+        >>> obs = np.random.default_rng(0).normal(size=(5, 3))
+        >>> bool((again.act(obs) == agent.act(obs)).all())
+        True
+    """
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        _REGISTRY.setdefault(cls.__name__, []).append(cls)
+        init = cls.__dict__.get("__init__")
+        if init is not None and not getattr(init, "_saving_wrapped", False):
+            cls.__init__ = _capturing_init(init)
+
+    # -- configuration -----------------------------------------------------------------------------
+    @property
+    def config(self) -> dict[str, Any]:
+        """The constructor keyword arguments of this agent (outermost ``__init__`` call, defaults applied)."""
+        return dict(self.__dict__.get("_saving_config") or {})
+
+    def _manifest(self, kind: str) -> dict[str, Any]:
+        cls = type(self)
+        backend = backend_of(cls)
+        if backend is None:
+            raise TypeError(f"{cls.__name__} is not a marl_note.agents.torch or marl_note.agents.tf agent; "
+                            f"cannot tell which backend to record in the checkpoint")
+        from marl_note import __version__
+        return {"kind": kind, "library_version": __version__, "backend": backend, "algorithm": cls.__name__,
+                "class": f"{cls.__module__}.{cls.__qualname__}",
+                "config": encode_config(self.config, owner=cls.__name__),
+                "observation_space": space_to_json(self.observation_space),
+                "action_space": space_to_json(self.action_space)}
+
+    # -- whole agent -------------------------------------------------------------------------------
+    def save(self, path: str | os.PathLike, include_replay: bool = False) -> str:
+        """Write the agent (and with ``include_replay`` its replay contents) to ``path`` atomically.
+
+        ``path`` ending in ``.zip`` gives one zip file, anything else a directory. Returns the
+        absolute path. A failing save leaves an existing checkpoint at ``path`` untouched.
+        """
+        manifest = self._manifest("agent")  # refuses unrecordable config before anything is written
+        arrays = dict(self.state_dict())
+        bad = [k for k in arrays if k.startswith(REPLAY_PREFIX)]
+        if bad:
+            raise ValueError(f"state_dict keys may not start with {REPLAY_PREFIX!r}: {bad[:4]}")
+        if include_replay:
+            replay = replay_of(self)
+            if replay is None:
+                raise ValueError(f"{type(self).__name__} has no replay buffer with state_dict() to save "
+                                 f"(include_replay=True); on-policy rollouts are cleared at every update")
+            arrays.update({REPLAY_PREFIX + k: v for k, v in replay.state_dict().items()})
+        return write_checkpoint(path, manifest, arrays)
+
+    @classmethod
+    def restore(cls, path: str | os.PathLike, **overrides) -> "Saving":
+        """A new agent from a checkpoint written by ``save`` (either backend).
+
+        ``overrides`` replace constructor arguments of the recorded config (e.g. ``device="cuda"``,
+        or an object that could not be recorded). Raises CheckpointError if the checkpoint holds
+        another algorithm or does not fit.
+        """
+        manifest, arrays = read_checkpoint(path)
+        info = _check_manifest(manifest, path, kinds=("agent",))
+        target = _resolve(cls, info, path)
+        agent = _construct(target, info, overrides, path)
+        _load_fresh(agent, info, arrays, path)
+        return agent
+
+    load = restore
+
+    # -- weights only ------------------------------------------------------------------------------
+    def param_keys(self, state: Mapping[str, Any] | None = None) -> list[str]:
+        """The state_dict keys that are network weights (those under a name in ``self._nets``)."""
+        state = self.state_dict() if state is None else state
+        nets = tuple(getattr(self, "_nets", None) or getattr(self, "_params", None) or ())
+        if not nets:
+            raise TypeError(f"{type(self).__name__} lists no networks in self._nets (or self._params); "
+                            f"cannot tell weights from the rest of its state")
+        return sorted(k for k in state if k.split(".", 1)[0] in nets)
+
+    def save_param(self, path: str | os.PathLike) -> str:
+        """Write only the network weights (no optimiser, counters or exploration state)."""
+        state = self.state_dict()
+        manifest = self._manifest("params")
+        return write_checkpoint(path, manifest, {k: state[k] for k in self.param_keys(state)})
+
+    def restore_param(self, path: str | os.PathLike) -> None:
+        """Load network weights from a ``save_param`` or ``save`` checkpoint into this agent.
+
+        Everything is checked first (every weight present with this agent's shape): on a
+        CheckpointError the agent is unchanged.
+        """
+        manifest, arrays = read_checkpoint(path)
+        info = _check_manifest(manifest, path, kinds=("agent", "params"))
+        state = self.state_dict()
+        keys = self.param_keys(state)
+        what = (f"{type(self).__name__}.restore_param({os.fspath(path)!r}) "
+                f"[weights of a {info['backend']} {info['algorithm']}]")
+        check_state_shapes({k: state[k] for k in keys}, arrays, what)
+        state.update({k: arrays[k] for k in keys})
+        try:
+            self.load_state_dict(state)
+        except (KeyError, ValueError, TypeError, RuntimeError) as exc:
+            raise CheckpointError(f"{what}: {exc}") from exc
+
+
+def _capturing_init(init):
+    signature = inspect.signature(init)
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        if "_saving_config" in self.__dict__:  # an inner super().__init__ call: the outer one is recorded
+            return init(self, *args, **kwargs)
+        try:
+            bound = signature.bind(self, *args, **kwargs)
+        except TypeError:
+            return init(self, *args, **kwargs)  # let the constructor raise its own TypeError
+        bound.apply_defaults()
+        config: dict[str, Any] = {}
+        extra_positional = ()
+        for name, value in list(bound.arguments.items())[1:]:
+            kind = signature.parameters[name].kind
+            if kind is inspect.Parameter.VAR_KEYWORD:
+                config.update(value)
+            elif kind is inspect.Parameter.VAR_POSITIONAL:
+                extra_positional = tuple(value)
+            elif name not in _SPACE_PARAMS:
+                config[name] = value
+        self.__dict__["_saving_config"] = config
+        self.__dict__["_saving_varargs"] = extra_positional
+        init(self, *args, **kwargs)
+        after = getattr(self, "_after_init", None)
+        if callable(after):
+            after()
+
+    __init__._saving_wrapped = True
+    return __init__
+
+
+# --------------------------------------------------------------------------- helpers
+
+def backend_of(cls: type) -> str | None:
+    """``"torch"`` / ``"tf"`` from the first class in the MRO that lives in a backend package."""
+    declared = getattr(cls, "_saving_backend", None)
+    if declared is not None:
+        return declared
+    for klass in cls.__mro__:
+        for backend in BACKENDS:
+            pkg = f"marl_note.agents.{backend}"
+            if klass.__module__ == pkg or klass.__module__.startswith(pkg + "."):
+                return backend
+    return None
+
+
+def replay_of(agent: Any) -> Any:
+    replay = getattr(agent, "replay", None)
+    if replay is not None and callable(getattr(replay, "state_dict", None)) \
+            and callable(getattr(replay, "load_state_dict", None)):
+        return replay
+    return None
+
+
+def _check_manifest(manifest: Mapping[str, Any], path, kinds: tuple[str, ...]) -> dict[str, Any]:
+    where = os.fspath(path)
+    kind = manifest.get("kind")
+    if kind not in kinds:
+        if kind == "params":
+            raise CheckpointError(f"{where} holds only weights (save_param); load it with "
+                                  f"agent.restore_param(path) into an existing agent")
+        raise CheckpointError(f"{where}: manifest kind is {kind!r}, expected one of {list(kinds)}")
+    if manifest.get("backend") not in BACKENDS:
+        raise CheckpointError(f"{where}: manifest backend is {manifest.get('backend')!r}, expected 'torch' or 'tf'")
+    algorithm = manifest.get("algorithm")
+    if not isinstance(algorithm, str) or not algorithm.isidentifier():
+        raise CheckpointError(f"{where}: manifest algorithm {algorithm!r} is not a class name")
+    if not isinstance(manifest.get("config"), dict):
+        raise CheckpointError(f"{where}: manifest config is {type(manifest.get('config')).__name__}, expected an object")
+    if not isinstance(manifest.get("library_version"), str):
+        raise CheckpointError(f"{where}: manifest has no library_version")
+    info = dict(manifest)
+    for name in _SPACE_PARAMS:
+        try:
+            info[name] = space_from_json(manifest[name])
+        except CheckpointError as exc:
+            raise CheckpointError(f"{where}: manifest {name}: {exc}") from None
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise CheckpointError(f"{where}: manifest {name} is not a valid space description "
+                                  f"({type(exc).__name__}: {exc})") from None
+    return info
+
+
+def _resolve(cls: type, info: Mapping[str, Any], path) -> type:
+    """The class to build: ``cls`` itself when it has the recorded name, else its registered subclass."""
+    algorithm, backend = info["algorithm"], backend_of(cls)
+    if cls.__name__ == algorithm:
+        return cls
+    found = [c for c in _REGISTRY.get(algorithm, ()) if issubclass(c, cls) and backend_of(c) == backend]
+    exact = [c for c in found if f"{c.__module__}.{c.__qualname__}" == info.get("class")]
+    if exact or found:
+        return (exact or found)[-1]
+    raise CheckpointError(f"{os.fspath(path)} holds a {info['backend']} {algorithm} agent; "
+                          f"{cls.__name__}.restore cannot build it (use {algorithm}.restore or "
+                          f"marl_note.agents.saving.restore)")
+
+
+def _construct(target: type, info: Mapping[str, Any], overrides: Mapping[str, Any], path) -> Any:
+    where = os.fspath(path)
+    try:
+        kwargs = decode_config(info["config"])
+    except CheckpointError as exc:
+        raise CheckpointError(f"{where}: {exc}") from None
+    params = inspect.signature(target.__init__).parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    unknown_overrides = [k for k in overrides if k not in params and not takes_any]
+    if unknown_overrides:
+        raise TypeError(f"{target.__name__} has no constructor arguments {unknown_overrides}")
+    if not takes_any:
+        unknown = sorted(k for k in kwargs if k not in params)
+        if unknown and info["backend"] != backend_of(target):
+            warnings.warn(f"restoring a {info['backend']} {info['algorithm']} as {backend_of(target)}: "
+                          f"ignoring the recorded arguments {unknown} that {target.__name__} does not take")
+            kwargs = {k: v for k, v in kwargs.items() if k in params}
+        elif unknown:
+            raise CheckpointError(f"{where}: recorded config has arguments {unknown} that "
+                                  f"{target.__name__}.__init__ does not take (tampered manifest or another version)")
+    kwargs.update({k: info[k] for k in _SPACE_PARAMS if k in params or takes_any})
+    kwargs.update(overrides)
+    try:
+        return target(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(f"{where}: cannot build {target.__name__} from the recorded config "
+                              f"({type(exc).__name__}: {exc})") from exc
+
+
+def _load_fresh(agent: Any, info: Mapping[str, Any], arrays: Mapping[str, np.ndarray], path) -> None:
+    where = f"{type(agent).__name__}.restore({os.fspath(path)!r})"
+    state = {k: v for k, v in arrays.items() if not k.startswith(REPLAY_PREFIX)}
+    replay_state = {k[len(REPLAY_PREFIX):]: v for k, v in arrays.items() if k.startswith(REPLAY_PREFIX)}
+    fresh = agent.state_dict()
+    check_state_shapes(fresh, state, where)
+    try:
+        agent.load_state_dict(state)
+    except (KeyError, ValueError, TypeError, RuntimeError, IndexError) as exc:
+        raise CheckpointError(f"{where}: state does not fit ({type(exc).__name__}: {exc})") from exc
+    loaded = agent.state_dict()
+    for key in sorted(set(loaded) & set(state)):
+        if np.shape(loaded[key]) != np.shape(state[key]):
+            raise CheckpointError(f"{where}: array {key!r} has shape {np.shape(state[key])}, "
+                                  f"expected {np.shape(loaded[key])}")
+    if replay_state:
+        replay = replay_of(agent)
+        if replay is None:
+            raise CheckpointError(f"{where}: the checkpoint holds replay contents but {type(agent).__name__} "
+                                  f"has no replay buffer")
+        try:
+            replay.load_state_dict(replay_state)
+        except (KeyError, ValueError, TypeError) as exc:
+            raise CheckpointError(f"{where}: replay contents do not fit ({exc})") from exc
+
+
+def restore(path: str | os.PathLike, backend: str | None = None, **overrides) -> Any:
+    """Restore any agent, building the recorded algorithm for ``backend`` (default: the recorded one).
+
+    Library algorithms are found by importing ``marl_note.agents.<backend>``; a user-defined
+    agent class must already be defined (imported) in this process.
+
+    Example:
+        >>> import os, tempfile, gymnasium as gym
+        >>> from marl_note.agents.torch import DQN
+        >>> path = DQN(gym.spaces.Box(-1, 1, (2,)), gym.spaces.Discrete(2), hidden_sizes=(4,)).save(
+        ...     os.path.join(tempfile.mkdtemp(), "ck"))
+        >>> type(restore(path)).__module__
+        'marl_note.agents.torch.dqn'
+    """
+    manifest, arrays = read_checkpoint(path)
+    info = _check_manifest(manifest, path, kinds=("agent",))
+    backend = info["backend"] if backend is None else backend
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be 'torch' or 'tf', got {backend!r}")
+    try:
+        importlib.import_module(f"marl_note.agents.{backend}")
+    except ImportError as exc:
+        raise CheckpointError(f"{os.fspath(path)} needs the {backend} backend, which cannot be imported "
+                              f"({exc})") from exc
+    algorithm = info["algorithm"]
+    found = [c for c in _REGISTRY.get(algorithm, ()) if backend_of(c) == backend]
+    exact = [c for c in found if f"{c.__module__}.{c.__qualname__}" == info.get("class")]
+    library = [c for c in found if c.__module__.startswith(f"marl_note.agents.{backend}")]
+    choice = exact or library or found
+    if not choice:
+        raise CheckpointError(f"{os.fspath(path)} holds a {info['backend']} {algorithm}; no {backend} class "
+                              f"of that name is defined (import the module that defines it first)")
+    agent = _construct(choice[-1], info, overrides, path)
+    _load_fresh(agent, info, arrays, path)
+    return agent
+
+
+# --------------------------------------------------------------------------- config <-> JSON
+
+def _policy_kwargs(p) -> dict[str, Any]:
+    from marl_note.agents import policies as P
+
+    def sched(s, start, end):
+        return {start: s.start, end: s.end, "n_steps_annealing": s.n_steps}
+
+    if type(p) in (P.GreedyQPolicy, P.SoftmaxPolicy):
+        return {}
+    if type(p) is P.EpsGreedyQPolicy:
+        return sched(p.schedule, "eps", "eps_min")
+    if type(p) is P.BoltzmannQPolicy:
+        return {**sched(p.schedule, "tau", "tau_min"), "clip": tuple(p.clip)}
+    if type(p) is P.MaxBoltzmannQPolicy:
+        return {**sched(p.eps_schedule, "eps", "eps_min"), **sched(p.tau_schedule, "tau", "tau_min"),
+                "clip": tuple(p.clip)}
+    if type(p) is P.BoltzmannGumbelQPolicy:
+        return {"C": p.C}
+    if type(p) is P.GumbelSoftmaxPolicy:
+        return sched(p.schedule, "temperature", "temperature_min")
+    raise KeyError
+
+
+def _noise_kwargs(p) -> dict[str, Any]:
+    from marl_note.agents import noise as N
+
+    base = {"mu": p.mu, "sigma": p.schedule.start, "sigma_min": p.schedule.end,
+            "n_steps_annealing": p.schedule.n_steps, "size": tuple(p.size)}
+    if type(p) is N.GaussianWhiteNoiseProcess:
+        return base
+    if type(p) is N.OrnsteinUhlenbeckProcess:
+        return {**base, "theta": p.theta, "dt": p.dt, "x0": p.x0}
+    raise KeyError
+
+
+def _replay_kwargs(r) -> dict[str, Any]:
+    from marl_note.replay import PrioritizedReplayBuffer, ReplayBuffer
+
+    base = {"capacity": r.capacity, "observation_space": r.observation_space, "action_space": r.action_space}
+    if type(r) is ReplayBuffer:
+        return base
+    if type(r) is PrioritizedReplayBuffer:
+        return {**base, "alpha": r.alpha, "beta": r.beta_initial, "beta_final": r.beta_final,
+                "beta_annealing_steps": r.beta_annealing_steps, "eps": r.eps}
+    raise KeyError
+
+
+def _recordable_classes() -> dict[str, tuple[type, Any]]:
+    from marl_note.agents import noise as N, policies as P
+    from marl_note.replay import PrioritizedReplayBuffer, ReplayBuffer
+
+    table = {c.__name__: (c, _policy_kwargs) for c in (
+        P.GreedyQPolicy, P.SoftmaxPolicy, P.EpsGreedyQPolicy, P.BoltzmannQPolicy, P.MaxBoltzmannQPolicy,
+        P.BoltzmannGumbelQPolicy, P.GumbelSoftmaxPolicy)}
+    table.update({c.__name__: (c, _noise_kwargs) for c in (N.GaussianWhiteNoiseProcess, N.OrnsteinUhlenbeckProcess)})
+    table.update({c.__name__: (c, _replay_kwargs) for c in (ReplayBuffer, PrioritizedReplayBuffer)})
+    return table
+
+
+_RUNTIME_ATTRS = {"steps", "n_steps", "rng", "_rng", "x_prev", "action_counts", "_storage", "_tree",
+                  "_max_priority", "_sample_calls", "_buffer"}
+
+
+def _describe(obj: Any, top: bool = True) -> Any:
+    """Configuration attributes of a policy/noise/replay object, for checking a recorded recipe."""
+    if isinstance(obj, np.ndarray):
+        return ("array", obj.dtype.str, obj.shape, obj.tolist())
+    if isinstance(obj, (list, tuple)):
+        return [_describe(v, False) for v in obj]
+    if hasattr(obj, "__dict__") and not isinstance(obj, (type, gym.Space)):
+        return (type(obj).__name__, {k: _describe(v, False) for k, v in sorted(vars(obj).items())
+                                     if not (top and k in _RUNTIME_ATTRS)})
+    return obj
+
+
+def encode_config(config: Mapping[str, Any], owner: str = "agent") -> dict[str, Any]:
+    """Constructor arguments as JSON-able values; TypeError naming an argument that cannot be recorded.
+
+    Example:
+        >>> from marl_note.agents.policies import EpsGreedyQPolicy
+        >>> encode_config({"hidden_sizes": (64, 64), "policy": EpsGreedyQPolicy(0.5)})["policy"]["$object"]
+        'EpsGreedyQPolicy'
+        >>> decode_config(encode_config({"hidden_sizes": (64, 64)}))
+        {'hidden_sizes': (64, 64)}
+    """
+    return {str(k): _encode(v, f"{owner}({k}=...)") for k, v in config.items()}
+
+
+def _encode(v: Any, where: str) -> Any:
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, tuple):
+        return {"$tuple": [_encode(x, where) for x in v]}
+    if isinstance(v, list):
+        return [_encode(x, where) for x in v]
+    if isinstance(v, dict):
+        if not all(isinstance(k, str) for k in v):
+            raise TypeError(f"{where}: dict keys must be strings to be recorded in a checkpoint")
+        return {"$dict": {k: _encode(x, where) for k, x in v.items()}}
+    if isinstance(v, np.ndarray):
+        if v.dtype.kind not in "biuf":
+            raise TypeError(f"{where}: only numeric arrays can be recorded, got dtype {v.dtype}")
+        return {"$array": v.tolist(), "dtype": v.dtype.str, "shape": list(v.shape)}
+    if isinstance(v, gym.Space):
+        return {"$space": space_to_json(v)}
+    if type(v).__name__ == "device" and type(v).__module__ == "torch":
+        return str(v)
+    table = _recordable_classes()
+    entry = table.get(type(v).__name__)
+    if entry is not None and entry[0] is type(v):
+        kwargs = entry[1](v)
+        rebuilt = type(v)(**kwargs)
+        if _describe(rebuilt) != _describe(v):
+            raise TypeError(f"{where}: this {type(v).__name__} cannot be reproduced from its recorded "
+                            f"arguments {sorted(kwargs)}; build it inside __init__ or pass it to restore()")
+        return {"$object": type(v).__name__, "kwargs": {k: _encode(x, where) for k, x in kwargs.items()}}
+    raise TypeError(f"{where}: a {type(v).__module__}.{type(v).__qualname__} cannot be recorded in a "
+                    f"checkpoint manifest (recorded: JSON values, tuples, numpy arrays, spaces, and the "
+                    f"policies, noise processes and replay buffers of marl_note). Build it inside __init__ "
+                    f"from plain arguments, pass it again as restore(path, {where.split('(')[-1].split('=')[0]}=...), "
+                    f"or save only the weights with save_param()")
+
+
+def decode_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Inverse of :func:`encode_config`; CheckpointError for anything it did not write."""
+    return {k: _decode(v, k) for k, v in config.items()}
+
+
+def _decode(v: Any, where: str) -> Any:
+    if isinstance(v, list):
+        return [_decode(x, where) for x in v]
+    if not isinstance(v, dict):
+        return v
+    tags = [k for k in v if k.startswith("$")]
+    if len(tags) != 1:
+        raise CheckpointError(f"config {where!r}: unexpected value {str(v)[:80]}")
+    tag = tags[0]
+    try:
+        if tag == "$tuple":
+            return tuple(_decode(x, where) for x in v["$tuple"])
+        if tag == "$dict":
+            return {k: _decode(x, where) for k, x in v["$dict"].items()}
+        if tag == "$array":
+            return np.asarray(v["$array"], dtype=np.dtype(v["dtype"])).reshape(v["shape"])
+        if tag == "$space":
+            return space_from_json(v["$space"])
+        if tag == "$object":
+            entry = _recordable_classes().get(v["$object"])
+            if entry is None:
+                raise CheckpointError(f"config {where!r}: unknown object class {v['$object']!r}")
+            return entry[0](**{k: _decode(x, where) for k, x in v["kwargs"].items()})
+    except CheckpointError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise CheckpointError(f"config {where!r}: cannot decode {tag} ({type(exc).__name__}: {exc})") from None
+    raise CheckpointError(f"config {where!r}: unknown tag {tag!r}")
