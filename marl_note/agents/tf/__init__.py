@@ -8,5 +8,6 @@ exploration state move between the backends. This package is the only place in
 from marl_note.agents.tf.dqn import DQN
 from marl_note.agents.tf.maddpg import MADDPG
 from marl_note.agents.tf.ppo import PPO
+from marl_note.agents.tf.rl import RL
 
-__all__ = ["DQN", "PPO", "MADDPG"]
+__all__ = ["DQN", "PPO", "RL", "MADDPG"]

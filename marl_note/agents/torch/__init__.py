@@ -8,5 +8,6 @@ from marl_note.agents.torch.ddpg import DDPG
 from marl_note.agents.torch.dqn import DQN
 from marl_note.agents.torch.maddpg import MADDPG
 from marl_note.agents.torch.ppo import PPO
+from marl_note.agents.torch.rl import RL
 
-__all__ = ["DQN", "PPO", "MADDPG", "DDPG"]
+__all__ = ["DQN", "PPO", "DDPG", "RL", "MADDPG"]
