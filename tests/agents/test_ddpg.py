@@ -203,3 +203,82 @@ def test_trainer_runs_ddpg_her_on_goal_env():
     trainer.close()
     assert stats["num_collected_episodes"] >= 6 and stats["num_gradient_steps"] > 0
     assert len(agent.replay) == agent.agent_steps
+
+
+# --------------------------------------------------------------------------- TF backend at parity
+
+class FixedReplay:
+    """Replay stand-in whose ``sample`` returns the next of a list of explicit batches."""
+
+    def __init__(self, batches):
+        self.batches, self.calls = list(batches), []
+
+    def __len__(self):
+        return 10**6
+
+    def add(self, transitions):
+        pass
+
+    def sample(self, batch_size):
+        return self.batches.pop(0)
+
+    def update_priorities(self, indices, td_errors):
+        self.calls.append(np.asarray(td_errors).copy())
+
+
+def test_tf_ddpg_matches_torch_step_for_step():
+    tf_agents = pytest.importorskip("marl_note.agents.tf")
+    rng = np.random.default_rng(10)
+    batches = [batch(32, rng) for _ in range(3)]
+    batches[1].weights, batches[1].indices = rng.uniform(0.2, 1, 32).astype(np.float32), np.arange(32)
+    kw = dict(hidden_sizes=(16, 16), learning_starts=0, update_steps=1, gamma=0.9, tau=0.2, action_l2=0.5,
+              target_clip=(-5.0, 5.0), max_grad_norm=1.0, seed=11)
+    pt = DDPG(OBS, ACT, replay=FixedReplay(batches), **kw)
+    tfa = tf_agents.DDPG(OBS, ACT, replay=FixedReplay(batches), **kw)
+    st, sf = pt.state_dict(), tfa.state_dict()
+    assert st.keys() == sf.keys() and all(np.shape(st[k]) == np.shape(sf[k]) for k in st)
+    tfa.load_state_dict(st)
+    obs = rng.uniform(-1, 1, (20, 3)).astype(np.float32)
+    np.testing.assert_allclose(tfa.act(obs), pt.act(obs), atol=1e-5)
+    np.testing.assert_allclose(tfa.act(obs, explore=True), pt.act(obs, explore=True), atol=1e-5)  # same noise rng
+    np.testing.assert_allclose(tfa.td_target(batches[0]).numpy(), pt.td_target(batches[0]).numpy(), atol=1e-5)
+    for _ in range(3):
+        mt, mf = pt.update(32), tfa.update(32)
+        assert mt["critic_loss"] == pytest.approx(mf["critic_loss"], rel=1e-4, abs=1e-6)
+        assert mt["actor_loss"] == pytest.approx(mf["actor_loss"], rel=1e-4, abs=1e-6)
+    st, sf = pt.state_dict(), tfa.state_dict()
+    for k in st:
+        if k not in ("rng", "torch_rng", "noise.rng"):
+            np.testing.assert_allclose(np.asarray(sf[k], np.float64), np.asarray(st[k], np.float64),
+                                       rtol=1e-4, atol=1e-5, err_msg=k)
+    assert len(pt.replay.calls) == len(tfa.replay.calls) == 1  # the weighted batch fed back |TD|
+    np.testing.assert_allclose(np.abs(tfa.replay.calls[0]), np.abs(pt.replay.calls[0]), rtol=1e-4, atol=1e-5)
+    back = DDPG(OBS, ACT, **{**kw, "seed": 99})
+    back.load_state_dict(tfa.state_dict())  # and back into torch
+    np.testing.assert_allclose(back.act(obs), tfa.act(obs), atol=1e-5)
+
+
+def test_tf_ddpg_her_and_options():
+    tf_agents = pytest.importorskip("marl_note.agents.tf")
+    env = PointReachEnv(max_steps=5)
+    agent = tf_agents.DDPG(env.observation_space, env.action_space, her=dict(strategy="final", k=2),
+                           compute_reward=env.compute_reward, hidden_sizes=(8,), learning_starts=5, seed=0)
+    assert isinstance(agent.replay, HERReplayBuffer) and agent.observation_space is env.observation_space
+    obs, _ = env.reset(seed=0)
+    for _ in range(5):
+        one = {k: v[None] for k, v in obs.items()}
+        a = agent.act(one, explore=True)
+        nxt, r, term, trunc, _ = env.step(a[0])
+        agent.observe(Transitions(obs=one, act=a, rew=np.array([r], np.float32),
+                                  next_obs={k: v[None] for k, v in nxt.items()}, terminated=np.array([term]),
+                                  truncated=np.array([trunc])))
+        obs = nxt
+        if term or trunc:
+            break
+    assert agent.update(8)["gradient_steps"] >= 1
+    with pytest.raises(ValueError, match="beta"):
+        tf_agents.DDPG(OBS, ACT, PR=True, beta=3.0)
+    with pytest.raises(TypeError, match="Box action space"):
+        tf_agents.DDPG(OBS, gym.spaces.Discrete(2))
+    result = doctest.testmod(importlib.import_module("marl_note.agents.tf.ddpg"), optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0 and result.attempted > 0
