@@ -41,8 +41,10 @@ def joint_batch(n, rng, agents=("a", "b"), obs_spaces=OBS, act_spaces=ACT, dead=
 
 
 @pytest.mark.parametrize("name", ["marl_note.replay.joint", "marl_note.agents.maddpg_common",
-                                  "marl_note.agents.torch.maddpg"])
+                                  "marl_note.agents.torch.maddpg", "marl_note.agents.tf.maddpg"])
 def test_docstring_examples(name):
+    if ".tf." in name:
+        pytest.importorskip("tensorflow")
     result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
     assert result.failed == 0 and result.attempted > 0
 
