@@ -237,8 +237,8 @@ def test_seeding_reproducible_and_state_dict_round_trip():
 
 
 def test_xla_compile_option_gives_the_same_step():
-    plain = DQN(OBS, ACT, seed=10, learning_starts=1, update_steps=2, **SMALL)
-    xla = DQN(OBS, ACT, seed=10, learning_starts=1, update_steps=2, compile=True, **SMALL)
+    plain = DQN(OBS, ACT, seed=10, learning_starts=1, update_steps=1, **SMALL)
+    xla = DQN(OBS, ACT, seed=10, learning_starts=1, update_steps=1, compile=True, **SMALL)
     for agent in (plain, xla):
         agent.observe(batch(32, np.random.default_rng(10), masks=True))
         agent.update(8)
