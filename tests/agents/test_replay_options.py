@@ -280,3 +280,23 @@ def test_ppo_prioritized_minibatches():
     plain = PPO(OBS, ACT, n_steps=32, n_epochs=2, hidden_sizes=(8,), seed=6)
     _ppo_rollout(plain, np.random.default_rng(6))
     assert "per_ess" not in plain.update(8)
+
+
+def test_tf_dqn_takes_the_same_replay_options():
+    tf_agents = pytest.importorskip("marl_note.agents.tf")
+    rng = np.random.default_rng(8)
+    agent = tf_agents.DQN(OBS, ACT, PR=True, num_steps=2, learning_starts=1, update_steps=2, hidden_sizes=(8,),
+                          seed=8)
+    assert isinstance(agent.replay, PrioritizedReplayBuffer)
+    for _ in range(3):
+        agent.observe(batch(4, rng, terminated=np.zeros(4, bool), stream=np.arange(4)))
+    assert len(agent.replay) == 8 and np.allclose(agent.replay.column("discount"), agent.gamma ** 2)
+    agent.update(8)
+    assert agent.replay.effective_sample_size() < 8
+    with pytest.raises(ValueError, match="alpha"):
+        tf_agents.DQN(OBS, ACT, PR=True, alpha=-1)
+    env = BitFlippingEnv(4)
+    her = tf_agents.DQN(env.observation_space, env.action_space, her=dict(strategy="future", k=4),
+                        compute_reward=env.compute_reward, learning_starts=2, hidden_sizes=(8,), seed=8)
+    _bit_episode(env, her, 0)
+    assert isinstance(her.replay, HERReplayBuffer) and her.update(4)["gradient_steps"] >= 1

@@ -13,6 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from marl_note.agents.policies import EpsGreedyQPolicy, masked_argmax
+from marl_note.agents.replay_options import ReplayFeed, network_space
 from marl_note.agents.tf.common import Adam, TFAgent, check_mask, check_transitions, clip_by_total_norm, mlp
 from marl_note.types import Transitions
 
@@ -30,7 +31,9 @@ class DQN(TFAgent):
     and none until ``learning_starts`` transitions are stored. With ``tau`` set the target
     network follows by Polyak averaging after every step; otherwise it is copied every
     ``target_update`` steps. A ``replay`` with prioritized sampling (batches carrying
-    ``weights``) gets importance-weighted losses and ``update_priorities`` calls.
+    ``weights``) gets importance-weighted losses and ``update_priorities`` calls. The replay
+    options ``PR, alpha, beta, initial_TD, num_steps, her, compute_reward`` are the PyTorch
+    DQN's (see :class:`~marl_note.agents.replay_options.ReplayFeed`).
 
     The gradient step is a ``tf.function``; ``compile=True`` compiles it with XLA
     (``jit_compile=True``). ``state_dict()`` matches the PyTorch DQN key for key.
@@ -53,11 +56,14 @@ class DQN(TFAgent):
                  learning_starts: int = 1000, double: bool = True, target_update: int = 100,
                  tau: float | None = None, criterion: str = "huber", max_grad_norm: float | None = 10.0,
                  replay_ratio: float = 0.25, update_steps: int | None = None, policy=None, replay=None,
-                 seed: int | None = None, device: str = "cpu", compile: bool = False):
+                 seed: int | None = None, device: str = "cpu", compile: bool = False,
+                 PR: bool = False, alpha: float = 0.6, beta: float = 0.4, initial_TD: float = 1.0,
+                 num_steps: int = 1, her=None, compute_reward=None):
         if not isinstance(action_space, gym.spaces.Discrete):
             raise TypeError(f"DQN needs a Discrete action space, got {action_space!r}; "
                             f"use a continuous-control agent for Box actions")
-        super().__init__(observation_space, action_space, seed, device, compile)
+        super().__init__(network_space(observation_space), action_space, seed, device, compile)
+        self.observation_space = observation_space  # a goal env's Dict space; the networks see the flat one
         if criterion not in ("huber", "mse"):
             raise ValueError(f"criterion must be 'huber' or 'mse', got {criterion!r}")
         if tau is not None and not 0.0 < tau <= 1.0:
@@ -80,11 +86,11 @@ class DQN(TFAgent):
         self.replay_ratio = float(replay_ratio)
         self.update_steps = None if update_steps is None else int(update_steps)
         self.policy = policy if policy is not None else EpsGreedyQPolicy(1.0, 0.05, n_steps_annealing=10_000)
-        if replay is None:
-            from marl_note.replay import ReplayBuffer
-            replay = ReplayBuffer(buffer_size, observation_space, action_space,
-                                  seed=int(self.rng.integers(0, 2**63 - 1)))
-        self.replay = replay
+        self._feed = ReplayFeed(observation_space, action_space, buffer_size=buffer_size, gamma=gamma, PR=PR,
+                                alpha=alpha, beta=beta, initial_TD=initial_TD, num_steps=num_steps, her=her,
+                                compute_reward=compute_reward, replay=replay,
+                                seed=None if replay is not None else int(self.rng.integers(0, 2**63 - 1)))
+        self.replay = self._feed.replay
 
         dim = self.encoder.dim
         with tf.device(self.device):
@@ -114,7 +120,7 @@ class DQN(TFAgent):
     # -- acting ------------------------------------------------------------------------------------
     def q_values(self, obs: np.ndarray) -> np.ndarray:
         """Online Q-values ``[B, n]`` as float32 numpy."""
-        return self._forward(self.encoder(obs)).numpy()
+        return self._forward(self.encoder(self._feed.observation(obs))).numpy()
 
     def act(self, obs: np.ndarray, mask: np.ndarray | None = None, explore: bool = False) -> np.ndarray:
         q = self.q_values(obs)
@@ -124,8 +130,10 @@ class DQN(TFAgent):
 
     # -- storing -----------------------------------------------------------------------------------
     def observe(self, transitions: Transitions) -> None:
-        check_transitions(transitions, self.encoder)
-        self.replay.add(transitions)
+        if not isinstance(transitions, Transitions):
+            raise TypeError(f"observe() expects a marl_note.types.Transitions batch, got {type(transitions).__name__}")
+        flat = check_transitions(self._feed.flat(transitions), self.encoder)
+        self._feed.add(transitions, flat)  # n-step accumulation / HER episode storage happen here
         n = len(transitions)
         self.agent_steps += n
         self._new_transitions += n
