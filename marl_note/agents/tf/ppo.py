@@ -16,6 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from marl_note.agents.policies import masked_argmax, masked_softmax, sample_categorical
+from marl_note.agents.replay_options import check_prioritized_options
 from marl_note.agents.tf.common import Adam, TFAgent, check_mask, check_transitions, clip_by_total_norm, mlp
 from marl_note.types import Transitions
 
@@ -80,6 +81,13 @@ class PPO(TFAgent):
     ``n_epochs`` passes of minibatches of ``batch_size`` over all of them and clears the rollout.
     Each minibatch step is a ``tf.function`` (XLA with ``compile=True``).
 
+    ``PR=True`` draws each epoch's minibatches (as many as a plain epoch has) with replacement
+    from a :class:`~marl_note.replay.PrioritizedReplayBuffer` over the rollout instead of a
+    permutation: priorities ``lambda_ * |return - V(s)| + (1 - lambda_) * |ratio - 1|`` are fed
+    back after every minibatch, items start at ``lambda_ * initial_TD + (1 - lambda_) *
+    initial_ratio``, ``alpha`` is the prioritization exponent and the importance weights'
+    ``beta`` anneals linearly to 1 over 100k gradient steps; both loss terms are weighted.
+
     Example:
         >>> import gymnasium as gym, numpy as np
         >>> from marl_note.types import Transitions
@@ -97,7 +105,9 @@ class PPO(TFAgent):
                  ent_coef: float = 0.0, vf_coef: float = 0.5, n_epochs: int = 10, n_steps: int = 2048,
                  max_grad_norm: float | None = 0.5, normalize_advantage: bool = True,
                  target_kl: float | None = None, log_std_init: float = 0.0,
-                 seed: int | None = None, device: str = "cpu", compile: bool = False):
+                 seed: int | None = None, device: str = "cpu", compile: bool = False,
+                 PR: bool = False, alpha: float = 0.6, beta: float = 0.4, initial_TD: float = 1.0,
+                 lambda_: float = 0.5, initial_ratio: float = 1.0):
         if isinstance(action_space, gym.spaces.Discrete):
             self.continuous = False
             out_dim = int(action_space.n)
@@ -139,7 +149,17 @@ class PPO(TFAgent):
         self._value_fn = tf.function(lambda x: self.net(x)[1], input_signature=[x_spec], reduce_retracing=True)
         self._evaluate_fn = tf.function(self.evaluate, input_signature=[x_spec, act_spec, mask_spec],
                                         reduce_retracing=True)
-        self._train_fn = self._function(self._graph_step, [x_spec, act_spec, mask_spec, vec, vec, vec])
+        self._train_fn = self._function(self._graph_step, [x_spec, act_spec, mask_spec, vec, vec, vec, vec])
+        self.PR = bool(PR)
+        self.alpha, self.beta, self.initial_TD = check_prioritized_options(alpha, beta, initial_TD)
+        if not 0.0 <= float(lambda_) <= 1.0:
+            raise ValueError(f"lambda_ must lie in [0, 1] (the weight of |TD| against |ratio - 1| in the "
+                             f"priority), got {lambda_}")
+        if not (np.isfinite(initial_ratio) and initial_ratio >= 0):
+            raise ValueError(f"initial_ratio must be a finite number >= 0, got {initial_ratio}")
+        self.lambda_, self.initial_ratio = float(lambda_), float(initial_ratio)
+        if self.lambda_ * self.initial_TD + (1 - self.lambda_) * self.initial_ratio <= 0:
+            raise ValueError("the initial priority lambda_ * initial_TD + (1 - lambda_) * initial_ratio must be > 0")
 
     # -- acting ------------------------------------------------------------------------------------
     def act(self, obs: np.ndarray, mask: np.ndarray | None = None, explore: bool = False) -> np.ndarray:
@@ -196,7 +216,7 @@ class PPO(TFAgent):
         return self._evaluate_fn(x, self._act_array(act), self._mask_array(mask, len(x)))[0].numpy()
 
     # -- learning ----------------------------------------------------------------------------------
-    def _graph_step(self, x, act, mask, old_logp, adv, ret):
+    def _graph_step(self, x, act, mask, old_logp, adv, ret, w):
         n = tf.shape(adv)[0]
         if self.normalize_advantage:
             nf = tf.cast(n, adv.dtype)
@@ -208,14 +228,14 @@ class PPO(TFAgent):
             log_ratio = logp - old_logp
             ratio = tf.exp(log_ratio)
             clipped = tf.clip_by_value(ratio, 1.0 - self.clip_range, 1.0 + self.clip_range)
-            policy_loss = -tf.reduce_mean(tf.minimum(ratio * adv, clipped * adv))
-            value_loss = tf.reduce_mean(tf.square(v - ret))
+            policy_loss = -tf.reduce_mean(w * tf.minimum(ratio * adv, clipped * adv))
+            value_loss = tf.reduce_mean(w * tf.square(v - ret))
             loss = policy_loss + self.vf_coef * value_loss - self.ent_coef * tf.reduce_mean(entropy)
         grads = clip_by_total_norm(tape.gradient(loss, self.net.variables), self.max_grad_norm)
         self.optimizer.apply_gradients(zip(grads, self.net.variables))
         kl = tf.reduce_mean((ratio - 1.0) - log_ratio)
         clip_fraction = tf.reduce_mean(tf.cast(tf.abs(ratio - 1.0) > self.clip_range, tf.float32))
-        return tf.stack([policy_loss, value_loss, tf.reduce_mean(entropy), kl, clip_fraction])
+        return tf.stack([policy_loss, value_loss, tf.reduce_mean(entropy), kl, clip_fraction]), ret - v, ratio
 
     def update(self, batch_size: int) -> dict[str, Any]:
         """Train on the stored rollout once it holds ``n_steps`` transitions, then clear it."""
@@ -238,12 +258,14 @@ class PPO(TFAgent):
         names = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
         sums = np.zeros(len(names))
         steps = 0
+        per = self._prioritized_rollout(data) if self.PR else None
         for _ in range(self.n_epochs):
-            perm = self.rng.permutation(n)
             epoch_kl = []
-            for start in range(0, n, batch_size):
-                idx = perm[start:start + batch_size]
-                out = self._train_fn(x[idx], act[idx], mask[idx], old_logp[idx], adv[idx], ret[idx]).numpy()
+            for idx, w in self._minibatches(n, batch_size, per):
+                out, td, ratio = self._train_fn(x[idx], act[idx], mask[idx], old_logp[idx], adv[idx], ret[idx], w)
+                out = out.numpy()
+                if per is not None:
+                    per.update_priorities(idx, td.numpy(), ratios=ratio.numpy(), lambda_=self.lambda_)
                 sums += out
                 epoch_kl.append(out[3])
                 steps += 1
@@ -255,8 +277,35 @@ class PPO(TFAgent):
         var = float(np.var(ret, ddof=1)) if n > 1 else float("nan")
         metrics["explained_variance"] = (float("nan") if not var or np.isnan(var)
                                          else 1.0 - float(np.var(ret - values, ddof=1)) / var)
+        if per is not None:
+            metrics["per_ess"] = per.effective_sample_size()
+            metrics["per_beta"] = per.beta
         metrics["gradient_steps"] = steps
         return metrics
+
+    # -- prioritized minibatches (PR=True) --------------------------------------------------------
+    def _prioritized_rollout(self, data: Transitions):
+        """A prioritized buffer holding this rollout in order (storage index == row)."""
+        from marl_note.replay import PrioritizedReplayBuffer
+        beta = self.beta + (1.0 - self.beta) * min(1.0, self.updates / 100_000)
+        initial = self.lambda_ * self.initial_TD + (1.0 - self.lambda_) * self.initial_ratio
+        per = PrioritizedReplayBuffer(len(data), self.observation_space, self.action_space, alpha=self.alpha,
+                                      beta=beta, beta_final=beta, beta_annealing_steps=0, initial_TD=initial,
+                                      seed=int(self.rng.integers(0, 2**63 - 1)))
+        per.add(data)
+        return per
+
+    def _minibatches(self, n: int, batch_size: int, per):
+        """``(indices, importance weights)`` for one epoch (weights are ones without ``PR``)."""
+        if per is None:
+            perm = self.rng.permutation(n)
+            for start in range(0, n, batch_size):
+                idx = perm[start:start + batch_size]
+                yield idx, np.ones(len(idx), np.float32)
+            return
+        for _ in range(-(-n // batch_size)):
+            b = per.sample(batch_size)
+            yield b.indices, np.asarray(b.weights, np.float32)
 
     def __repr__(self) -> str:
         kind = "gaussian" if self.continuous else "categorical"
