@@ -191,6 +191,16 @@ def test_ppo_update_parity(space, shared, epochs, batch, pr):
     np.testing.assert_allclose(tfa.act(obs, mask), pt.act(obs, mask), atol=TOL)  # equal for ints
 
 
+@pytest.mark.parametrize("name", ["DQN", "PPO"])
+def test_same_constructor_arguments_and_defaults(name):
+    import inspect
+
+    ours = inspect.signature(getattr(tf_agents, name).__init__).parameters
+    theirs = inspect.signature(getattr(torch_agents, name).__init__).parameters
+    assert list(ours) == list(theirs)
+    assert {k: p.default for k, p in ours.items()} == {k: p.default for k, p in theirs.items()}
+
+
 def test_report_max_diffs(capsys):
     with capsys.disabled():
         print("\nmax abs diffs torch vs tf:", {k: f"{v:.2e}" for k, v in sorted(MAX_DIFFS.items())})
