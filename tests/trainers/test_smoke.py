@@ -38,14 +38,14 @@ def test_tictactoe_selfplay_dqn_runs_and_beats_random():
 
 
 def test_cartpole_ppo_runs_and_improves():
-    trainer = DecentralizedTrainer("CartPole-v1", num_train_envs=8, num_test_envs=8, update_freq=1024,
-                                   test_freq=10_000, episodes_per_train=250, episodes_per_test=8, seed=1)
-    agent = PPO(trainer.observation_space("agent_0"), trainer.action_space("agent_0"), seed=1, n_steps=1024)
+    trainer = DecentralizedTrainer("CartPole-v1", num_train_envs=8, num_test_envs=8, update_freq=512,
+                                   test_freq=10_000, episodes_per_train=150, episodes_per_test=8, seed=3)
+    agent = PPO(trainer.observation_space("agent_0"), trainer.action_space("agent_0"), seed=3, n_steps=512)
     before = trainer.test([agent])["reward"]
     stats = trainer.train([agent], learning_mask=[1], plot=False, progress=False)
-    assert stats["num_gradient_steps"] > 0 and stats["num_collected_episodes"] >= 250
+    assert stats["num_gradient_steps"] > 0 and stats["num_collected_episodes"] >= 150
     after = trainer.test([agent])["reward"]
-    assert after > max(2 * before, 100), (before, after)
+    assert after > max(2 * before, 150), (before, after)
 
 
 def test_seeded_runs_are_identical():
