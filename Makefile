@@ -12,20 +12,27 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip setuptools wheel
 
-$(VENV)/.installed: $(PY) pyproject.toml
+# core + PyTorch backend: what the demo needs
+$(VENV)/.installed-demo: $(PY) pyproject.toml
 	$(PY) -m pip install "$(TORCH_SPEC)"
-	$(PY) -m pip install -e ".[torch,dev]"
+	$(PY) -m pip install -e ".[torch]"
 	touch $@
 
-install: $(VENV)/.installed
+# + TensorFlow backend (tensorflow-cpu), MPE envs and pytest: what the tests need
+$(VENV)/.installed-test: $(VENV)/.installed-demo
+	$(PY) -m pip install -e ".[torch,tf,dev]"
+	touch $@
+
+install: $(VENV)/.installed-demo
+install-test: $(VENV)/.installed-test
 
 demo: install
 	$(PY) examples/tictactoe_selfplay.py
 
-test: install
+test: install-test
 	$(PY) -m pytest
 
-bench: install
+bench: install-test
 	$(PY) bench/bench_collect.py
 
 clean:
