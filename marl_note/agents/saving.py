@@ -10,8 +10,8 @@ A checkpoint (see :mod:`marl_note.agents.checkpoint`) holds a JSON manifest and 
 
 The constructor arguments are captured automatically: :class:`Saving` wraps the ``__init__`` of
 every subclass and binds the outermost call (the most derived class's own arguments, defaults
-applied). JSON values are written as they are; tuples, numpy arrays/scalars and Gymnasium spaces
-with a tag; exploration policies, noise processes and replay buffers of this library as
+applied; see :mod:`marl_note.agents.config_codec`). JSON values are written as they are; tuples,
+numpy arrays/scalars and Gymnasium spaces with a tag; exploration policies, noise processes and replay buffers of this library as
 ``{"$object": class name, "kwargs": ...}`` (their schedule/rng state travels in the arrays). Any
 other object (a user's own policy, a callable) is refused at save time with a TypeError saying
 which argument it is: build such objects inside ``__init__`` from plain arguments, pass them
@@ -27,25 +27,27 @@ algorithm, missing arrays, wrong shapes, a tampered manifest - raises
 """
 from __future__ import annotations
 
-import functools
 import importlib
 import inspect
 import os
 import warnings
 from typing import Any, Mapping
 
-import gymnasium as gym
 import numpy as np
 
 from marl_note.agents.checkpoint import (CheckpointError, check_state_shapes, read_checkpoint, space_from_json,
                                          space_to_json, write_checkpoint)
+from marl_note.agents.config_codec import SPACE_PARAMS as _SPACE_PARAMS
+from marl_note.agents.config_codec import capturing_init, decode_config, encode_config
 
 __all__ = ["Saving", "restore", "encode_config", "decode_config", "REPLAY_PREFIX"]
 
 REPLAY_PREFIX = "__replay__."
 BACKENDS = ("torch", "tf")
-_SPACE_PARAMS = ("observation_space", "action_space")
 _REGISTRY: dict[str, list[type]] = {}
+
+# encode_config's docstring example lives in config_codec; keep it run by doctest.testmod(saving)
+__test__ = {"encode_config": encode_config}
 
 
 # --------------------------------------------------------------------------- the mixin
@@ -76,7 +78,7 @@ class Saving:
         _REGISTRY.setdefault(cls.__name__, []).append(cls)
         init = cls.__dict__.get("__init__")
         if init is not None and not getattr(init, "_saving_wrapped", False):
-            cls.__init__ = _capturing_init(init)
+            cls.__init__ = capturing_init(init)
 
     # -- configuration -----------------------------------------------------------------------------
     @property
@@ -168,39 +170,6 @@ class Saving:
             self.load_state_dict(state)
         except (KeyError, ValueError, TypeError, RuntimeError) as exc:
             raise CheckpointError(f"{what}: {exc}") from exc
-
-
-def _capturing_init(init):
-    signature = inspect.signature(init)
-
-    @functools.wraps(init)
-    def __init__(self, *args, **kwargs):
-        if "_saving_config" in self.__dict__:  # an inner super().__init__ call: the outer one is recorded
-            return init(self, *args, **kwargs)
-        try:
-            bound = signature.bind(self, *args, **kwargs)
-        except TypeError:
-            return init(self, *args, **kwargs)  # let the constructor raise its own TypeError
-        bound.apply_defaults()
-        config: dict[str, Any] = {}
-        extra_positional = ()
-        for name, value in list(bound.arguments.items())[1:]:
-            kind = signature.parameters[name].kind
-            if kind is inspect.Parameter.VAR_KEYWORD:
-                config.update(value)
-            elif kind is inspect.Parameter.VAR_POSITIONAL:
-                extra_positional = tuple(value)
-            elif name not in _SPACE_PARAMS:
-                config[name] = value
-        self.__dict__["_saving_config"] = config
-        self.__dict__["_saving_varargs"] = extra_positional
-        init(self, *args, **kwargs)
-        after = getattr(self, "_after_init", None)
-        if callable(after):
-            after()
-
-    __init__._saving_wrapped = True
-    return __init__
 
 
 # --------------------------------------------------------------------------- helpers
@@ -359,164 +328,3 @@ def restore(path: str | os.PathLike, backend: str | None = None, **overrides) ->
     agent = _construct(choice[-1], info, overrides, path)
     _load_fresh(agent, info, arrays, path)
     return agent
-
-
-# --------------------------------------------------------------------------- config <-> JSON
-
-def _policy_kwargs(p) -> dict[str, Any]:
-    from marl_note.agents import policies as P
-
-    def sched(s, start, end):
-        return {start: s.start, end: s.end, "n_steps_annealing": s.n_steps}
-
-    if type(p) in (P.GreedyQPolicy, P.SoftmaxPolicy):
-        return {}
-    if type(p) is P.EpsGreedyQPolicy:
-        return sched(p.schedule, "eps", "eps_min")
-    if type(p) is P.BoltzmannQPolicy:
-        return {**sched(p.schedule, "tau", "tau_min"), "clip": tuple(p.clip)}
-    if type(p) is P.MaxBoltzmannQPolicy:
-        return {**sched(p.eps_schedule, "eps", "eps_min"), **sched(p.tau_schedule, "tau", "tau_min"),
-                "clip": tuple(p.clip)}
-    if type(p) is P.BoltzmannGumbelQPolicy:
-        return {"C": p.C}
-    if type(p) is P.GumbelSoftmaxPolicy:
-        return sched(p.schedule, "temperature", "temperature_min")
-    raise KeyError
-
-
-def _noise_kwargs(p) -> dict[str, Any]:
-    from marl_note.agents import noise as N
-
-    base = {"mu": p.mu, "sigma": p.schedule.start, "sigma_min": p.schedule.end,
-            "n_steps_annealing": p.schedule.n_steps, "size": tuple(p.size)}
-    if type(p) is N.GaussianWhiteNoiseProcess:
-        return base
-    if type(p) is N.OrnsteinUhlenbeckProcess:
-        return {**base, "theta": p.theta, "dt": p.dt, "x0": p.x0}
-    raise KeyError
-
-
-def _replay_kwargs(r) -> dict[str, Any]:
-    from marl_note.replay import PrioritizedReplayBuffer, ReplayBuffer
-
-    base = {"capacity": r.capacity, "observation_space": r.observation_space, "action_space": r.action_space}
-    if type(r) is ReplayBuffer:
-        return base
-    if type(r) is PrioritizedReplayBuffer:
-        return {**base, "alpha": r.alpha, "beta": r.beta_initial, "beta_final": r.beta_final,
-                "beta_annealing_steps": r.beta_annealing_steps, "eps": r.eps}
-    raise KeyError
-
-
-def _recordable_classes() -> dict[str, tuple[type, Any]]:
-    from marl_note.agents import noise as N, policies as P
-    from marl_note.replay import PrioritizedReplayBuffer, ReplayBuffer
-
-    table = {c.__name__: (c, _policy_kwargs) for c in (
-        P.GreedyQPolicy, P.SoftmaxPolicy, P.EpsGreedyQPolicy, P.BoltzmannQPolicy, P.MaxBoltzmannQPolicy,
-        P.BoltzmannGumbelQPolicy, P.GumbelSoftmaxPolicy)}
-    table.update({c.__name__: (c, _noise_kwargs) for c in (N.GaussianWhiteNoiseProcess, N.OrnsteinUhlenbeckProcess)})
-    table.update({c.__name__: (c, _replay_kwargs) for c in (ReplayBuffer, PrioritizedReplayBuffer)})
-    return table
-
-
-_RUNTIME_ATTRS = {"steps", "n_steps", "rng", "_rng", "x_prev", "action_counts", "_storage", "_tree",
-                  "_max_priority", "_sample_calls", "_buffer"}
-
-
-def _describe(obj: Any, top: bool = True) -> Any:
-    """Configuration attributes of a policy/noise/replay object, for checking a recorded recipe."""
-    if isinstance(obj, np.ndarray):
-        return ("array", obj.dtype.str, obj.shape, obj.tolist())
-    if isinstance(obj, (list, tuple)):
-        return [_describe(v, False) for v in obj]
-    if hasattr(obj, "__dict__") and not isinstance(obj, (type, gym.Space)):
-        return (type(obj).__name__, {k: _describe(v, False) for k, v in sorted(vars(obj).items())
-                                     if not (top and k in _RUNTIME_ATTRS)})
-    return obj
-
-
-def encode_config(config: Mapping[str, Any], owner: str = "agent") -> dict[str, Any]:
-    """Constructor arguments as JSON-able values; TypeError naming an argument that cannot be recorded.
-
-    Example:
-        >>> from marl_note.agents.policies import EpsGreedyQPolicy
-        >>> encode_config({"hidden_sizes": (64, 64), "policy": EpsGreedyQPolicy(0.5)})["policy"]["$object"]
-        'EpsGreedyQPolicy'
-        >>> decode_config(encode_config({"hidden_sizes": (64, 64)}))
-        {'hidden_sizes': (64, 64)}
-    """
-    return {str(k): _encode(v, f"{owner}({k}=...)") for k, v in config.items()}
-
-
-def _encode(v: Any, where: str) -> Any:
-    if v is None or isinstance(v, (bool, int, float, str)):
-        return v
-    if isinstance(v, np.generic):
-        return v.item()
-    if isinstance(v, tuple):
-        return {"$tuple": [_encode(x, where) for x in v]}
-    if isinstance(v, list):
-        return [_encode(x, where) for x in v]
-    if isinstance(v, dict):
-        if not all(isinstance(k, str) for k in v):
-            raise TypeError(f"{where}: dict keys must be strings to be recorded in a checkpoint")
-        return {"$dict": {k: _encode(x, where) for k, x in v.items()}}
-    if isinstance(v, np.ndarray):
-        if v.dtype.kind not in "biuf":
-            raise TypeError(f"{where}: only numeric arrays can be recorded, got dtype {v.dtype}")
-        return {"$array": v.tolist(), "dtype": v.dtype.str, "shape": list(v.shape)}
-    if isinstance(v, gym.Space):
-        return {"$space": space_to_json(v)}
-    if type(v).__name__ == "device" and type(v).__module__ == "torch":
-        return str(v)
-    table = _recordable_classes()
-    entry = table.get(type(v).__name__)
-    if entry is not None and entry[0] is type(v):
-        kwargs = entry[1](v)
-        rebuilt = type(v)(**kwargs)
-        if _describe(rebuilt) != _describe(v):
-            raise TypeError(f"{where}: this {type(v).__name__} cannot be reproduced from its recorded "
-                            f"arguments {sorted(kwargs)}; build it inside __init__ or pass it to restore()")
-        return {"$object": type(v).__name__, "kwargs": {k: _encode(x, where) for k, x in kwargs.items()}}
-    raise TypeError(f"{where}: a {type(v).__module__}.{type(v).__qualname__} cannot be recorded in a "
-                    f"checkpoint manifest (recorded: JSON values, tuples, numpy arrays, spaces, and the "
-                    f"policies, noise processes and replay buffers of marl_note). Build it inside __init__ "
-                    f"from plain arguments, pass it again as restore(path, {where.split('(')[-1].split('=')[0]}=...), "
-                    f"or save only the weights with save_param()")
-
-
-def decode_config(config: Mapping[str, Any]) -> dict[str, Any]:
-    """Inverse of :func:`encode_config`; CheckpointError for anything it did not write."""
-    return {k: _decode(v, k) for k, v in config.items()}
-
-
-def _decode(v: Any, where: str) -> Any:
-    if isinstance(v, list):
-        return [_decode(x, where) for x in v]
-    if not isinstance(v, dict):
-        return v
-    tags = [k for k in v if k.startswith("$")]
-    if len(tags) != 1:
-        raise CheckpointError(f"config {where!r}: unexpected value {str(v)[:80]}")
-    tag = tags[0]
-    try:
-        if tag == "$tuple":
-            return tuple(_decode(x, where) for x in v["$tuple"])
-        if tag == "$dict":
-            return {k: _decode(x, where) for k, x in v["$dict"].items()}
-        if tag == "$array":
-            return np.asarray(v["$array"], dtype=np.dtype(v["dtype"])).reshape(v["shape"])
-        if tag == "$space":
-            return space_from_json(v["$space"])
-        if tag == "$object":
-            entry = _recordable_classes().get(v["$object"])
-            if entry is None:
-                raise CheckpointError(f"config {where!r}: unknown object class {v['$object']!r}")
-            return entry[0](**{k: _decode(x, where) for k, x in v["kwargs"].items()})
-    except CheckpointError:
-        raise
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise CheckpointError(f"config {where!r}: cannot decode {tag} ({type(exc).__name__}: {exc})") from None
-    raise CheckpointError(f"config {where!r}: unknown tag {tag!r}")
