@@ -41,14 +41,21 @@ class StepResult:
     infos: dict[str, dict] = field(default_factory=dict)
 
 
-def _strip_space(space: gym.Space) -> tuple[gym.Space, bool]:
-    """Observation space without its action mask, and whether it carried one."""
+def strip_action_mask_space(space: gym.Space) -> tuple[gym.Space, bool]:
+    """Observation space without its action mask, and whether it carried one.
+
+    ``Dict(observation=..., action_mask=...)`` becomes its ``observation`` space; any other
+    ``Dict`` with an ``action_mask`` becomes the ``Dict`` of its other entries.
+    """
     if isinstance(space, gym.spaces.Dict) and "action_mask" in space.spaces:
         rest = {k: v for k, v in space.spaces.items() if k != "action_mask"}
         if set(rest) == {"observation"}:
             return rest["observation"], True
         return gym.spaces.Dict(rest), True
     return space, False
+
+
+_strip_space = strip_action_mask_space
 
 
 def _split(raw: Any, info: dict | None) -> tuple[Any, np.ndarray | None]:
