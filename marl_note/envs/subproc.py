@@ -19,227 +19,36 @@ With shared memory, observations of agents whose (mask-stripped) observation spa
 ``Discrete`` (or ``MultiBinary``/``MultiDiscrete``) are written into preallocated slots (one per env and agent, for ``obs`` and for
 ``final_obs``) and replaced in the pickled :class:`StepResult` by a marker; the parent copies them
 out of the slot. Anything that does not fit its slot exactly (dtype/shape) travels through the pipe.
+
+The slots live in :mod:`marl_note.envs.shared_memory`, the worker-process loop in
+:mod:`marl_note.envs.subproc_worker`; this module is the parent side.
 """
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
 import pickle
-import signal
-import traceback
 import weakref
 from multiprocessing import connection as mp_connection
 from multiprocessing import shared_memory as _shm
 from typing import Any, Callable, Sequence
 
-import gymnasium as gym
 import numpy as np
 
+import marl_note.envs.shared_memory as shm_slots
 from marl_note.envs.adapters import StepResult
-from marl_note.envs.vector import AutoResetWorker
+from marl_note.envs.subproc_worker import worker_main
 
 __all__ = ["SubprocVectorEnv", "WorkerError"]
 
 _DEFAULT_CONTEXT = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
 _POLL_S = 1.0  # how often a waiting parent re-checks that its workers are alive
 _START_TIMEOUT_S = 60.0  # least time allowed for starting a worker process and building its envs
+_WORKER_MODULE = worker_main.__module__  # what a worker process imports (preloaded by the forkserver)
 
 
 class WorkerError(RuntimeError):
     """An exception raised inside a worker process whose original could not be sent back."""
-
-
-class _Marker:
-    """Stands for an observation that travelled through shared memory (pickled by reference)."""
-
-    def __init__(self, name: str):
-        self.name = name
-
-    def __reduce__(self) -> str:
-        return self.name
-
-    def __repr__(self) -> str:
-        return f"<{self.name}>"
-
-
-_IN_SHM_ARRAY = _Marker("_IN_SHM_ARRAY")    # an ndarray: parent returns a copy of the slot
-_IN_SHM_SCALAR = _Marker("_IN_SHM_SCALAR")  # a numpy scalar (e.g. np.int64 of a Discrete space)
-
-
-# ----------------------------------------------------------------------------------------------
-# shared-memory layout
-# ----------------------------------------------------------------------------------------------
-
-def _slot_spec(space: gym.Space) -> tuple[tuple[int, ...], str] | None:
-    """(shape, dtype) of a shared-memory slot for an observation space, or None if it has none.
-
-    The action mask is stripped the way the adapters strip it: ``Dict(observation=..., action_mask=...)``
-    becomes its ``observation`` space.
-    """
-    if isinstance(space, gym.spaces.Dict) and "action_mask" in space.spaces:
-        rest = [k for k in space.spaces if k != "action_mask"]
-        if rest != ["observation"]:
-            return None
-        space = space.spaces["observation"]
-    if isinstance(space, gym.spaces.Box):
-        return tuple(int(n) for n in space.shape), np.dtype(space.dtype).str
-    if isinstance(space, gym.spaces.Discrete):
-        return (), np.dtype(space.dtype).str
-    if isinstance(space, (gym.spaces.MultiBinary, gym.spaces.MultiDiscrete)):
-        return tuple(int(n) for n in space.shape), np.dtype(space.dtype).str
-    return None
-
-
-def _layout(env_specs: list[dict[str, tuple]]) -> tuple[list[dict[str, tuple]], int]:
-    """Byte offsets of every (env, agent) obs and final-obs slot in one block.
-
-    Returns ``[{agent: (shape, dtype, obs_offset, final_offset)}] per env`` and the block size.
-    """
-    layout, offset = [], 0
-    for spec in env_specs:
-        env_layout = {}
-        for agent, (shape, dtype) in spec.items():
-            nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-            align = 64  # keep every slot cache-line aligned
-            obs_off = offset
-            final_off = obs_off + -(-nbytes // align) * align
-            offset = final_off + -(-nbytes // align) * align
-            env_layout[agent] = (shape, dtype, obs_off, final_off)
-        layout.append(env_layout)
-    return layout, offset
-
-
-def _views(buf: Any, layout: list[dict[str, tuple]]) -> list[dict[str, tuple[np.ndarray, np.ndarray]]]:
-    """numpy views ``[{agent: (obs_slot, final_slot)}]`` into a shared block."""
-    out = []
-    for env_layout in layout:
-        out.append({agent: (np.ndarray(shape, dtype, buf, obs_off), np.ndarray(shape, dtype, buf, final_off))
-                    for agent, (shape, dtype, obs_off, final_off) in env_layout.items()})
-    return out
-
-
-def _to_slots(values: dict[str, Any], slots: dict[str, tuple], which: int) -> dict[str, Any]:
-    """Write what fits into shared slots; return the dict with markers in their place."""
-    out = {}
-    for agent, value in values.items():
-        slot = slots.get(agent)
-        if slot is not None:
-            slot = slot[which]
-            if isinstance(value, np.ndarray) and value.dtype == slot.dtype and value.shape == slot.shape:
-                slot[...] = value
-                value = _IN_SHM_ARRAY
-            elif isinstance(value, np.generic) and value.dtype == slot.dtype and slot.shape == ():
-                slot[...] = value
-                value = _IN_SHM_SCALAR
-        out[agent] = value
-    return out
-
-
-def _from_slots(values: dict[str, Any], slots: dict[str, tuple], which: int) -> dict[str, Any]:
-    """Inverse of :func:`_to_slots` (copies, since the slot is overwritten by the next step)."""
-    out = {}
-    for agent, value in values.items():
-        if value is _IN_SHM_ARRAY:
-            value = slots[agent][which].copy()
-        elif value is _IN_SHM_SCALAR:
-            value = slots[agent][which][()]
-        out[agent] = value
-    return out
-
-
-# ----------------------------------------------------------------------------------------------
-# worker process
-# ----------------------------------------------------------------------------------------------
-
-def _pack_error(env_index: int | None, exc: BaseException) -> tuple:
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    try:  # send the exception itself when it survives pickling, so the parent can re-raise its type
-        pickle.loads(pickle.dumps(exc))
-    except Exception:
-        exc = None
-    return "error", (env_index, exc, text)
-
-
-def _worker_main(conn: Any, parent_conn: Any, payload: Any, env_indices: list[int]) -> None:
-    """Body of one worker process: build the envs, then serve requests until "close"."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it closes us
-    if parent_conn is not None:  # fork: drop the inherited parent end so a dead parent gives EOF
-        parent_conn.close()
-    workers: dict[int, AutoResetWorker] = {}
-    shm, views, slots, res, results = None, {}, None, None, None
-    current = None  # env index being built, for error reports
-    try:
-        try:
-            env_fns = pickle.loads(payload) if isinstance(payload, bytes) else payload
-            for i, fn in zip(env_indices, env_fns):
-                current = i
-                workers[i] = AutoResetWorker(fn)
-            specs = []
-            for i, w in workers.items():
-                current = i
-                obs_spaces, _ = w.adapter.raw_spaces()
-                spec = {}
-                for agent, space in obs_spaces.items():
-                    slot = _slot_spec(space)
-                    if slot is not None:
-                        spec[agent] = slot
-                specs.append(spec)
-        except BaseException as exc:  # noqa: BLE001 - everything is reported to the parent
-            conn.send(_pack_error(current, exc))
-            return
-        conn.send(("spaces", specs))
-        while True:
-            try:
-                cmd, arg = conn.recv()
-            except (EOFError, OSError):  # parent is gone
-                return
-            if cmd == "close":
-                break
-            if cmd == "shm":
-                name, layout = arg
-                if name is not None:
-                    shm = _shm.SharedMemory(name=name)
-                    views = dict(zip(env_indices, _views(shm.buf, layout)))
-                conn.send(("ok", None))
-                continue
-            results, error = [], None
-            for i, a in arg:  # a is a seed for "reset", an actions dict for "step"
-                try:
-                    res = workers[i].reset(seed=a) if cmd == "reset" else workers[i].step(a)
-                except Exception as exc:  # noqa: BLE001
-                    if error is None:
-                        error = _pack_error(i, exc)
-                    continue
-                slots = views.get(i)
-                if slots:
-                    res.obs = _to_slots(res.obs, slots, 0)
-                    if res.final_obs:
-                        res.final_obs = _to_slots(res.final_obs, slots, 1)
-                results.append((i, res))
-            if error is not None:
-                conn.send(error)
-            else:
-                try:
-                    conn.send(("ok", results))
-                except Exception as exc:  # noqa: BLE001 - e.g. an unpicklable info value
-                    conn.send(_pack_error(results[0][0] if results else None, exc))
-    finally:
-        for w in workers.values():
-            try:
-                w.close()
-            except Exception:  # noqa: BLE001 - closing is best effort
-                pass
-        views = slots = res = results = None  # drop every view into the block before closing it
-        if shm is not None:
-            try:
-                shm.close()
-            except BufferError:  # a view survived somewhere; the OS unmaps at exit anyway
-                pass
-        try:
-            conn.send(("closed", None))
-        except Exception:  # noqa: BLE001
-            pass
-        conn.close()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -247,16 +56,16 @@ def _worker_main(conn: Any, parent_conn: Any, payload: Any, env_indices: list[in
 # ----------------------------------------------------------------------------------------------
 
 def _preload_forkserver(ctx: Any) -> None:
-    """Have the forkserver import this module (numpy, gymnasium, pettingzoo) once, before it forks.
+    """Have the forkserver import the worker module (numpy, gymnasium, pettingzoo) once, before it forks.
 
     Worker processes then start in ~0.1 s instead of re-importing everything (~1 s each). Only takes
     effect if the forkserver is not running yet; existing preload entries are kept.
     """
     from multiprocessing import forkserver
     current = list(getattr(getattr(forkserver, "_forkserver", None), "_preload_modules", None) or ["__main__"])
-    if __name__ not in current:
+    if _WORKER_MODULE not in current:
         try:
-            ctx.set_forkserver_preload(current + [__name__])
+            ctx.set_forkserver_preload(current + [_WORKER_MODULE])
         except Exception:  # noqa: BLE001 - an optimisation only
             pass
 
@@ -299,8 +108,8 @@ class SubprocVectorEnv:
     """N envs spread over worker processes; same interface as ``SyncVectorEnv``.
 
     Envs are split into ``processes`` contiguous groups (default ``min(num_envs, os.cpu_count())``);
-    each process hosts one :class:`AutoResetWorker` per env of its group. ``reset(seed)`` seeds env
-    ``i`` with ``seed + i``; ``step({env_index: actions})`` advances only the listed envs. Results
+    each process hosts one :class:`~marl_note.envs.vector.AutoResetWorker` per env of its group.
+    ``reset(seed)`` seeds env ``i`` with ``seed + i``; ``step({env_index: actions})`` advances only the listed envs. Results
     equal those of ``SyncVectorEnv`` for the same factories, seeds and actions.
 
     Factories are pickled to reach the workers under the default ``"forkserver"``/``"spawn"`` start
@@ -358,7 +167,7 @@ class SubprocVectorEnv:
         try:
             for p, (g, payload) in enumerate(zip(groups, payloads)):
                 parent_conn, child_conn = ctx.Pipe()
-                proc = ctx.Process(target=_worker_main, name=f"SubprocVectorEnv-{p}", daemon=True,
+                proc = ctx.Process(target=worker_main, name=f"SubprocVectorEnv-{p}", daemon=True,
                                    args=(child_conn, parent_conn if method == "fork" else None, payload, g))
                 proc.start()
                 child_conn.close()
@@ -371,12 +180,12 @@ class SubprocVectorEnv:
             for p, g in enumerate(groups):
                 name, layout = None, None
                 if shared_memory:
-                    layout, size = _layout(specs[p])
+                    layout, size = shm_slots.layout(specs[p])
                     if size:
                         shm = _shm.SharedMemory(create=True, size=size)
                         self._state["shms"].append(shm)
                         name = shm.name
-                        views.update(zip(g, _views(shm.buf, layout)))
+                        views.update(zip(g, shm_slots.views(shm.buf, layout)))
                 self._state["conns"][p].send(("shm", (name, layout)))
             for p in range(processes):
                 self._recv(p, "ok", start_timeout)
@@ -449,9 +258,9 @@ class SubprocVectorEnv:
                 for i, res in results:
                     slots = views.get(i)
                     if slots:
-                        res.obs = _from_slots(res.obs, slots, 0)
+                        res.obs = shm_slots.from_slots(res.obs, slots, 0)
                         if res.final_obs:
-                            res.final_obs = _from_slots(res.final_obs, slots, 1)
+                            res.final_obs = shm_slots.from_slots(res.final_obs, slots, 1)
                     out[i] = res
         except BaseException as exc:  # e.g. KeyboardInterrupt: unread replies would desynchronise the pipes
             if not self._broken:

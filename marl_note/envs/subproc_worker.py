@@ -1,0 +1,112 @@
+"""The worker-process side of :class:`~marl_note.envs.subproc.SubprocVectorEnv`.
+
+:func:`worker_main` is the body of one worker process: it builds its envs (one
+:class:`~marl_note.envs.vector.AutoResetWorker` each), reports their shared-memory slot specs,
+then serves ``shm`` / ``reset`` / ``step`` / ``close`` requests over its pipe (wire protocol in
+:mod:`marl_note.envs.subproc`). The parent has the forkserver preload this module, so a worker
+starts without re-importing numpy, gymnasium and pettingzoo.
+"""
+from __future__ import annotations
+
+import pickle
+import signal
+import traceback
+from multiprocessing import shared_memory as _shm
+from typing import Any
+
+import marl_note.envs.shared_memory as shm_slots
+from marl_note.envs.vector import AutoResetWorker
+
+__all__ = ["worker_main", "pack_error"]
+
+
+def pack_error(env_index: int | None, exc: BaseException) -> tuple:
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    try:  # send the exception itself when it survives pickling, so the parent can re-raise its type
+        pickle.loads(pickle.dumps(exc))
+    except Exception:
+        exc = None
+    return "error", (env_index, exc, text)
+
+
+def worker_main(conn: Any, parent_conn: Any, payload: Any, env_indices: list[int]) -> None:
+    """Body of one worker process: build the envs, then serve requests until "close"."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it closes us
+    if parent_conn is not None:  # fork: drop the inherited parent end so a dead parent gives EOF
+        parent_conn.close()
+    workers: dict[int, AutoResetWorker] = {}
+    shm, views, slots, res, results = None, {}, None, None, None
+    current = None  # env index being built, for error reports
+    try:
+        try:
+            env_fns = pickle.loads(payload) if isinstance(payload, bytes) else payload
+            for i, fn in zip(env_indices, env_fns):
+                current = i
+                workers[i] = AutoResetWorker(fn)
+            specs = []
+            for i, w in workers.items():
+                current = i
+                obs_spaces, _ = w.adapter.raw_spaces()
+                spec = {}
+                for agent, space in obs_spaces.items():
+                    slot = shm_slots.slot_spec(space)
+                    if slot is not None:
+                        spec[agent] = slot
+                specs.append(spec)
+        except BaseException as exc:  # noqa: BLE001 - everything is reported to the parent
+            conn.send(pack_error(current, exc))
+            return
+        conn.send(("spaces", specs))
+        while True:
+            try:
+                cmd, arg = conn.recv()
+            except (EOFError, OSError):  # parent is gone
+                return
+            if cmd == "close":
+                break
+            if cmd == "shm":
+                name, layout = arg
+                if name is not None:
+                    shm = _shm.SharedMemory(name=name)
+                    views = dict(zip(env_indices, shm_slots.views(shm.buf, layout)))
+                conn.send(("ok", None))
+                continue
+            results, error = [], None
+            for i, a in arg:  # a is a seed for "reset", an actions dict for "step"
+                try:
+                    res = workers[i].reset(seed=a) if cmd == "reset" else workers[i].step(a)
+                except Exception as exc:  # noqa: BLE001
+                    if error is None:
+                        error = pack_error(i, exc)
+                    continue
+                slots = views.get(i)
+                if slots:
+                    res.obs = shm_slots.to_slots(res.obs, slots, 0)
+                    if res.final_obs:
+                        res.final_obs = shm_slots.to_slots(res.final_obs, slots, 1)
+                results.append((i, res))
+            if error is not None:
+                conn.send(error)
+            else:
+                try:
+                    conn.send(("ok", results))
+                except Exception as exc:  # noqa: BLE001 - e.g. an unpicklable info value
+                    conn.send(pack_error(results[0][0] if results else None, exc))
+    finally:
+        for w in workers.values():
+            try:
+                w.close()
+            except Exception:  # noqa: BLE001 - closing is best effort
+                pass
+        views = slots = res = results = None  # drop every view into the block before closing it
+        if shm is not None:
+            try:
+                shm.close()
+            except BufferError:  # a view survived somewhere; the OS unmaps at exit anyway
+                pass
+        try:
+            conn.send(("closed", None))
+        except Exception:  # noqa: BLE001
+            pass
+        conn.close()
+
