@@ -14,6 +14,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from marl_note.envs.adapters import strip_action_mask_space
+
 __all__ = ["slot_spec", "layout", "views", "to_slots", "from_slots"]
 
 
@@ -37,14 +39,11 @@ _IN_SHM_SCALAR = _Marker("_IN_SHM_SCALAR")  # a numpy scalar (e.g. np.int64 of a
 def slot_spec(space: gym.Space) -> tuple[tuple[int, ...], str] | None:
     """(shape, dtype) of a shared-memory slot for an observation space, or None if it has none.
 
-    The action mask is stripped the way the adapters strip it: ``Dict(observation=..., action_mask=...)``
-    becomes its ``observation`` space.
+    The action mask is stripped by the adapters' :func:`~marl_note.envs.adapters.strip_action_mask_space`:
+    ``Dict(observation=..., action_mask=...)`` becomes its ``observation`` space (any other masked
+    ``Dict`` stays a ``Dict``, which has no slot).
     """
-    if isinstance(space, gym.spaces.Dict) and "action_mask" in space.spaces:
-        rest = [k for k in space.spaces if k != "action_mask"]
-        if rest != ["observation"]:
-            return None
-        space = space.spaces["observation"]
+    space, _ = strip_action_mask_space(space)
     if isinstance(space, gym.spaces.Box):
         return tuple(int(n) for n in space.shape), np.dtype(space.dtype).str
     if isinstance(space, gym.spaces.Discrete):
