@@ -32,7 +32,6 @@ does not move the critic.
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Mapping
 
 import gymnasium as gym
@@ -41,7 +40,8 @@ import torch
 from torch import nn
 
 from marl_note.agents.noise import GaussianWhiteNoiseProcess
-from marl_note.agents.policies import EpsGreedyQPolicy, masked_argmax
+from marl_note.agents.policies import EpsGreedyQPolicy
+from marl_note.agents.rl_common import explorer_state, load_explorer_state, run_updates, select_actions
 from marl_note.agents.torch.common import TorchAgent, check_mask, check_transitions
 from marl_note.types import Transitions
 
@@ -207,7 +207,7 @@ class RL(TorchAgent):
         with torch.no_grad():
             out = self.action(s)
         out = out.detach().cpu().numpy() if torch.is_tensor(out) else np.asarray(out)
-        return _select(self, out, len(s), mask, explore)
+        return select_actions(self, out, len(s), mask, explore, check_mask=check_mask)
 
     # -- storing ---------------------------------------------------------------------------------------
     def observe(self, transitions: Transitions) -> None:
@@ -256,7 +256,7 @@ class RL(TorchAgent):
 
     def update(self, batch_size: int) -> dict[str, Any]:
         """``update_steps`` gradient steps (none before ``learning_starts`` transitions); mean losses."""
-        return _update(self, batch_size)
+        return run_updates(self, batch_size)
 
     # -- state -----------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:
@@ -268,10 +268,10 @@ class RL(TorchAgent):
         super().load_state_dict(state)
 
     def _extra_state(self) -> dict[str, np.ndarray]:
-        return _explorer_state(self)
+        return explorer_state(self)
 
     def _load_extra_state(self, state: Mapping[str, Any]) -> None:
-        _load_explorer_state(self, state)
+        load_explorer_state(self, state)
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(nets={sorted(self._nets)}, agent_steps={self.agent_steps}, "
@@ -279,70 +279,3 @@ class RL(TorchAgent):
 
 
 _SIGNATURES = {"action": "action(self, s)", "__call__": "__call__(self, s, a, next_s, r, d) returning the loss"}
-
-
-# ------------------------------------------------------------------------------ numpy-only pieces
-# (the same logic as marl_note.agents.tf.rl; kept here so this module never imports tensorflow)
-
-def _select(agent, out: np.ndarray, batch: int, mask, explore: bool) -> np.ndarray:
-    """Greedy or exploring actions from the forward pass ``out`` of ``action(s)``."""
-    name = type(agent).__name__
-    if agent.discrete:
-        if out.shape != (batch, agent.n_actions):
-            raise ValueError(f"{name}.action returned shape {out.shape}; expected ({batch}, {agent.n_actions}) "
-                             f"values for {agent.action_space}")
-        mask = check_mask(mask, batch, agent.n_actions)
-        a = agent.policy.select(out, mask, agent.rng) if explore else masked_argmax(out, mask)
-        return a + agent.action_start
-    space = agent.action_space
-    if out.size != batch * math.prod(space.shape):
-        raise ValueError(f"{name}.action returned shape {out.shape}; expected {(batch, *space.shape)} for {space}")
-    out = out.reshape(batch, *space.shape).astype(np.float64)
-    if explore:
-        size = tuple(agent.noise.size)
-        if size == (batch, *space.shape):
-            out = out + agent.noise.sample()
-        elif size == tuple(space.shape):
-            out = out + np.stack([agent.noise.sample() for _ in range(batch)])
-        else:
-            raise ValueError(f"noise of size {size} fits neither one action {space.shape} nor the batch "
-                             f"{(batch, *space.shape)}")
-        out = np.clip(out, np.where(np.isfinite(space.low), space.low, -np.inf),
-                      np.where(np.isfinite(space.high), space.high, np.inf))
-    return out.astype(space.dtype)
-
-
-def _update(agent, batch_size: int) -> dict[str, Any]:
-    if len(agent.replay) == 0 or len(agent.replay) < agent.learning_starts:
-        return {"gradient_steps": 0}
-    totals: list[float] = []
-    for _ in range(agent.update_steps):
-        losses = agent._gradient_step(int(batch_size))
-        totals = losses if not totals else [t + x for t, x in zip(totals, losses)]
-    steps = agent.update_steps
-    metrics: dict[str, Any] = {}
-    if steps:
-        metrics["loss"] = sum(totals) / steps
-        if len(totals) > 1:
-            metrics.update({f"loss_{i}": t / steps for i, t in enumerate(totals)})
-    if agent.policy is not None:
-        metrics.update({k: float(v) for k, v in agent.policy.metrics().items()})
-    metrics["gradient_steps"] = steps
-    return metrics
-
-
-def _explorer_state(agent) -> dict[str, np.ndarray]:
-    state = {}
-    for prefix in ("policy", "noise"):
-        obj = getattr(agent, prefix)
-        if obj is not None and hasattr(obj, "state_dict"):
-            state.update({f"{prefix}.{k}": np.asarray(v) for k, v in obj.state_dict().items()})
-    return state
-
-
-def _load_explorer_state(agent, state: Mapping[str, Any]) -> None:
-    for prefix in ("policy", "noise"):
-        obj = getattr(agent, prefix)
-        part = {k[len(prefix) + 1:]: v for k, v in state.items() if k.startswith(prefix + ".")}
-        if obj is not None and part and hasattr(obj, "load_state_dict"):
-            obj.load_state_dict(part)
