@@ -24,7 +24,7 @@ class EnvSpec:
         >>> import gymnasium as gym
         >>> spec = EnvSpec(("agent_0",), {"agent_0": gym.spaces.Box(-1, 1, (4,))},
         ...                {"agent_0": gym.spaces.Discrete(2)}, turn_based=False, has_action_mask=False)
-        >>> spec.num_agents, spec.action_space("agent_0").n
+        >>> spec.num_agents, int(spec.action_space("agent_0").n)
         (1, 2)
     """
 

@@ -22,6 +22,18 @@ from marl_note.types import Transitions
 
 @runtime_checkable
 class Agent(Protocol):
+    """What every seat needs: an action space and batched ``act``.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> class AlwaysZero:
+        ...     action_space = gym.spaces.Discrete(3)
+        ...     def act(self, obs, mask=None, explore=False):
+        ...         return np.zeros(len(obs), dtype=np.int64)
+        >>> isinstance(AlwaysZero(), Agent)
+        True
+    """
+
     action_space: gym.Space
 
     def act(self, obs: np.ndarray, mask: np.ndarray | None = None, explore: bool = False) -> np.ndarray: ...
@@ -29,6 +41,14 @@ class Agent(Protocol):
 
 @runtime_checkable
 class LearningAgent(Agent, Protocol):
+    """A seat that learns: ``observe`` transitions, ``update``, numpy state.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> isinstance(RandomAgent(gym.spaces.Discrete(2)), LearningAgent)
+        False
+    """
+
     observation_space: gym.Space
 
     def observe(self, transitions: Transitions) -> None: ...

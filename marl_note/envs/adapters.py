@@ -28,7 +28,13 @@ GYM_AGENT = "agent_0"
 
 @dataclass
 class StepResult:
-    """What one ``reset``/``step`` of an adapted env returns (see module docstring)."""
+    """What one ``reset``/``step`` of an adapted env returns (see module docstring).
+
+    Example:
+        >>> res = StepResult(obs={"player_2": np.zeros(3)}, masks={}, rewards={"player_1": 1.0})
+        >>> list(res.obs), res.episode_over
+        (['player_2'], False)
+    """
 
     obs: dict[str, Any]
     masks: dict[str, np.ndarray]
@@ -109,7 +115,14 @@ class GymAdapter:
 
 
 class ParallelAdapter:
-    """A ``pettingzoo.ParallelEnv``: every live agent acts each step."""
+    """A ``pettingzoo.ParallelEnv``: every live agent acts each step.
+
+    Example:
+        >>> from mpe2 import simple_spread_v3
+        >>> env = ParallelAdapter(simple_spread_v3.parallel_env())
+        >>> sorted(env.reset(seed=0).obs)
+        ['agent_0', 'agent_1', 'agent_2']
+    """
 
     turn_based = False
 
@@ -158,6 +171,12 @@ class AECAdapter:
 
     Rewards follow PettingZoo's ``last()``: what an agent received since its own previous action,
     reported when it is next selected (to act, or dead at the end).
+
+    Example:
+        >>> from pettingzoo.classic import tictactoe_v3
+        >>> env = AECAdapter(tictactoe_v3.env())
+        >>> list(env.reset(seed=0).obs), list(env.step({"player_1": 4}).obs)
+        (['player_1'], ['player_2'])
     """
 
     turn_based = True

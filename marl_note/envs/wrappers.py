@@ -60,7 +60,15 @@ class AgentIdParallel(_AgentIdMixin, BaseParallelWrapper):
 
 
 class AgentIdAEC(_AgentIdMixin, BaseWrapper):
-    """The turn-based counterpart of :class:`AgentIdParallel` (flat Box observations, no masks)."""
+    """The turn-based counterpart of :class:`AgentIdParallel` (flat Box observations, no masks).
+
+    Example:
+        >>> from mpe2 import simple_spread_v3
+        >>> env = AgentIdAEC(simple_spread_v3.env())
+        >>> env.reset(seed=0)
+        >>> env.observe("agent_0")[-3:].tolist()
+        [1.0, 0.0, 0.0]
+    """
 
     def __init__(self, env: AECEnv):
         super().__init__(env)

@@ -136,7 +136,16 @@ class HindsightRelabeler:
 
 @dataclass
 class HERSample:
-    """A relabelled batch plus what was substituted (for inspection and tests)."""
+    """A relabelled batch plus what was substituted (for inspection and tests).
+
+    Example (see :class:`~marl_note.replay.HERReplayBuffer` for filling a buffer):
+        >>> from marl_note.types import Transitions
+        >>> t = Transitions(np.zeros((1, 2)), np.zeros(1, int), np.zeros(1), np.zeros((1, 2)),
+        ...                 np.zeros(1, bool), np.zeros(1, bool))
+        >>> s = HERSample(t, goal=np.ones((1, 1)), relabeled=np.array([True]), goal_index=np.array([3]))
+        >>> bool(s.relabeled[0]), len(s.transitions)
+        (True, 1)
+    """
 
     transitions: Transitions
     goal: np.ndarray  # the desired goal each item was given (original or substitute)

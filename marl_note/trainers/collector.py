@@ -19,7 +19,13 @@ from marl_note.types import EnvSpec, JointTransitions, Transitions, space_shape_
 
 @dataclass
 class CollectStats:
-    """Counters and finished-episode results of one ``collect`` call."""
+    """Counters and finished-episode results of one ``collect`` call.
+
+    Example:
+        >>> stats = CollectStats(env_steps=9, agent_steps=9, episodes=1, returns=[np.array([1.0, -1.0])])
+        >>> stats.returns_array(2).tolist()
+        [[1.0, -1.0]]
+    """
 
     env_steps: int = 0
     agent_steps: int = 0

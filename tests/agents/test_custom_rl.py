@@ -1,6 +1,5 @@
 """User-defined agents on the RL base classes (torch and TF): learning, several optimisers, errors, saving."""
 import copy
-import doctest
 import importlib
 import time
 
@@ -299,11 +298,3 @@ def test_tf_custom_dqn_save_restore_and_errors(tmp_path):
 
     with pytest.raises(TypeError, match=r"NoLoss must define __call__"):
         NoLoss(OBS, gym.spaces.Discrete(2))
-
-
-@pytest.mark.parametrize("name", ["marl_note.agents.torch.rl", "marl_note.agents.tf.rl"])
-def test_docstring_examples(name):
-    if name.endswith("tf.rl"):
-        tf_modules()
-    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
-    assert result.failed == 0 and result.attempted > 0

@@ -3,8 +3,6 @@
 The learning check drives MADDPG with its own loop (``observe_joint`` / ``update``) on a tiny
 cooperative ParallelEnv; the trainer integration test goes through DecentralizedTrainer.
 """
-import doctest
-import importlib
 
 import gymnasium as gym
 import numpy as np
@@ -38,15 +36,6 @@ def joint_batch(n, rng, agents=("a", "b"), obs_spaces=OBS, act_spaces=ACT, dead=
                             next_obs=next_obs, terminated=terminated,
                             truncated=(rng.random((n, len(agents))) < 0.1) & alive & ~terminated, alive=alive,
                             stream=np.arange(n))
-
-
-@pytest.mark.parametrize("name", ["marl_note.replay.joint", "marl_note.agents.maddpg_common",
-                                  "marl_note.agents.torch.maddpg", "marl_note.agents.tf.maddpg"])
-def test_docstring_examples(name):
-    if ".tf." in name:
-        pytest.importorskip("tensorflow")
-    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
-    assert result.failed == 0 and result.attempted > 0
 
 
 # --------------------------------------------------------------------------- joint replay

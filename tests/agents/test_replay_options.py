@@ -1,5 +1,4 @@
 """Replay options on the off-policy agents: prioritized replay, n-step returns and HER (torch backend)."""
-import doctest
 
 import gymnasium as gym
 import numpy as np
@@ -7,7 +6,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from marl_note.agents import replay_options  # noqa: E402
 from marl_note.agents.replay_options import ReplayFeed  # noqa: E402
 from marl_note.agents.torch import DDPG, DQN, PPO  # noqa: E402
 from marl_note.envs.goal_envs import BitFlippingEnv, PointReachEnv  # noqa: E402
@@ -28,11 +26,6 @@ def batch(n, rng, **over):
 
 def params(net):
     return [p.detach().clone() for p in net.parameters()]
-
-
-def test_docstring_examples():
-    result = doctest.testmod(replay_options, optionflags=doctest.ELLIPSIS)
-    assert result.failed == 0 and result.attempted > 0
 
 
 # --------------------------------------------------------------------------- prioritized replay

@@ -1,5 +1,4 @@
 """Whole-agent checkpoints: save/restore per backend, across backends, replay, atomicity and errors."""
-import doctest
 import importlib
 import inspect
 import json
@@ -235,8 +234,3 @@ def test_config_codec_round_trip():
     assert decoded["c"].tolist() == [0, 1, 2] and decoded["e"].theta == 0.15 and decoded["f"].alpha == 0.7
     with pytest.raises(TypeError, match="fn=.*function cannot be recorded"):
         saving.encode_config({"fn": lambda x: x})
-
-
-def test_docstring_examples():
-    result = doctest.testmod(saving, optionflags=doctest.ELLIPSIS)
-    assert result.failed == 0 and result.attempted > 0

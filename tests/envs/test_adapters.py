@@ -1,5 +1,4 @@
 import gymnasium as gym
-import numpy as np
 import pytest
 from pettingzoo.classic import tictactoe_v3
 

@@ -1,11 +1,9 @@
-import doctest
 import warnings
 
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-import marl_note.envs.goal_envs as goal_envs
 from marl_note.envs.goal_envs import BitFlippingEnv, PointReachEnv
 
 
@@ -14,10 +12,6 @@ def test_passes_gymnasium_env_checker(make):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the checker's warnings count as failures here
         check_env(make(), skip_render_check=True)
-
-
-def test_docstring_examples():
-    assert doctest.testmod(goal_envs).failed == 0
 
 
 def test_bit_flipping_dynamics_and_truncation():
