@@ -46,9 +46,6 @@ REPLAY_PREFIX = "__replay__."
 BACKENDS = ("torch", "tf")
 _REGISTRY: dict[str, list[type]] = {}
 
-# encode_config's docstring example lives in config_codec; keep it run by doctest.testmod(saving)
-__test__ = {"encode_config": encode_config}
-
 
 # --------------------------------------------------------------------------- the mixin
 
