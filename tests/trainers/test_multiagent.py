@@ -50,3 +50,17 @@ def test_heterogeneous_seats_different_spaces_and_algorithms():
         trainer.train([goods, goods, goods], learning_mask=[0, 1, 1])
     res = trainer.test([RandomAgent(trainer.action_space(adv)), goods, goods], episodes=2)
     assert res["rewards"].shape == (2, 3)
+
+
+def test_mixed_backends_in_one_game_tf_adversary_against_torch_agents():
+    tf_agents = pytest.importorskip("marl_note.agents.tf")
+    trainer = DecentralizedTrainer(lambda: simple_adversary_v3.parallel_env(max_cycles=25), num_train_envs=2,
+                                   num_test_envs=2, update_freq=50, test_freq=4, episodes_per_train=4,
+                                   episodes_per_test=2, seed=0)
+    adv, good = "adversary_0", "agent_0"
+    adversary = tf_agents.PPO(trainer.observation_space(adv), trainer.action_space(adv), seed=0, n_steps=64,
+                              n_epochs=1)
+    goods = PPO(trainer.observation_space(good), trainer.action_space(good), seed=0, n_steps=64, n_epochs=1)
+    stats = trainer.train([adversary, goods, goods], learning_mask=[1, 1, 1], plot=False, progress=False)
+    assert adversary.updates > 0 and goods.updates > 0
+    assert goods.agent_steps == 2 * adversary.agent_steps == 2 * stats["num_collected_steps"]
