@@ -9,21 +9,18 @@ entries of ``state_dict``.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
+from marl_note.agents.checks import check_mask
 from marl_note.agents.policies import masked_argmax
 
 __all__ = ["select_actions", "run_updates", "explorer_state", "load_explorer_state"]
 
 
-def select_actions(agent, out: np.ndarray, batch: int, mask, explore: bool, *,
-                   check_mask: Callable[[Any, int, int], np.ndarray | None]) -> np.ndarray:
-    """Greedy or exploring actions from the forward pass ``out`` of ``action(s)``.
-
-    ``check_mask(mask, batch, n)`` is the backend's mask check (Discrete actions only).
-    """
+def select_actions(agent, out: np.ndarray, batch: int, mask, explore: bool) -> np.ndarray:
+    """Greedy or exploring actions from the forward pass ``out`` of ``action(s)``."""
     name = type(agent).__name__
     if agent.discrete:
         if out.shape != (batch, agent.n_actions):

@@ -1,4 +1,4 @@
-"""Plumbing shared by the TensorFlow/Keras agents: input checks, numpy initialisation, MLPs, numpy state.
+"""Plumbing shared by the TensorFlow/Keras agents: numpy initialisation, MLPs, numpy state.
 
 The agents mirror ``marl_note.agents.torch`` exactly at the numpy seam: ``state_dict()`` uses the
 same keys, shapes and layouts (Dense kernels are stored transposed, as torch's ``[out, in]``
@@ -20,86 +20,15 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from marl_note.agents.checks import (ObsEncoder, check_mask, check_transitions,  # noqa: F401 (re-exported)
+                                     flat_obs_dim)
 from marl_note.agents.noise import rng_state_from_array, rng_state_to_array
 from marl_note.agents.saving import Saving
-from marl_note.types import Transitions
 
 ACTIVATIONS = ("relu", "tanh", "elu", "gelu")
 
 
-# --------------------------------------------------------------------------- observations
-
-def flat_obs_dim(space: gym.Space) -> int:
-    """Input width of the network for ``space`` (one-hot for Discrete observations)."""
-    if isinstance(space, gym.spaces.Discrete):
-        return int(space.n)
-    if isinstance(space, (gym.spaces.Box, gym.spaces.MultiBinary, gym.spaces.MultiDiscrete)):
-        return int(np.prod(space.shape, dtype=np.int64))
-    raise TypeError(f"unsupported observation space {space!r}: use Box, Discrete, MultiBinary or "
-                    f"MultiDiscrete (flatten Dict/Tuple observations with a wrapper)")
-
-
-class ObsEncoder:
-    """Checks a batch of observations against the space and turns it into a float32 numpy array.
-
-    Box/MultiBinary/MultiDiscrete observations are flattened to ``[B, prod(shape)]``; Discrete
-    observations become one-hot rows (the same encoding as the PyTorch agents).
-
-    Example:
-        >>> import gymnasium as gym, numpy as np
-        >>> enc = ObsEncoder(gym.spaces.Box(0, 1, (3, 3, 2), np.int8))
-        >>> x = enc(np.zeros((4, 3, 3, 2), np.int8)); x.shape, x.dtype
-        ((4, 18), dtype('float32'))
-        >>> ObsEncoder(gym.spaces.Discrete(3))(np.array([2])).tolist()
-        [[0.0, 0.0, 1.0]]
-    """
-
-    def __init__(self, space: gym.Space):
-        self.space = space
-        self.dim = flat_obs_dim(space)
-        self.shape = () if isinstance(space, gym.spaces.Discrete) else tuple(space.shape)
-
-    def check(self, obs: Any, name: str = "obs") -> np.ndarray:
-        arr = np.asarray(obs)
-        if arr.dtype.kind not in "biuf":
-            raise TypeError(f"{name} must be a numeric array, got dtype {arr.dtype}")
-        if arr.shape[1:] != self.shape or arr.ndim != len(self.shape) + 1:
-            hint = " (observations are batched: add a leading batch axis)" if arr.shape == self.shape else ""
-            raise ValueError(f"{name} has shape {arr.shape}, expected (batch, *{self.shape}) for the "
-                             f"observation space {self.space}{hint}")
-        return arr
-
-    def __call__(self, obs: Any, name: str = "obs") -> np.ndarray:
-        arr = self.check(obs, name)
-        if isinstance(self.space, gym.spaces.Discrete):
-            idx = arr.astype(np.int64) - int(self.space.start)
-            out = np.zeros((len(arr), self.dim), np.float32)
-            out[np.arange(len(arr)), idx] = 1.0
-            return out
-        return np.ascontiguousarray(arr.reshape(len(arr), -1), dtype=np.float32)
-
-
-def check_mask(mask: Any, batch: int, n: int, name: str = "mask") -> np.ndarray | None:
-    """``mask`` as a bool ``[batch, n]`` array (or None), or a ValueError naming the problem."""
-    if mask is None:
-        return None
-    arr = np.asarray(mask)
-    if arr.shape != (batch, n):
-        raise ValueError(f"{name} has shape {arr.shape}, expected ({batch}, {n}) (batch, num_actions)")
-    return arr.astype(bool, copy=False)
-
-
-def check_transitions(t: Any, encoder: ObsEncoder) -> Transitions:
-    if not isinstance(t, Transitions):
-        raise TypeError(f"observe() expects a marl_note.types.Transitions batch, got {type(t).__name__}")
-    encoder.check(t.obs, "transitions.obs")
-    encoder.check(t.next_obs, "transitions.next_obs")
-    n = len(t)
-    for name in ("obs", "act", "next_obs", "terminated", "truncated"):
-        if len(np.asarray(getattr(t, name))) != n:
-            raise ValueError(f"transitions.{name} has {len(np.asarray(getattr(t, name)))} items, rew has {n}")
-    return t
-
+# --------------------------------------------------------------------------- devices
 
 def tf_device(device: Any) -> str:
     """A TensorFlow device string for the torch-style names ``"cpu"``, ``"cuda"``, ``"cuda:1"``."""

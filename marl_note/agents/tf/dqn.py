@@ -12,9 +12,10 @@ import gymnasium as gym
 import numpy as np
 import tensorflow as tf
 
+from marl_note.agents.checks import check_mask, check_transitions
 from marl_note.agents.policies import EpsGreedyQPolicy, masked_argmax
 from marl_note.agents.replay_options import ReplayFeed, network_space
-from marl_note.agents.tf.common import Adam, TFAgent, check_mask, check_transitions, clip_by_total_norm, mlp
+from marl_note.agents.tf.common import Adam, TFAgent, clip_by_total_norm, mlp
 from marl_note.types import Transitions
 
 

@@ -15,9 +15,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from marl_note.agents.checks import check_mask, check_transitions
 from marl_note.agents.policies import masked_argmax, masked_softmax, sample_categorical
 from marl_note.agents.replay_options import check_prioritized_options
-from marl_note.agents.tf.common import Adam, TFAgent, check_mask, check_transitions, clip_by_total_norm, mlp
+from marl_note.agents.tf.common import Adam, TFAgent, clip_by_total_norm, mlp
 from marl_note.types import Transitions
 
 _LOG_2PI = math.log(2 * math.pi)

@@ -30,11 +30,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from marl_note.agents.checks import ObsEncoder, check_transitions
 from marl_note.agents.noise import GaussianWhiteNoiseProcess, rng_state_from_array, rng_state_to_array
 from marl_note.agents.policies import EpsGreedyQPolicy
 from marl_note.agents.rl_common import explorer_state, load_explorer_state, run_updates, select_actions
 from marl_note.agents.saving import Saving
-from marl_note.agents.tf.common import ObsEncoder, check_mask, check_transitions
 from marl_note.types import Transitions
 
 __all__ = ["RL"]
@@ -227,7 +227,7 @@ class RL(Saving):
         if self._action_fn is None:
             self._action_fn = tf.function(self.action, reduce_retracing=True) if self.tf_function else self.action
         out = np.asarray(self._action_fn(s))
-        return select_actions(self, out, int(s.shape[0]), mask, explore, check_mask=check_mask)
+        return select_actions(self, out, int(s.shape[0]), mask, explore)
 
     # -- storing ---------------------------------------------------------------------------------------
     def observe(self, transitions: Transitions) -> None:

@@ -1,4 +1,4 @@
-"""Plumbing shared by the PyTorch agents: input checks, observation encoding, MLPs, numpy state.
+"""Plumbing shared by the PyTorch agents: observation encoding, MLPs, numpy state.
 
 Everything that leaves this package is numpy; nothing here touches global torch settings
 (no ``torch.manual_seed``, no ``set_num_threads``): randomness comes from a per-agent
@@ -14,30 +14,22 @@ import numpy as np
 import torch
 from torch import nn
 
+from marl_note.agents.checks import ObsEncoder as NumpyObsEncoder
+from marl_note.agents.checks import check_mask, check_transitions, flat_obs_dim  # noqa: F401 (re-exported)
 from marl_note.agents.noise import rng_state_from_array, rng_state_to_array
 from marl_note.agents.saving import Saving
-from marl_note.types import Transitions
 
 ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU, "gelu": nn.GELU}
 
 
 # --------------------------------------------------------------------------- observations
 
-def flat_obs_dim(space: gym.Space) -> int:
-    """Input width of the network for ``space`` (one-hot for Discrete observations)."""
-    if isinstance(space, gym.spaces.Discrete):
-        return int(space.n)
-    if isinstance(space, (gym.spaces.Box, gym.spaces.MultiBinary, gym.spaces.MultiDiscrete)):
-        return int(np.prod(space.shape, dtype=np.int64))
-    raise TypeError(f"unsupported observation space {space!r}: use Box, Discrete, MultiBinary or "
-                    f"MultiDiscrete (flatten Dict/Tuple observations with a wrapper)")
-
-
-class ObsEncoder:
+class ObsEncoder(NumpyObsEncoder):
     """Checks a batch of observations against the space and turns it into a float32 tensor.
 
     Box/MultiBinary/MultiDiscrete observations are flattened to ``[B, prod(shape)]`` and cast
-    (int8 boards included); Discrete observations become one-hot rows.
+    (int8 boards included); Discrete observations become one-hot rows. The checks are
+    :class:`marl_note.agents.checks.ObsEncoder`'s.
 
     Example:
         >>> import gymnasium as gym, numpy as np, torch
@@ -49,20 +41,8 @@ class ObsEncoder:
     """
 
     def __init__(self, space: gym.Space, device: torch.device):
-        self.space = space
-        self.dim = flat_obs_dim(space)
+        super().__init__(space)
         self.device = device
-        self.shape = () if isinstance(space, gym.spaces.Discrete) else tuple(space.shape)
-
-    def check(self, obs: Any, name: str = "obs") -> np.ndarray:
-        arr = np.asarray(obs)
-        if arr.dtype.kind not in "biuf":
-            raise TypeError(f"{name} must be a numeric array, got dtype {arr.dtype}")
-        if arr.shape[1:] != self.shape or arr.ndim != len(self.shape) + 1:
-            hint = " (observations are batched: add a leading batch axis)" if arr.shape == self.shape else ""
-            raise ValueError(f"{name} has shape {arr.shape}, expected (batch, *{self.shape}) for the "
-                             f"observation space {self.space}{hint}")
-        return arr
 
     def __call__(self, obs: Any, name: str = "obs") -> torch.Tensor:
         arr = self.check(obs, name)
@@ -70,28 +50,6 @@ class ObsEncoder:
             idx = torch.as_tensor(arr.astype(np.int64) - int(self.space.start), device=self.device)
             return nn.functional.one_hot(idx, self.dim).to(torch.float32)
         return torch.as_tensor(arr.reshape(len(arr), -1), device=self.device).to(torch.float32)
-
-
-def check_mask(mask: Any, batch: int, n: int, name: str = "mask") -> np.ndarray | None:
-    """``mask`` as a bool ``[batch, n]`` array (or None), or a ValueError naming the problem."""
-    if mask is None:
-        return None
-    arr = np.asarray(mask)
-    if arr.shape != (batch, n):
-        raise ValueError(f"{name} has shape {arr.shape}, expected ({batch}, {n}) (batch, num_actions)")
-    return arr.astype(bool, copy=False)
-
-
-def check_transitions(t: Any, encoder: ObsEncoder) -> Transitions:
-    if not isinstance(t, Transitions):
-        raise TypeError(f"observe() expects a marl_note.types.Transitions batch, got {type(t).__name__}")
-    encoder.check(t.obs, "transitions.obs")
-    encoder.check(t.next_obs, "transitions.next_obs")
-    n = len(t)
-    for name in ("obs", "act", "next_obs", "terminated", "truncated"):
-        if len(np.asarray(getattr(t, name))) != n:
-            raise ValueError(f"transitions.{name} has {len(np.asarray(getattr(t, name)))} items, rew has {n}")
-    return t
 
 
 # --------------------------------------------------------------------------- networks

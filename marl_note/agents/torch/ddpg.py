@@ -12,9 +12,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from marl_note.agents.checks import check_transitions
 from marl_note.agents.continuous import ActionScaler, ExplorationNoise, check_box_action_space
 from marl_note.agents.replay_options import ReplayFeed, network_space
-from marl_note.agents.torch.common import TorchAgent, check_transitions, mlp
+from marl_note.agents.torch.common import TorchAgent, mlp
 from marl_note.types import Transitions
 
 

@@ -12,9 +12,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from marl_note.agents.checks import check_mask, check_transitions
 from marl_note.agents.policies import EpsGreedyQPolicy, masked_argmax
 from marl_note.agents.replay_options import ReplayFeed, network_space
-from marl_note.agents.torch.common import TorchAgent, check_mask, check_transitions, mlp
+from marl_note.agents.torch.common import TorchAgent, mlp
 from marl_note.agents.torch.compiling import maybe_compile
 from marl_note.types import Transitions
 

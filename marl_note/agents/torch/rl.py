@@ -39,10 +39,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from marl_note.agents.checks import check_transitions
 from marl_note.agents.noise import GaussianWhiteNoiseProcess
 from marl_note.agents.policies import EpsGreedyQPolicy
 from marl_note.agents.rl_common import explorer_state, load_explorer_state, run_updates, select_actions
-from marl_note.agents.torch.common import TorchAgent, check_mask, check_transitions
+from marl_note.agents.torch.common import TorchAgent
 from marl_note.types import Transitions
 
 __all__ = ["RL"]
@@ -207,7 +208,7 @@ class RL(TorchAgent):
         with torch.no_grad():
             out = self.action(s)
         out = out.detach().cpu().numpy() if torch.is_tensor(out) else np.asarray(out)
-        return select_actions(self, out, len(s), mask, explore, check_mask=check_mask)
+        return select_actions(self, out, len(s), mask, explore)
 
     # -- storing ---------------------------------------------------------------------------------------
     def observe(self, transitions: Transitions) -> None:
