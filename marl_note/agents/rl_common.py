@@ -9,14 +9,14 @@ entries of ``state_dict``.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from marl_note.agents.checks import check_mask
 from marl_note.agents.policies import masked_argmax
 
-__all__ = ["select_actions", "run_updates", "explorer_state", "load_explorer_state"]
+__all__ = ["select_actions", "run_update_schedule", "run_updates", "explorer_state", "load_explorer_state"]
 
 
 def select_actions(agent, out: np.ndarray, batch: int, mask, explore: bool) -> np.ndarray:
@@ -47,24 +47,61 @@ def select_actions(agent, out: np.ndarray, batch: int, mask, explore: bool) -> n
     return out.astype(space.dtype)
 
 
-def run_updates(agent, batch_size: int) -> dict[str, Any]:
-    """``agent.update_steps`` calls of ``agent._gradient_step`` (none before ``learning_starts``); mean losses."""
+def _mean_metrics(totals: dict[Any, float], steps: int) -> dict[str, Any]:
+    return {k: v / steps for k, v in totals.items()} if steps else {}
+
+
+def run_update_schedule(agent, batch_size: int, step: Callable[[int], Mapping[Any, float]], *, new: int = 0,
+                        extra: Callable[[], Mapping[str, Any]] = dict,
+                        summarise: Callable[[dict[Any, float], int], dict[str, Any]] = _mean_metrics
+                        ) -> dict[str, Any]:
+    """One ``update()`` call's gradient steps, shared by the DQN, DDPG and RL base classes.
+
+    Nothing happens before ``agent.learning_starts`` transitions are stored (``{"gradient_steps": 0}``).
+    Otherwise ``step(batch_size)`` runs ``agent.update_steps`` times, or, when that is None,
+    ``max(1, round(agent.replay_ratio * new))`` times for ``new`` transitions observed since the last
+    call; its metrics are summed per key and handed to ``summarise(totals, steps)`` (the mean by
+    default), then ``extra()`` (e.g. policy metrics) and ``gradient_steps`` are added.
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> agent = SimpleNamespace(replay=[0] * 8, learning_starts=4, update_steps=None, replay_ratio=0.5)
+        >>> losses = iter([1.0, 3.0])
+        >>> run_update_schedule(agent, 2, lambda b: {"loss": next(losses)}, new=4, extra=lambda: {"eps": 0.1})
+        {'loss': 2.0, 'eps': 0.1, 'gradient_steps': 2}
+        >>> agent.learning_starts = 9; run_update_schedule(agent, 2, lambda b: {}, new=4)
+        {'gradient_steps': 0}
+    """
     if len(agent.replay) == 0 or len(agent.replay) < agent.learning_starts:
         return {"gradient_steps": 0}
-    totals: list[float] = []
-    for _ in range(agent.update_steps):
-        losses = agent._gradient_step(int(batch_size))
-        totals = losses if not totals else [t + x for t, x in zip(totals, losses)]
-    steps = agent.update_steps
-    metrics: dict[str, Any] = {}
-    if steps:
-        metrics["loss"] = sum(totals) / steps
-        if len(totals) > 1:
-            metrics.update({f"loss_{i}": t / steps for i, t in enumerate(totals)})
-    if agent.policy is not None:
-        metrics.update({k: float(v) for k, v in agent.policy.metrics().items()})
+    steps = agent.update_steps if agent.update_steps is not None else max(1, round(agent.replay_ratio * new))
+    totals: dict[Any, float] = {}
+    for _ in range(steps):
+        for k, v in step(int(batch_size)).items():
+            totals[k] = totals[k] + v if k in totals else v
+    metrics = summarise(totals, steps)
+    metrics.update(extra())
     metrics["gradient_steps"] = steps
     return metrics
+
+
+def _loss_metrics(totals: dict[int, float], steps: int) -> dict[str, Any]:
+    losses = list(totals.values())
+    metrics: dict[str, Any] = {}
+    if steps:
+        metrics["loss"] = sum(losses) / steps
+        if len(losses) > 1:
+            metrics.update({f"loss_{i}": t / steps for i, t in enumerate(losses)})
+    return metrics
+
+
+def run_updates(agent, batch_size: int) -> dict[str, Any]:
+    """``agent.update_steps`` calls of ``agent._gradient_step`` (none before ``learning_starts``); mean losses."""
+    def policy_metrics() -> dict[str, float]:
+        return {} if agent.policy is None else {k: float(v) for k, v in agent.policy.metrics().items()}
+
+    return run_update_schedule(agent, batch_size, lambda b: dict(enumerate(agent._gradient_step(b))),
+                               extra=policy_metrics, summarise=_loss_metrics)
 
 
 def explorer_state(agent) -> dict[str, np.ndarray]:

@@ -15,6 +15,7 @@ import tensorflow as tf
 from marl_note.agents.checks import check_mask, check_transitions
 from marl_note.agents.policies import EpsGreedyQPolicy, masked_argmax
 from marl_note.agents.replay_options import ReplayFeed, network_space
+from marl_note.agents.rl_common import run_update_schedule
 from marl_note.agents.tf.common import Adam, TFAgent, clip_by_total_norm, mlp
 from marl_note.types import Transitions
 
@@ -216,17 +217,10 @@ class DQN(TFAgent):
     def update(self, batch_size: int) -> dict[str, Any]:
         """Run this call's gradient steps; returns mean metrics and ``gradient_steps``."""
         new, self._new_transitions = self._new_transitions, 0
-        if len(self.replay) == 0 or len(self.replay) < self.learning_starts:
-            return {"gradient_steps": 0}
-        steps = self.update_steps if self.update_steps is not None else max(1, round(self.replay_ratio * new))
-        totals: dict[str, float] = {}
-        for _ in range(steps):
-            for k, v in self._gradient_step(int(batch_size)).items():
-                totals[k] = totals.get(k, 0.0) + v
-        metrics: dict[str, Any] = {k: v / steps for k, v in totals.items()} if steps else {}
-        metrics.update({k: float(v) for k, v in getattr(self.policy, "metrics", dict)().items()})
-        metrics["gradient_steps"] = steps
-        return metrics
+        return run_update_schedule(self, batch_size, self._gradient_step, new=new, extra=self._policy_metrics)
+
+    def _policy_metrics(self) -> dict[str, float]:
+        return {k: float(v) for k, v in getattr(self.policy, "metrics", dict)().items()}
 
     # -- state -------------------------------------------------------------------------------------
     def _extra_state(self) -> dict[str, np.ndarray]:

@@ -15,6 +15,7 @@ from torch import nn
 from marl_note.agents.checks import check_transitions
 from marl_note.agents.continuous import ActionScaler, ExplorationNoise, check_box_action_space
 from marl_note.agents.replay_options import ReplayFeed, network_space
+from marl_note.agents.rl_common import run_update_schedule
 from marl_note.agents.torch.common import TorchAgent, mlp
 from marl_note.types import Transitions
 
@@ -210,19 +211,11 @@ class DDPG(TorchAgent):
     def update(self, batch_size: int) -> dict[str, Any]:
         """Run this call's gradient steps; returns mean metrics and ``gradient_steps``."""
         new, self._new_transitions = self._new_transitions, 0
-        if len(self.replay) == 0 or len(self.replay) < self.learning_starts:
-            return {"gradient_steps": 0}
-        steps = self.update_steps if self.update_steps is not None else max(1, round(self.replay_ratio * new))
-        totals: dict[str, float] = {}
-        for _ in range(steps):
-            for k, v in self._gradient_step(int(batch_size)).items():
-                totals[k] = totals.get(k, 0.0) + v
-        metrics: dict[str, Any] = {k: v / steps for k, v in totals.items()} if steps else {}
+        return run_update_schedule(self, batch_size, self._gradient_step, new=new, extra=self._noise_metrics)
+
+    def _noise_metrics(self) -> dict[str, float]:
         sigma = getattr(self.noise.process, "current_sigma", None)
-        if sigma is not None:
-            metrics["noise_sigma"] = float(sigma)
-        metrics["gradient_steps"] = steps
-        return metrics
+        return {} if sigma is None else {"noise_sigma": float(sigma)}
 
     # -- state -------------------------------------------------------------------------------------
     def _extra_state(self) -> dict[str, np.ndarray]:
