@@ -14,6 +14,7 @@ import numpy as np
 
 from marl_note.agents.noise import GaussianWhiteNoiseProcess, rng_state_from_array, rng_state_to_array
 from marl_note.agents.policies import GumbelSoftmaxPolicy, masked_argmax
+from marl_note.agents.rl_common import run_update_schedule
 from marl_note.replay.joint import JointReplayBuffer
 from marl_note.types import JointTransitions
 
@@ -299,16 +300,7 @@ class JointLearnerBase:
     def update(self, batch_size: int) -> dict[str, Any]:
         """Run this call's gradient steps; returns mean metrics and ``gradient_steps``."""
         new, self._new_rows = self._new_rows, 0
-        if len(self.replay) == 0 or len(self.replay) < self.learning_starts:
-            return {"gradient_steps": 0}
-        steps = self.update_steps if self.update_steps is not None else max(1, round(self.replay_ratio * new))
-        totals: dict[str, float] = {}
-        for _ in range(steps):
-            for k, v in self.learn(self.replay.sample(int(batch_size))).items():
-                totals[k] = totals.get(k, 0.0) + v
-        metrics: dict[str, Any] = {k: v / steps for k, v in totals.items()} if steps else {}
-        metrics["gradient_steps"] = steps
-        return metrics
+        return run_update_schedule(self, batch_size, lambda b: self.learn(self.replay.sample(b)), new=new)
 
     # -- state -------------------------------------------------------------------------------------
     def _net_state(self) -> dict[str, np.ndarray]:
