@@ -1,7 +1,8 @@
 """Constructor-config capture and its JSON encoding, for :mod:`marl_note.agents.saving`.
 
 :func:`capturing_init` wraps an agent's ``__init__`` so the outermost call records its keyword
-arguments (defaults applied, spaces left out: they are stored separately in the manifest).
+arguments (defaults applied, spaces left out: they are stored separately in the manifest; a class
+names its space arguments in ``saving_spaces``, default :data:`SPACE_PARAMS`).
 :func:`encode_config` / :func:`decode_config` turn such a config into JSON values and back: JSON
 values as they are; tuples, dicts, numpy arrays/scalars and Gymnasium spaces with a ``$`` tag;
 exploration policies, noise processes and replay buffers of this library as
@@ -43,13 +44,14 @@ def capturing_init(init):
         bound.apply_defaults()
         config: dict[str, Any] = {}
         extra_positional = ()
+        space_params = getattr(type(self), "saving_spaces", SPACE_PARAMS)
         for name, value in list(bound.arguments.items())[1:]:
             kind = signature.parameters[name].kind
             if kind is inspect.Parameter.VAR_KEYWORD:
                 config.update(value)
             elif kind is inspect.Parameter.VAR_POSITIONAL:
                 extra_positional = tuple(value)
-            elif name not in SPACE_PARAMS:
+            elif name not in space_params:
                 config[name] = value
         self.__dict__["_saving_config"] = config
         self.__dict__["_saving_varargs"] = extra_positional

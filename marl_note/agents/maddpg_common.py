@@ -15,6 +15,7 @@ import numpy as np
 from marl_note.agents.noise import GaussianWhiteNoiseProcess, rng_state_from_array, rng_state_to_array
 from marl_note.agents.policies import GumbelSoftmaxPolicy, masked_argmax
 from marl_note.agents.rl_common import run_update_schedule
+from marl_note.agents.saving import Saving
 from marl_note.replay.joint import JointReplayBuffer
 from marl_note.types import JointTransitions
 
@@ -106,13 +107,15 @@ class MADDPGSeat:
         return f"MADDPGSeat({self.agent_id!r}, {self.action_space})"
 
 
-class JointLearnerBase:
+class JointLearnerBase(Saving):
     """Numpy side of MADDPG (see :class:`marl_note.agents.torch.MADDPG` for the algorithm).
 
     Holds the agents' spaces and encodings, the exploration state (a Gumbel-max policy per
     Discrete agent, a noise process per Box agent), the joint replay, the counters and ``rng``.
     A backend builds its networks after calling ``__init__`` and implements ``actor_outputs``,
-    ``learn``, ``_net_state`` and ``_load_net_state``.
+    ``learn``, ``_net_state`` and ``_load_net_state``. Backend subclasses get ``save(path)`` /
+    ``MADDPG.restore(path)`` from :class:`~marl_note.agents.saving.Saving`: the dicts of spaces are
+    written to the manifest (``saving_spaces``), so a checkpoint restores in either backend.
 
     Example:
         >>> class Zeros(JointLearnerBase):  # a learner whose actors output zeros
@@ -121,6 +124,8 @@ class JointLearnerBase:
         >>> m.act_dim, m.act_agent("a", np.zeros((1, 2))).tolist()
         ({'a': 3}, [[0.5, 0.5, 0.5]])
     """
+
+    saving_spaces = ("observation_spaces", "action_spaces")
 
     DEFAULTS = dict(gamma=0.95, tau=0.01, buffer_size=100_000, learning_starts=1024, replay_ratio=0.05,
                     update_steps=None, temperature=1.0, noise_sigma=0.1, noise=None, action_reg=1e-3,

@@ -4,7 +4,10 @@ A checkpoint (see :mod:`marl_note.agents.checkpoint`) holds a JSON manifest and 
 
     manifest: format, kind ("agent" or "params"), library_version, backend ("torch"/"tf"),
               algorithm (class name), class (module.qualname, informational), config (the
-              constructor keyword arguments), observation_space, action_space
+              constructor keyword arguments), space_params (the names below) and one entry
+              per name: observation_space, action_space (a space each, or for a class whose
+              ``saving_spaces`` says so, e.g. MADDPG's observation_spaces / action_spaces,
+              ``{"$spaces": [[agent, space], ...]}``)
     arrays:   agent.state_dict() (weights, optimiser slots, counters, exploration state) and,
               with ``include_replay=True``, the replay contents under ``__replay__.<key>``
 
@@ -52,8 +55,10 @@ _REGISTRY: dict[str, list[type]] = {}
 class Saving:
     """Mixin giving an agent ``save`` / ``restore`` (alias ``load``) / ``save_param`` / ``restore_param``.
 
-    The agent needs ``observation_space``, ``action_space``, ``state_dict()`` and
-    ``load_state_dict(state)``; the weights for ``save_param`` are the state keys under the
+    The agent needs ``state_dict()``, ``load_state_dict(state)`` and one attribute per constructor
+    argument named in ``saving_spaces`` (default ``("observation_space", "action_space")``), each a
+    space or a dict ``{name: space}`` (MADDPG: ``("observation_spaces", "action_spaces")``); these go
+    to the manifest rather than the config and are passed back by name on restore; the weights for ``save_param`` are the state keys under the
     agent's networks (``self._nets`` or ``self._params``, keyed by network name). The backend is the package
     (``marl_note.agents.torch`` or ``marl_note.agents.tf``) the class or one of its bases lives in.
 
@@ -69,6 +74,8 @@ class Saving:
         >>> bool((again.act(obs) == agent.act(obs)).all())
         True
     """
+
+    saving_spaces: tuple[str, ...] = _SPACE_PARAMS  # constructor arguments stored as manifest spaces
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -93,8 +100,8 @@ class Saving:
         return {"kind": kind, "library_version": __version__, "backend": backend, "algorithm": cls.__name__,
                 "class": f"{cls.__module__}.{cls.__qualname__}",
                 "config": encode_config(self.config, owner=cls.__name__),
-                "observation_space": space_to_json(self.observation_space),
-                "action_space": space_to_json(self.action_space)}
+                "space_params": list(cls.saving_spaces),
+                **{name: _spaces_to_json(getattr(self, name, None), name) for name in cls.saving_spaces}}
 
     # -- whole agent -------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike, include_replay: bool = False) -> str:
@@ -184,6 +191,25 @@ def backend_of(cls: type) -> str | None:
     return None
 
 
+def _spaces_to_json(value: Any, name: str) -> dict[str, Any]:
+    """A space as :func:`space_to_json`, or a dict of spaces as ``{"$spaces": [[key, space], ...]}`` (ordered)."""
+    if isinstance(value, Mapping):
+        return {"$spaces": [[str(k), space_to_json(v)] for k, v in value.items()]}
+    if value is None:
+        raise TypeError(f"cannot record {name}: the agent has no such attribute (see Saving.saving_spaces)")
+    return space_to_json(value)
+
+
+def _spaces_from_json(d: Mapping[str, Any]) -> Any:
+    if isinstance(d, Mapping) and "$spaces" in d:
+        pairs = d["$spaces"]
+        if not isinstance(pairs, list) or not all(isinstance(p, list) and len(p) == 2 and isinstance(p[0], str)
+                                                  for p in pairs):
+            raise CheckpointError("$spaces must be a list of [name, space] pairs")
+        return {k: space_from_json(v) for k, v in pairs}
+    return space_from_json(d)
+
+
 def replay_of(agent: Any) -> Any:
     replay = getattr(agent, "replay", None)
     if replay is not None and callable(getattr(replay, "state_dict", None)) \
@@ -210,9 +236,13 @@ def _check_manifest(manifest: Mapping[str, Any], path, kinds: tuple[str, ...]) -
     if not isinstance(manifest.get("library_version"), str):
         raise CheckpointError(f"{where}: manifest has no library_version")
     info = dict(manifest)
-    for name in _SPACE_PARAMS:
+    names = manifest.get("space_params", list(_SPACE_PARAMS))  # absent in checkpoints of single-space agents
+    if not isinstance(names, list) or not all(isinstance(n, str) and n.isidentifier() for n in names):
+        raise CheckpointError(f"{where}: manifest space_params {names!r} is not a list of argument names")
+    info["space_params"] = tuple(names)
+    for name in names:
         try:
-            info[name] = space_from_json(manifest[name])
+            info[name] = _spaces_from_json(manifest[name])
         except CheckpointError as exc:
             raise CheckpointError(f"{where}: manifest {name}: {exc}") from None
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -255,7 +285,7 @@ def _construct(target: type, info: Mapping[str, Any], overrides: Mapping[str, An
         elif unknown:
             raise CheckpointError(f"{where}: recorded config has arguments {unknown} that "
                                   f"{target.__name__}.__init__ does not take (tampered manifest or another version)")
-    kwargs.update({k: info[k] for k in _SPACE_PARAMS if k in params or takes_any})
+    kwargs.update({k: info[k] for k in info["space_params"] if k in params or takes_any})
     kwargs.update(overrides)
     try:
         return target(**kwargs)
