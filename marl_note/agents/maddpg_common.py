@@ -308,6 +308,14 @@ class JointLearnerBase(Saving):
         return run_update_schedule(self, batch_size, lambda b: self.learn(self.replay.sample(b)), new=new)
 
     # -- state -------------------------------------------------------------------------------------
+    NETWORKS = ("actor", "critic", "actor_target", "critic_target")
+
+    def param_keys(self, state: Mapping[str, Any] | None = None) -> list[str]:
+        """The state_dict keys that are network weights (``<agent>.<network>.*``), for ``save_param``."""
+        state = self.state_dict() if state is None else state
+        return sorted(k for k in state if len(parts := k.split(".", 2)) == 3 and parts[0] in self.agents
+                      and parts[1] in self.NETWORKS)
+
     def _net_state(self) -> dict[str, np.ndarray]:
         raise NotImplementedError
 

@@ -224,6 +224,20 @@ def test_save_restore_round_trip(tmp_path):
     assert m.update(8) == again.update(8)
 
 
+def test_save_param_restore_param(tmp_path):
+    m = _trained()
+    other = MADDPG(OBS, ACT, hidden_sizes=(8,), centralized_critic=False, seed=9)
+    other.restore_param(m.save_param(tmp_path / "weights"))
+    keys = m.param_keys()
+    assert "a.actor.0.weight" in keys and "b.critic_target.2.bias" in keys
+    assert not any("optimizer" in k or "policy" in k or "noise" in k for k in keys)
+    for k in keys:
+        np.testing.assert_array_equal(other.state_dict()[k], m.state_dict()[k], err_msg=k)
+    assert other.updates == 0
+    for x, y in zip(_greedy_seat_actions(m), _greedy_seat_actions(other)):
+        np.testing.assert_array_equal(x, y)
+
+
 def test_save_restore_torch_to_tf(tmp_path):
     pytest.importorskip("tensorflow")
     from marl_note.agents.tf import MADDPG as TFMADDPG
