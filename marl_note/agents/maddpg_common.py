@@ -12,6 +12,7 @@ from typing import Any, Callable, Mapping
 import gymnasium as gym
 import numpy as np
 
+from marl_note.agents.checks import flat_obs_dim
 from marl_note.agents.noise import GaussianWhiteNoiseProcess, rng_state_from_array, rng_state_to_array
 from marl_note.agents.policies import GumbelSoftmaxPolicy, masked_argmax
 from marl_note.agents.rl_common import run_update_schedule
@@ -20,15 +21,6 @@ from marl_note.replay.joint import JointReplayBuffer
 from marl_note.types import JointTransitions
 
 __all__ = ["MADDPGSeat", "JointLearnerBase", "encode_obs", "flat_obs_dim"]
-
-
-def flat_obs_dim(space: gym.Space) -> int:
-    """Input width for ``space`` (one-hot for Discrete observations)."""
-    if isinstance(space, gym.spaces.Discrete):
-        return int(space.n)
-    if isinstance(space, (gym.spaces.Box, gym.spaces.MultiBinary, gym.spaces.MultiDiscrete)):
-        return int(np.prod(space.shape, dtype=np.int64))
-    raise TypeError(f"unsupported observation space {space!r}: use Box, Discrete, MultiBinary or MultiDiscrete")
 
 
 def encode_obs(space: gym.Space, obs: Any, name: str = "obs") -> np.ndarray:
