@@ -13,8 +13,9 @@ import torch
 from torch import nn
 
 from marl_note.agents.checks import check_transitions
-from marl_note.agents.continuous import ActionScaler, ExplorationNoise, check_box_action_space
-from marl_note.agents.replay_options import ReplayFeed, network_space
+from marl_note.agents.configs import apply_ddpg_config
+from marl_note.agents.continuous import check_box_action_space
+from marl_note.agents.replay_options import network_space
 from marl_note.agents.rl_common import run_update_schedule
 from marl_note.agents.torch.common import TorchAgent, mlp
 from marl_note.types import Transitions
@@ -69,31 +70,11 @@ class DDPG(TorchAgent):
         check_box_action_space(action_space)
         super().__init__(network_space(observation_space), action_space, seed, device)
         self.observation_space = observation_space
-        if not 0.0 <= gamma <= 1.0:
-            raise ValueError(f"gamma must be in [0, 1], got {gamma}")
-        if not 0.0 < tau <= 1.0:
-            raise ValueError(f"tau must be in (0, 1], got {tau}")
-        if replay_ratio < 0 or (update_steps is not None and int(update_steps) < 0) or int(learning_starts) < 0:
-            raise ValueError("replay_ratio, update_steps and learning_starts must be non-negative")
-        if action_l2 < 0:
-            raise ValueError(f"action_l2 must be >= 0, got {action_l2}")
-        if target_clip is not None and not (len(target_clip) == 2 and target_clip[0] <= target_clip[1]):
-            raise ValueError(f"target_clip must be a (low, high) pair with low <= high, got {target_clip!r}")
-        self.gamma, self.tau = float(gamma), float(tau)
-        self.learning_starts = int(learning_starts)
-        self.replay_ratio = float(replay_ratio)
-        self.update_steps = None if update_steps is None else int(update_steps)
-        self.action_l2 = float(action_l2)
-        self.target_clip = None if target_clip is None else (float(target_clip[0]), float(target_clip[1]))
-        self.max_grad_norm = max_grad_norm
-        self.scaler = ActionScaler(action_space)
-        self._feed = ReplayFeed(observation_space, action_space, buffer_size=buffer_size, gamma=gamma, PR=PR,
-                                alpha=alpha, beta=beta, initial_TD=initial_TD, num_steps=num_steps, her=her,
-                                compute_reward=compute_reward, replay=replay,
-                                seed=int(self.rng.integers(0, 2**63 - 1)))
-        self.replay = self._feed.replay
-        self.noise = ExplorationNoise(noise, (self.scaler.dim,), sigma=0.1,
-                                      seed=int(self.rng.integers(0, 2**63 - 1)))
+        apply_ddpg_config(self, observation_space, action_space, gamma=gamma, tau=tau, buffer_size=buffer_size,
+                          learning_starts=learning_starts, replay_ratio=replay_ratio, update_steps=update_steps,
+                          noise=noise, action_l2=action_l2, target_clip=target_clip, max_grad_norm=max_grad_norm,
+                          PR=PR, alpha=alpha, beta=beta, initial_TD=initial_TD, num_steps=num_steps, her=her,
+                          compute_reward=compute_reward, replay=replay)
 
         obs_dim, act_dim = self.encoder.dim, self.scaler.dim
         self.actor = nn.Sequential(mlp(obs_dim, hidden_sizes, act_dim, activation, self.generator), nn.Tanh())

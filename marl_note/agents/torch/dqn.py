@@ -13,8 +13,9 @@ import torch
 from torch import nn
 
 from marl_note.agents.checks import check_mask, check_transitions
-from marl_note.agents.policies import EpsGreedyQPolicy, masked_argmax
-from marl_note.agents.replay_options import ReplayFeed, network_space
+from marl_note.agents.configs import apply_dqn_config
+from marl_note.agents.policies import masked_argmax
+from marl_note.agents.replay_options import network_space
 from marl_note.agents.rl_common import run_update_schedule
 from marl_note.agents.torch.common import TorchAgent, mlp
 from marl_note.agents.torch.compiling import maybe_compile
@@ -71,33 +72,11 @@ class DQN(TorchAgent):
                             f"use a continuous-control agent for Box actions")
         super().__init__(network_space(observation_space), action_space, seed, device)
         self.observation_space = observation_space  # a goal env's Dict space; the networks see the flat one
-        if criterion not in ("huber", "mse"):
-            raise ValueError(f"criterion must be 'huber' or 'mse', got {criterion!r}")
-        if tau is not None and not 0.0 < tau <= 1.0:
-            raise ValueError(f"tau must be in (0, 1], got {tau}")
-        if not 0.0 <= gamma <= 1.0:
-            raise ValueError(f"gamma must be in [0, 1], got {gamma}")
-        if int(target_update) <= 0 or replay_ratio < 0 or (update_steps is not None and int(update_steps) < 0):
-            raise ValueError("target_update must be positive, replay_ratio and update_steps non-negative")
-        if policy is not None and not callable(getattr(policy, "select", None)):
-            raise TypeError(f"policy must have select(values, mask, rng), got {type(policy).__name__}")
-        self.n_actions = int(action_space.n)
-        self.action_start = int(action_space.start)
-        self.gamma = float(gamma)
-        self.learning_starts = int(learning_starts)
-        self.double = bool(double)
-        self.target_update = int(target_update)
-        self.tau = None if tau is None else float(tau)
-        self.criterion = criterion
-        self.max_grad_norm = max_grad_norm
-        self.replay_ratio = float(replay_ratio)
-        self.update_steps = None if update_steps is None else int(update_steps)
-        self.policy = policy if policy is not None else EpsGreedyQPolicy(1.0, 0.05, n_steps_annealing=10_000)
-        self._feed = ReplayFeed(observation_space, action_space, buffer_size=buffer_size, gamma=gamma, PR=PR,
-                                alpha=alpha, beta=beta, initial_TD=initial_TD, num_steps=num_steps, her=her,
-                                compute_reward=compute_reward, replay=replay,
-                                seed=None if replay is not None else int(self.rng.integers(0, 2**63 - 1)))
-        self.replay = self._feed.replay
+        apply_dqn_config(self, observation_space, action_space, gamma=gamma, buffer_size=buffer_size,
+                         learning_starts=learning_starts, double=double, target_update=target_update, tau=tau,
+                         criterion=criterion, max_grad_norm=max_grad_norm, replay_ratio=replay_ratio,
+                         update_steps=update_steps, policy=policy, replay=replay, PR=PR, alpha=alpha, beta=beta,
+                         initial_TD=initial_TD, num_steps=num_steps, her=her, compute_reward=compute_reward)
 
         self.q_net = mlp(self.encoder.dim, hidden_sizes, self.n_actions, activation, self.generator).to(self.device)
         self.target_net = mlp(self.encoder.dim, hidden_sizes, self.n_actions, activation,

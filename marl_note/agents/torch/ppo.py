@@ -15,8 +15,12 @@ import torch
 from torch import nn
 
 from marl_note.agents.checks import check_mask, check_transitions
+from marl_note.agents.configs import (
+    apply_ppo_config,
+    apply_ppo_priority_config,
+    ppo_action_output,
+)
 from marl_note.agents.policies import masked_argmax, masked_softmax, sample_categorical
-from marl_note.agents.replay_options import check_prioritized_options
 from marl_note.agents.torch.common import TorchAgent, mlp
 from marl_note.agents.torch.compiling import maybe_compile
 from marl_note.types import Transitions
@@ -95,30 +99,13 @@ class PPO(TorchAgent):
                  seed: int | None = None, device: str | torch.device = "cpu", compile: bool = False,
                  PR: bool = False, alpha: float = 0.6, beta: float = 0.4, initial_TD: float = 1.0,
                  lambda_: float = 0.5, initial_ratio: float = 1.0):
-        if isinstance(action_space, gym.spaces.Discrete):
-            self.continuous = False
-            out_dim = int(action_space.n)
-        elif isinstance(action_space, gym.spaces.Box):
-            self.continuous = True
-            out_dim = int(np.prod(action_space.shape, dtype=np.int64))
-        else:
-            raise TypeError(f"PPO supports Discrete and Box action spaces, got {action_space!r}")
+        continuous, out_dim = ppo_action_output(action_space)
+        self.continuous = continuous
         super().__init__(observation_space, action_space, seed, device)
-        if not 0.0 <= gamma <= 1.0 or not 0.0 <= gae_lambda <= 1.0 or clip_range <= 0:
-            raise ValueError(f"need gamma, gae_lambda in [0, 1] and clip_range > 0, got {gamma}, "
-                             f"{gae_lambda}, {clip_range}")
-        if int(n_epochs) <= 0 or int(n_steps) <= 0:
-            raise ValueError(f"n_epochs and n_steps must be positive, got {n_epochs}, {n_steps}")
-        self.out_dim = out_dim
-        self.action_start = 0 if self.continuous else int(action_space.start)
-        self.gamma, self.gae_lambda, self.clip_range = float(gamma), float(gae_lambda), float(clip_range)
-        self.ent_coef, self.vf_coef = float(ent_coef), float(vf_coef)
-        self.n_epochs, self.n_steps = int(n_epochs), int(n_steps)
-        self.max_grad_norm = max_grad_norm
-        self.normalize_advantage = bool(normalize_advantage)
-        self.target_kl = target_kl
-        from marl_note.replay import RolloutBuffer
-        self.rollout = RolloutBuffer(observation_space, action_space)
+        apply_ppo_config(self, observation_space, action_space, continuous, out_dim, gamma=gamma,
+                         gae_lambda=gae_lambda, clip_range=clip_range, ent_coef=ent_coef, vf_coef=vf_coef,
+                         n_epochs=n_epochs, n_steps=n_steps, max_grad_norm=max_grad_norm,
+                         normalize_advantage=normalize_advantage, target_kl=target_kl)
         self.net = ActorCritic(self.encoder.dim, out_dim, tuple(hidden_sizes), activation, shared,
                                self.continuous, log_std_init, self.generator).to(self.device)
         self.optimizer = torch.optim.Adam(self.net.parameters(), lr=lr, eps=1e-5)
@@ -126,16 +113,8 @@ class PPO(TorchAgent):
         self._optims = {"optimizer": self.optimizer}
         self.compile = bool(compile)
         self._loss_fn = maybe_compile(self._minibatch_loss, self.compile, "PPO loss")
-        self.PR = bool(PR)
-        self.alpha, self.beta, self.initial_TD = check_prioritized_options(alpha, beta, initial_TD)
-        if not 0.0 <= float(lambda_) <= 1.0:
-            raise ValueError(f"lambda_ must lie in [0, 1] (the weight of |TD| against |ratio - 1| in the "
-                             f"priority), got {lambda_}")
-        if not (np.isfinite(initial_ratio) and initial_ratio >= 0):
-            raise ValueError(f"initial_ratio must be a finite number >= 0, got {initial_ratio}")
-        self.lambda_, self.initial_ratio = float(lambda_), float(initial_ratio)
-        if self.lambda_ * self.initial_TD + (1 - self.lambda_) * self.initial_ratio <= 0:
-            raise ValueError("the initial priority lambda_ * initial_TD + (1 - lambda_) * initial_ratio must be > 0")
+        apply_ppo_priority_config(self, PR=PR, alpha=alpha, beta=beta, initial_TD=initial_TD, lambda_=lambda_,
+                                  initial_ratio=initial_ratio)
 
     # -- acting ------------------------------------------------------------------------------------
     def act(self, obs: np.ndarray, mask: np.ndarray | None = None, explore: bool = False) -> np.ndarray:
