@@ -19,12 +19,15 @@ Example:
 """
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 import gymnasium as gym
 import numpy as np
 
 from marl_note.agents.continuous import ActionScaler, ExplorationNoise
 from marl_note.agents.policies import EpsGreedyQPolicy
 from marl_note.agents.replay_options import ReplayFeed, check_prioritized_options
+from marl_note.agents.rl_common import run_update_schedule
 
 __all__ = ["apply_dqn_config", "ppo_action_output", "apply_ppo_config", "apply_ppo_priority_config",
            "apply_ddpg_config"]
@@ -138,3 +141,36 @@ def apply_ddpg_config(agent, observation_space: gym.Space, action_space: gym.Spa
     agent.replay = agent._feed.replay
     agent.noise = ExplorationNoise(noise, (agent.scaler.dim,), sigma=0.1,
                                    seed=int(agent.rng.integers(0, 2**63 - 1)))
+
+
+class DQNSharedMethods:
+    """DQN methods that are the same numpy code in both backends: update schedule and extra state.
+
+    Example:
+        >>> hasattr(DQNSharedMethods, "update") and hasattr(DQNSharedMethods, "_extra_state")
+        True
+    """
+
+    def update(self, batch_size: int) -> dict[str, Any]:
+        """Run this call's gradient steps; returns mean metrics and ``gradient_steps``."""
+        new, self._new_transitions = self._new_transitions, 0
+        return run_update_schedule(self, batch_size, self._gradient_step, new=new, extra=self._policy_metrics)
+
+    def _policy_metrics(self) -> dict[str, float]:
+        return {k: float(v) for k, v in getattr(self.policy, "metrics", dict)().items()}
+
+    # -- state -------------------------------------------------------------------------------------
+    def _extra_state(self) -> dict[str, np.ndarray]:
+        state = {"new_transitions": np.asarray(self._new_transitions, np.int64)}
+        if hasattr(self.policy, "state_dict"):
+            state.update({f"policy.{k}": np.asarray(v) for k, v in self.policy.state_dict().items()})
+        return state
+
+    def _load_extra_state(self, state: Mapping[str, Any]) -> None:
+        self._new_transitions = int(np.asarray(state.get("new_transitions", 0)))
+        if hasattr(self.policy, "load_state_dict"):
+            self.policy.load_state_dict({k[len("policy."):]: v for k, v in state.items() if k.startswith("policy.")})
+
+    def __repr__(self) -> str:
+        return (f"DQN(obs_dim={self.encoder.dim}, n_actions={self.n_actions}, policy={self.policy!r}, "
+                f"agent_steps={self.agent_steps}, updates={self.updates})")

@@ -5,24 +5,21 @@ gradient step (``_gradient_step``) and the update schedule (``update``).
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
-
 import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
 
 from marl_note.agents.checks import check_mask, check_transitions
-from marl_note.agents.configs import apply_dqn_config
+from marl_note.agents.configs import DQNSharedMethods, apply_dqn_config
 from marl_note.agents.policies import masked_argmax
 from marl_note.agents.replay_options import network_space
-from marl_note.agents.rl_common import run_update_schedule
 from marl_note.agents.torch.common import TorchAgent, mlp
 from marl_note.agents.torch.compiling import maybe_compile
 from marl_note.types import Transitions
 
 
-class DQN(TorchAgent):
+class DQN(DQNSharedMethods, TorchAgent):
     """DQN over a Discrete action space: MLP Q-network, target network, replay, masked actions.
 
     Exploration uses any policy from :mod:`marl_note.agents.policies` (default: epsilon-greedy
@@ -176,27 +173,3 @@ class DQN(TorchAgent):
                     t.lerp_(s, self.tau)
             elif self.updates % self.target_update == 0:
                 self.target_net.load_state_dict(self.q_net.state_dict())
-
-    def update(self, batch_size: int) -> dict[str, Any]:
-        """Run this call's gradient steps; returns mean metrics and ``gradient_steps``."""
-        new, self._new_transitions = self._new_transitions, 0
-        return run_update_schedule(self, batch_size, self._gradient_step, new=new, extra=self._policy_metrics)
-
-    def _policy_metrics(self) -> dict[str, float]:
-        return {k: float(v) for k, v in getattr(self.policy, "metrics", dict)().items()}
-
-    # -- state -------------------------------------------------------------------------------------
-    def _extra_state(self) -> dict[str, np.ndarray]:
-        state = {"new_transitions": np.asarray(self._new_transitions, np.int64)}
-        if hasattr(self.policy, "state_dict"):
-            state.update({f"policy.{k}": np.asarray(v) for k, v in self.policy.state_dict().items()})
-        return state
-
-    def _load_extra_state(self, state: Mapping[str, Any]) -> None:
-        self._new_transitions = int(np.asarray(state.get("new_transitions", 0)))
-        if hasattr(self.policy, "load_state_dict"):
-            self.policy.load_state_dict({k[len("policy."):]: v for k, v in state.items() if k.startswith("policy.")})
-
-    def __repr__(self) -> str:
-        return (f"DQN(obs_dim={self.encoder.dim}, n_actions={self.n_actions}, policy={self.policy!r}, "
-                f"agent_steps={self.agent_steps}, updates={self.updates})")
