@@ -103,6 +103,10 @@ class OpponentPool:
       taken when training begins. ``max_size`` keeps the newest snapshots (plus added fixed ones).
     - ``sampling``: ``"uniform"`` or ``"prioritized"`` (opponents the learner scores worst against
       are drawn more often: weight ``(1 - score) ** priority_exponent + 0.05``).
+    - ``fixed_fraction``: the share of training episodes played against the fixed opponents (those
+      given to :meth:`add`, e.g. a random or scripted player), the rest against snapshots, each
+      group drawn by ``sampling``. It keeps the learner able to beat weak players while its
+      snapshots get strong (pure self-play forgets them). ``None`` draws from one common pool.
     - ``swap_seats``: the learner's seat rotates per env and episode, so it plays every seat.
     - At every test, the learner plays ``eval_episodes`` greedy games against each opponent (half in
       each seat of a two-seat game) and the Elo ratings are updated game by game.
@@ -111,9 +115,12 @@ class OpponentPool:
     def __init__(self, learner: Any, spec: EnvSpec, max_size: int = 20, snapshot_every: int | None = None,
                  win_rate_threshold: float | None = None, sampling: str = "uniform", priority_exponent: float = 2.0,
                  swap_seats: bool = True, eval_episodes: int = 20, opponent_explore: bool = False,
-                 elo_k: float = 32.0, seed: int | None = None, learner_name: str = "learner"):
+                 elo_k: float = 32.0, seed: int | None = None, learner_name: str = "learner",
+                 fixed_fraction: float | None = None):
         if sampling not in ("uniform", "prioritized"):
             raise ValueError(f"sampling must be 'uniform' or 'prioritized', got {sampling!r}")
+        if fixed_fraction is not None and not 0.0 <= fixed_fraction <= 1.0:
+            raise ValueError(f"fixed_fraction must be in [0, 1], got {fixed_fraction}")
         if snapshot_every is not None and snapshot_every < 1:
             raise ValueError(f"snapshot_every must be >= 1 episodes, got {snapshot_every}")
         if win_rate_threshold is not None and not 0.0 < win_rate_threshold <= 1.0:
@@ -127,6 +134,7 @@ class OpponentPool:
         self.priority_exponent, self.swap_seats = float(priority_exponent), bool(swap_seats)
         self.eval_episodes, self.opponent_explore = int(eval_episodes), bool(opponent_explore)
         self.learner_name = learner_name
+        self.fixed_fraction = None if fixed_fraction is None else float(fixed_fraction)
         self.elo = Elo(k=elo_k)
         self.elo.rating(learner_name)
         self.rng = np.random.default_rng(seed)
@@ -185,6 +193,11 @@ class OpponentPool:
         names = self.names
         if not names:
             raise RuntimeError("the opponent pool is empty: add an opponent or a snapshot first")
+        if self.fixed_fraction is not None:
+            fixed = [n for n in names if n in self.fixed]
+            snaps = [n for n in names if n not in self.fixed]
+            use_fixed = self.rng.random() < self.fixed_fraction
+            names = (fixed if use_fixed else snaps) or fixed or snaps
         if self.sampling == "uniform":
             return names[int(self.rng.integers(len(names)))]
         w = np.array([(1.0 - self.scores.get(n, 0.5)) ** self.priority_exponent + 0.05 for n in names])
@@ -208,6 +221,9 @@ class OpponentPool:
 
     # ------------------------------------------------------------------ trainer callbacks
     def on_train_begin(self, trainer: Any) -> None:
+        if self.fixed_fraction and not self.fixed:
+            raise ValueError(f"fixed_fraction={self.fixed_fraction} but the pool has no fixed opponents: "
+                             f"add one with pool.add(agent, name) before training")
         if all(n in self.fixed for n in self.opponents):
             self.add_snapshot(0)
 

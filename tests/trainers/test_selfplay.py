@@ -103,3 +103,30 @@ def test_prioritized_sampling_prefers_opponents_the_learner_scores_badly_against
     pool.scores.update(easy=1.0, hard=0.0)
     draws = [pool.sample_opponent() for _ in range(2000)]
     assert draws.count("hard") > 0.9 * len(draws)
+
+
+def test_fixed_fraction_sets_the_share_of_games_against_fixed_opponents():
+    trainer = _trainer()
+    learner = CountingLearner(trainer.action_space("player_1"), trainer.observation_space("player_1"))
+    pool = OpponentPool(learner, trainer.spec, fixed_fraction=0.3, sampling="prioritized", seed=0)
+    pool.add(RandomAgent(trainer.action_space("player_1")), name="random")
+    for i in range(3):
+        pool.opponents[f"snapshot_{i}"] = RandomAgent(trainer.action_space("player_1"))
+    pool.scores.update(random=1.0)  # prioritized sampling alone would almost never draw it
+    draws = [pool.sample_opponent() for _ in range(4000)]
+    assert draws.count("random") / len(draws) == pytest.approx(0.3, abs=0.03)
+    assert {d for d in draws if d != "random"} == {"snapshot_0", "snapshot_1", "snapshot_2"}
+    pool.fixed_fraction = 1.0
+    assert {pool.sample_opponent() for _ in range(100)} == {"random"}
+
+
+def test_fixed_fraction_needs_a_fixed_opponent_and_a_valid_share():
+    trainer = _trainer()
+    learner = DQN(trainer.observation_space("player_1"), trainer.action_space("player_1"), seed=0)
+    with pytest.raises(ValueError, match="fixed_fraction must be in"):
+        OpponentPool(learner, trainer.spec, fixed_fraction=1.5)
+    pool = OpponentPool(learner, trainer.spec, fixed_fraction=0.5)
+    with pytest.raises(ValueError, match="no fixed opponents"):
+        trainer.train([learner, learner], learning_mask=[1, 1], plot=False, progress=False,
+                      matchmaker=pool, callbacks=[pool])
+    assert learner.agent_steps == 0  # refused before any game was played
