@@ -145,6 +145,10 @@ class JointTransitions:
     ``possible_agents`` (rows of agents that did not act at that step are zeros, see ``alive``);
     ``rew``/``terminated``/``truncated``/``alive`` are ``[B, num_agents]`` in ``agents`` order.
     ``next_obs`` of an agent whose episode ended at that step is its final observation.
+    ``mask``/``next_mask`` (``None`` when the env has no action masks) are dicts over all agents of
+    ``[B, n_actions]`` bool legal-action masks at ``obs``/``next_obs``; a row with no mask to give
+    (the agent did not act, or is gone at the next step without a final mask) is all True, i.e.
+    unconstrained, so a mask row never forbids every action.
 
     Example:
         >>> jt = JointTransitions(("a", "b"), obs={"a": np.zeros((1, 2)), "b": np.zeros((1, 3))},
@@ -164,6 +168,8 @@ class JointTransitions:
     truncated: np.ndarray
     alive: np.ndarray
     stream: np.ndarray | None = None  # env index of each row
+    mask: dict[str, np.ndarray] | None = None  # legal actions at obs, per agent [B, n_actions] bool
+    next_mask: dict[str, np.ndarray] | None = None  # legal actions at next_obs
 
     def __len__(self) -> int:
         return int(self.rew.shape[0])

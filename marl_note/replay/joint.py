@@ -3,8 +3,10 @@
 A :class:`JointReplayBuffer` stores :class:`~marl_note.types.JointTransitions` in preallocated
 numpy ring arrays: per agent ``obs.<agent>``, ``act.<agent>``, ``next_obs.<agent>`` (item shapes
 from that agent's spaces, so heterogeneous agents are fine) and ``[capacity, num_agents]`` arrays
-``rew``, ``terminated``, ``truncated``, ``alive``. Sampling is uniform with replacement and draws
-the same rows for every agent. Numpy only.
+``rew``, ``terminated``, ``truncated``, ``alive``. Legal-action masks ``mask.<agent>`` and
+``next_mask.<agent>`` (bool ``[capacity, n_actions]``, Discrete agents only) are stored when the first
+batch carries them. Sampling is uniform with replacement and draws the same rows for every agent.
+Numpy only.
 """
 from __future__ import annotations
 
@@ -20,11 +22,16 @@ from marl_note.types import JointTransitions, space_shape_dtype
 __all__ = ["JointReplayBuffer"]
 
 PER_AGENT_FIELDS = ("obs", "act", "next_obs")
+MASK_FIELDS = ("mask", "next_mask")
 JOINT_FIELDS = {"rew": np.float32, "terminated": bool, "truncated": bool, "alive": bool}
 
 
 class JointReplayBuffer:
     """Uniform replay of joint per-step rows over ``agents`` (a ring of the last ``capacity`` rows).
+
+    ``mask``/``next_mask`` are optional and come together: they are stored when the first batch
+    carries them (every agent must then have a Discrete action space), and once stored every later
+    batch must carry them too; a buffer holding rows without masks refuses a batch with them.
 
     Example:
         >>> import gymnasium as gym, numpy as np
@@ -61,6 +68,10 @@ class JointReplayBuffer:
         for name, dtype in JOINT_FIELDS.items():
             specs[name] = ((n,), np.dtype(dtype))
         self._specs = specs
+        self._mask_specs = {f"{field}.{a}": ((int(action_spaces[a].n),), np.dtype(bool))
+                            for field in MASK_FIELDS for a in self.agents
+                            if isinstance(action_spaces[a], gym.spaces.Discrete)}
+        self._maskable = len(self._mask_specs) == len(MASK_FIELDS) * n
         self._storage = RingStorage(capacity, specs)
         self._rng = np.random.default_rng(seed)
 
@@ -74,6 +85,11 @@ class JointReplayBuffer:
 
     def __len__(self) -> int:
         return len(self._storage)
+
+    @property
+    def has_masks(self) -> bool:
+        """Whether rows are stored with ``mask``/``next_mask``."""
+        return self._storage.has(f"mask.{self.agents[0]}")
 
     def __repr__(self) -> str:
         return f"JointReplayBuffer(agents={list(self.agents)}, len={len(self)}, capacity={self.capacity})"
@@ -100,11 +116,38 @@ class JointReplayBuffer:
                 cols[key] = as_column(key, per_agent[a], *self._specs[key], n)
         for name in JOINT_FIELDS:
             cols[name] = as_column(name, getattr(jt, name), *self._specs[name], n)
+        cols.update(self._mask_columns(jt, n))
+        carries = f"mask.{self.agents[0]}" in cols
+        if len(self) and carries != self.has_masks:
+            raise ValueError("this buffer stores mask/next_mask but the batch has none" if self.has_masks else
+                             f"the batch carries mask/next_mask but this buffer already holds {len(self)} rows "
+                             f"without them")
+        return cols
+
+    def _mask_columns(self, jt: JointTransitions, n: int) -> dict[str, np.ndarray]:
+        if jt.mask is None and jt.next_mask is None:
+            return {}
+        if jt.mask is None or jt.next_mask is None:
+            raise ValueError("mask and next_mask come together: give both or neither")
+        if not self._maskable:
+            raise ValueError("action masks need Discrete action spaces for every agent")
+        cols = {}
+        for field in MASK_FIELDS:
+            per_agent = getattr(jt, field)
+            if not isinstance(per_agent, Mapping) or set(per_agent) != set(self.agents):
+                got = sorted(per_agent) if isinstance(per_agent, Mapping) else type(per_agent).__name__
+                raise ValueError(f"{field} must be a dict over all agents {list(self.agents)}, got {got}")
+            for a in self.agents:
+                key = f"{field}.{a}"
+                cols[key] = as_column(key, per_agent[a], *self._mask_specs[key], n)
         return cols
 
     def add(self, jt: JointTransitions) -> np.ndarray:
         """Append a batch of joint rows (it may wrap around the ring); return the indices written."""
-        return self._storage.write(self.validate(jt))
+        cols = self.validate(jt)
+        if not len(self) and set(cols) != set(self._storage.names):  # masks appear or go while empty
+            self._storage = RingStorage(self.capacity, {k: self._mask_specs.get(k) or self._specs[k] for k in cols})
+        return self._storage.write(cols)
 
     # -- reading ---------------------------------------------------------------------------------
     def get(self, indices) -> JointTransitions:
@@ -115,7 +158,8 @@ class JointReplayBuffer:
         if indices.size and (indices.min() < 0 or indices.max() >= len(self)):
             raise ValueError(f"indices must lie in [0, {len(self)}), got range [{indices.min()}, {indices.max()}]")
         cols = self._storage.read(indices)
-        per = {f: {a: cols[f"{f}.{a}"] for a in self.agents} for f in PER_AGENT_FIELDS}
+        fields = PER_AGENT_FIELDS + (MASK_FIELDS if self.has_masks else ())
+        per = {f: {a: cols[f"{f}.{a}"] for a in self.agents} for f in fields}
         return JointTransitions(self.agents, **per, rew=cols["rew"], terminated=cols["terminated"],
                                 truncated=cols["truncated"], alive=cols["alive"])
 
@@ -143,6 +187,9 @@ class JointReplayBuffer:
         if "rng_state" not in state:
             raise ValueError("state_dict is missing keys ['rng_state']")
         rng_state = check_rng_state_array(state.pop("rng_state"))
-        self._storage.check_state_dict(state)
-        self._storage.load_state_dict(state)
+        optional = self._mask_specs if self._maskable else {}
+        brought = self._storage.check_state_dict(state, optional)
+        if brought and set(brought) != set(optional):
+            raise ValueError(f"state_dict has masks of only some agents: {sorted(brought)}")
+        self._storage.load_state_dict(state, optional)
         set_rng_state(self._rng, rng_state)
