@@ -101,3 +101,76 @@ class RaceEnv(ParallelEnv):
         trunc = {a: (a == "b" and self.t == 3) for a in self.agents}
         self.agents = [a for a in self.agents if not (term[a] or trunc[a])]
         return obs, rew, term, trunc, {a: {} for a in obs}
+
+
+class MaskedRaceEnv(RaceEnv):
+    """RaceEnv with three actions and action masks in the observations (``Dict(observation,
+    action_mask)``): at step ``t`` agent ``a`` may play anything but ``t % 3`` and agent ``b`` only
+    ``t % 3``. Terminated/truncated agents' final observations carry their masks too; an illegal
+    action fails an assertion inside the env.
+    """
+
+    metadata = {"name": "masked_race_v0"}
+
+    @functools.lru_cache(maxsize=None)
+    def observation_space(self, agent):
+        return gym.spaces.Dict({"observation": gym.spaces.Box(0, 10, (1,), np.float32),
+                                "action_mask": gym.spaces.Box(0, 1, (3,), np.int8)})
+
+    @functools.lru_cache(maxsize=None)
+    def action_space(self, agent):
+        return gym.spaces.Discrete(3)
+
+    @staticmethod
+    def legal(agent, t):
+        mask = np.zeros(3, bool) if agent == "b" else np.ones(3, bool)
+        mask[t % 3] = agent == "b"
+        return mask
+
+    def _obs(self, agents):
+        return {a: {"observation": np.array([self.t], np.float32), "action_mask": self.legal(a, self.t).astype(np.int8)}
+                for a in agents}
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed, options)
+        return self._obs(self.agents), {a: {} for a in self.agents}
+
+    def step(self, actions):
+        for a, act in actions.items():
+            assert self.legal(a, self.t)[int(act)], f"illegal action {act} of {a} at step {self.t}"
+        _, rew, term, trunc, infos = super().step(actions)
+        return self._obs(rew), rew, term, trunc, infos  # observations of the agents that just acted
+
+
+class BoxRaceEnv(ParallelEnv):
+    """Agents ``a`` and ``b`` with Box(-1, 1, (2,)) actions; every episode is truncated after
+    ``length`` steps. Observation: [steps]; reward 0. ``actions`` records every joint action."""
+
+    metadata = {"name": "box_race_v0"}
+
+    def __init__(self, length: int = 3):
+        self.possible_agents = ["a", "b"]
+        self.length = length
+        self.actions = []
+
+    @functools.lru_cache(maxsize=None)
+    def observation_space(self, agent):
+        return gym.spaces.Box(0, 100, (1,), np.float32)
+
+    @functools.lru_cache(maxsize=None)
+    def action_space(self, agent):
+        return gym.spaces.Box(-1, 1, (2,), np.float32)
+
+    def reset(self, seed=None, options=None):
+        self.agents, self.t = self.possible_agents[:], 0
+        return {a: np.array([0.0], np.float32) for a in self.agents}, {a: {} for a in self.agents}
+
+    def step(self, actions):
+        self.actions.append(actions)
+        self.t += 1
+        obs = {a: np.array([self.t], np.float32) for a in self.agents}
+        done = self.t >= self.length
+        if done:
+            self.agents = []
+        return (obs, dict.fromkeys(obs, 0.0), dict.fromkeys(obs, False), dict.fromkeys(obs, done),
+                {a: {} for a in obs})

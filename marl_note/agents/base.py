@@ -4,6 +4,9 @@ Acting contract, enough for scripted opponents::
 
     act(obs, mask=None, explore=False) -> actions      # batched over the leading axis
 
+An agent that keeps per-env state (MADDPG's exploration noise) sets ``accepts_env_ids = True``; the
+collector then also passes ``env_ids=`` (the env index of each row).
+
 Learning agents add::
 
     observe(transitions)           # store a batch of this agent's Transitions

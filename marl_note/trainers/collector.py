@@ -5,6 +5,10 @@ that policy controls, validates the actions against the seat's space and mask, s
 assembles transitions per (env, agent) stream: a transition opens when an agent acts and closes
 when that same agent next acts or its episode ends (then as terminal or truncated, with its own
 final observation). Only seats that learn have transitions assembled.
+
+An agent whose ``accepts_env_ids`` attribute is true is called as ``act(obs, mask, explore=...,
+env_ids=...)``, ``env_ids[k]`` being the env index of row ``k``, so it can keep per-env state
+(MADDPG's exploration noise).
 """
 from __future__ import annotations
 
@@ -97,7 +101,11 @@ class _Stream:
 
 
 class _JointStream:
-    """Rows of joint per-step data for a centralised learner, padded over ``possible_agents``."""
+    """Rows of joint per-step data for a centralised learner, padded over ``possible_agents``.
+
+    With action masks, ``mask``/``next_mask`` rows the env gave no mask for (the agent did not act,
+    or left without a final mask) are all True: unconstrained, never an all-illegal row.
+    """
 
     joint = True
 
@@ -111,7 +119,8 @@ class _JointStream:
         return len(self.rows)
 
     def add(self, i: int, acted: dict[str, tuple], res: Any) -> None:
-        self.rows.append((i, acted, res.rewards, res.terminated, res.truncated, res.obs, res.final_obs))
+        self.rows.append((i, acted, res.rewards, res.terminated, res.truncated, res.obs, res.final_obs,
+                          res.masks, res.final_masks))
 
     def take(self) -> JointTransitions:
         agents = self.spec.possible_agents
@@ -124,24 +133,32 @@ class _JointStream:
         trunc = np.zeros((size, n), bool)
         alive = np.zeros((size, n), bool)
         stream = np.zeros(size, np.int64)
-        for b, (i, acted, rewards, terms, truncs, nxt, final) in enumerate(self.rows):
+        masked = self.spec.has_action_mask  # then every action space is Discrete (make_spec checks)
+        mask = {a: np.ones((size, int(self.spec.action_space(a).n)), bool) for a in agents} if masked else None
+        next_mask = {a: m.copy() for a, m in mask.items()} if masked else None
+        for b, (i, acted, rewards, terms, truncs, nxt, final, masks, final_masks) in enumerate(self.rows):
             stream[b] = i
             for j, a in enumerate(agents):
                 if a in acted:
                     alive[b, j] = True
-                    obs[a][b], act[a][b] = acted[a]
+                    obs[a][b], act[a][b], own_mask = acted[a]
                     rew[b, j] = rewards.get(a, 0.0)
                     term[b, j] = terms.get(a, False)
                     trunc[b, j] = truncs.get(a, False)
                     if a in final:
-                        next_obs[a][b] = final[a]
+                        next_obs[a][b], nm = final[a], final_masks.get(a)
                     elif a in nxt:
-                        next_obs[a][b] = nxt[a]
+                        next_obs[a][b], nm = nxt[a], masks.get(a)
                     else:  # vanished without a final observation: cut as truncated
-                        next_obs[a][b] = acted[a][0]
+                        next_obs[a][b], nm = acted[a][0], own_mask
                         trunc[b, j] = True
+                    if masked:
+                        mask[a][b] = own_mask
+                        if nm is not None:
+                            next_mask[a][b] = nm
         self.rows = []
-        return JointTransitions(tuple(agents), obs, act, rew, next_obs, term, trunc, alive, stream)
+        return JointTransitions(tuple(agents), obs, act, rew, next_obs, term, trunc, alive, stream,
+                                mask=mask, next_mask=next_mask)
 
 
 class Collector:
@@ -282,7 +299,11 @@ class Collector:
             batch = stack_obs(obs[g])
             mask = np.stack(masks[g]) if spec.has_action_mask else None
             agent = self.group_agent[g]
-            raw = agent.act(batch, mask, explore=self.group_explore[g])
+            if getattr(agent, "accepts_env_ids", False):
+                env_ids = np.fromiter((i for i, _ in who[g]), np.int64, len(who[g]))
+                raw = agent.act(batch, mask, explore=self.group_explore[g], env_ids=env_ids)
+            else:
+                raw = agent.act(batch, mask, explore=self.group_explore[g])
             # all seats of a group share one action space (checked by the trainer)
             first = who[g][0][1]
             stored, for_env = check_actions(raw, spec.action_spaces[first], mask, len(who[g]),
@@ -290,7 +311,7 @@ class Collector:
             for k, (i, name) in enumerate(who[g]):
                 actions[i][name] = for_env[k]
                 if self.env_joint[i]:
-                    self.joint_open[i][name] = (obs[g][k], stored[k])
+                    self.joint_open[i][name] = (obs[g][k], stored[k], None if mask is None else mask[k])
                 elif self.env_learner[i, seat_of[name]] >= 0:
                     self.open[i][name] = [obs[g][k], stored[k], None if mask is None else mask[k], 0.0]
         return actions

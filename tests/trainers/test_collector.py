@@ -7,7 +7,7 @@ from marl_note.agents import RandomAgent
 from marl_note.envs import SyncVectorEnv, adapt, make_spec
 from marl_note.trainers import Collector, check_actions
 from marl_note.types import Transitions
-from tests.scripted_envs import NimEnv, RaceEnv
+from tests.scripted_envs import MaskedRaceEnv, NimEnv, RaceEnv
 
 
 class Scripted:
@@ -188,3 +188,48 @@ def test_joint_learner_on_a_turn_based_env_is_refused():
     learner = JointRecorder(2)
     with pytest.raises(TypeError, match="needs a Parallel env"):
         _collector(lambda: NimEnv(stones=3), learner.seats)
+
+
+class FirstLegalSeat:
+    """A seat actor of a centralised learner: plays the first legal action, records ``env_ids``."""
+
+    accepts_env_ids = True
+
+    def __init__(self, learner):
+        self.action_space = gym.spaces.Discrete(3)
+        self.joint_learner = learner
+        self.env_ids = []
+
+    def act(self, obs, mask=None, explore=False, env_ids=None):
+        self.env_ids.append(env_ids.tolist())
+        return mask.argmax(axis=1)
+
+
+def test_joint_rows_carry_each_agents_action_masks_and_env_ids_reach_the_seats():
+    learner = JointRecorder(0)
+    learner.seats = [FirstLegalSeat(learner), FirstLegalSeat(learner)]
+    col = _collector(MaskedRaceEnv, learner.seats, n_envs=2)
+    col.collect(n_episodes=2)  # the env asserts that every action was legal
+    col.flush()
+    (jt,) = learner.seen
+    assert set(jt.mask) == set(jt.next_mask) == {"a", "b"}
+    assert jt.mask["a"].shape == jt.next_mask["b"].shape == (6, 3) and jt.mask["a"].dtype == bool
+    legal = MaskedRaceEnv.legal
+    for i in (0, 1):
+        rows = jt.stream == i
+        # a acts at t = 0, 1 and terminates with its final mask at t = 2; its dead row is all True
+        assert jt.mask["a"][rows].tolist() == [legal("a", 0).tolist(), legal("a", 1).tolist(), [True] * 3]
+        assert jt.next_mask["a"][rows].tolist() == [legal("a", 1).tolist(), legal("a", 2).tolist(), [True] * 3]
+        # b acts at t = 0, 1, 2 and is truncated with its final mask at t = 3
+        assert jt.mask["b"][rows].tolist() == [legal("b", t).tolist() for t in (0, 1, 2)]
+        assert jt.next_mask["b"][rows].tolist() == [legal("b", t).tolist() for t in (1, 2, 3)]
+        assert jt.act["b"][rows].tolist() == [0, 1, 2]  # the only legal action each step
+    assert learner.seats[0].env_ids == [[0, 1]] * 2 and learner.seats[1].env_ids == [[0, 1]] * 3
+
+
+def test_joint_rows_without_env_masks_have_none():
+    learner = JointRecorder(2)
+    col = _collector(RaceEnv, learner.seats, n_envs=1)
+    col.collect(n_episodes=1)
+    col.flush()
+    assert learner.seen[0].mask is None and learner.seen[0].next_mask is None
