@@ -7,6 +7,7 @@ A backend subclasses :class:`JointLearnerBase` and supplies the networks: ``acto
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, Mapping
 
 import gymnasium as gym
@@ -238,8 +239,8 @@ class JointLearnerBase(Saving):
             if rew.shape != np.shape(joint.rew) or term.shape != np.shape(joint.rew):
                 raise ValueError(f"reward_done_func_ma must return (rew, terminated) of shape "
                                  f"{np.shape(joint.rew)}, got {rew.shape} and {term.shape}")
-            joint = JointTransitions(joint.agents, joint.obs, joint.act, rew, joint.next_obs, term,
-                                     np.asarray(joint.truncated, bool) & ~term, joint.alive, joint.stream)
+            joint = dataclasses.replace(joint, rew=rew, terminated=term,
+                                        truncated=np.asarray(joint.truncated, bool) & ~term)
         self.replay.add(joint)
         alive = np.asarray(joint.alive, bool)
         done = np.asarray(joint.terminated, bool) | np.asarray(joint.truncated, bool)
@@ -257,12 +258,14 @@ class JointLearnerBase(Saving):
 
         Per agent (lists in agent order): ``obs``, ``act`` (one-hot / [-1, 1]), ``next_obs`` (zero
         where the agent is gone at the next step: not alive or terminated), ``gumbel`` (the noise
-        of the relaxed sample, drawn here from ``rng``; zeros for Box agents) and ``temperature``;
-        joint ``[B, n]``: ``rew``, ``terminated``, ``alive``, ``next_live``.
+        of the relaxed sample, drawn here from ``rng``; zeros for Box agents), ``temperature`` and
+        ``mask`` / ``next_mask`` (1.0 = legal, all ones without masks, for Box agents and where a row
+        allows nothing); joint ``[B, n]``: ``rew``, ``terminated``, ``alive``, ``next_live``.
         """
         alive = np.asarray(batch.alive, bool)
         next_live = alive & ~np.asarray(batch.terminated, bool)
-        out: dict[str, Any] = {k: [] for k in ("obs", "act", "next_obs", "gumbel", "temperature")}
+        keys = ("obs", "act", "next_obs", "gumbel", "temperature", "mask", "next_mask")
+        out: dict[str, Any] = {k: [] for k in keys}
         for j, a in enumerate(self.agents):
             live, nlive = alive[:, j:j + 1].astype(np.float32), next_live[:, j:j + 1].astype(np.float32)
             out["obs"].append(encode_obs(self.observation_spaces[a], batch.obs[a], f"obs[{a!r}]") * live)
@@ -275,9 +278,20 @@ class JointLearnerBase(Saving):
             else:
                 out["gumbel"].append(np.zeros(shape, np.float32))
                 out["temperature"].append(np.float32(1.0))
+            for name, masks in (("mask", batch.mask), ("next_mask", batch.next_mask)):
+                out[name].append(self._legal(a, None if masks is None else masks.get(a), shape))
         out.update(rew=np.asarray(batch.rew, np.float32), terminated=np.asarray(batch.terminated, np.float32),
                    alive=alive.astype(np.float32), next_live=next_live.astype(np.float32))
         return out
+
+    def _legal(self, agent: str, mask: Any, shape: tuple[int, int]) -> np.ndarray:
+        """A float32 ``[B, act_dim]`` legal-action mask; rows that allow nothing become all ones."""
+        if mask is None or not self.discrete[agent]:
+            return np.ones(shape, np.float32)
+        mask = np.asarray(mask, bool)
+        if mask.shape != shape:
+            raise ValueError(f"mask of agent {agent!r} has shape {mask.shape}, expected {shape}")
+        return (mask | ~mask.any(axis=1, keepdims=True)).astype(np.float32)
 
     def _encode_act(self, agent: str, act: Any, alive: np.ndarray) -> np.ndarray:
         act = np.asarray(act)

@@ -20,6 +20,11 @@ from marl_note.types import JointTransitions
 __all__ = ["MADDPG", "MADDPGSeat"]
 
 
+def masked_logits(logits, legal):
+    """``logits`` with illegal actions (``legal == 0``) at -1e9: no softmax probability, never the argmax."""
+    return tf.where(legal > 0, logits, tf.constant(-1e9, logits.dtype))
+
+
 class MADDPG(JointLearnerBase):
     """MADDPG: per-agent decentralised actors and centralised critics ``Q_i(all obs, all actions)``.
 
@@ -89,7 +94,7 @@ class MADDPG(JointLearnerBase):
         obs_specs, act_specs = per([self.obs_dim[a] for a in self.agents]), per([self.act_dim[a] for a in self.agents])
         joint = tf.TensorSpec([None, n], f32)
         signature = [obs_specs, act_specs, obs_specs, act_specs, [tf.TensorSpec([], f32)] * n,
-                     joint, joint, joint, joint]
+                     joint, joint, joint, joint, act_specs, act_specs]
         self._train_fn = tf.function(self._graph_step, input_signature=signature, reduce_retracing=True,
                                      jit_compile=True if self.compile else None)
         self._forward = {a: tf.function(self.actor[a].__call__, input_signature=[tf.TensorSpec([None, self.obs_dim[a]], f32)],
@@ -105,9 +110,10 @@ class MADDPG(JointLearnerBase):
     def _critic_in(self, i: int, obs: list, acts: list):
         return tf.concat(obs + acts, axis=1) if self.centralized_critic else tf.concat([obs[i], acts[i]], axis=1)
 
-    def _target_action(self, agent: str, next_obs):
+    def _target_action(self, agent: str, next_obs, legal):
         out = self.actor_target[agent](next_obs)
         if self.discrete[agent]:
+            out = masked_logits(out, legal)
             return tf.one_hot(tf.argmax(out, axis=1), self.act_dim[agent], dtype=out.dtype)
         return tf.tanh(out)
 
@@ -117,9 +123,10 @@ class MADDPG(JointLearnerBase):
         grads = clip_by_total_norm(tape.gradient(loss, variables), self.max_grad_norm)
         opt.apply_gradients(zip(grads, variables))
 
-    def _graph_step(self, obs, acts, next_obs, gumbel, temperature, rew, terminated, alive, next_live):
+    def _graph_step(self, obs, acts, next_obs, gumbel, temperature, rew, terminated, alive, next_live, mask,
+                    next_mask):
         obs, acts, next_obs, gumbel = list(obs), list(acts), list(next_obs), list(gumbel)
-        next_acts = [tf.stop_gradient(self._target_action(a, next_obs[j])) * next_live[:, j:j + 1]
+        next_acts = [tf.stop_gradient(self._target_action(a, next_obs[j], next_mask[j])) * next_live[:, j:j + 1]
                      for j, a in enumerate(self.agents)]
         critic_losses, actor_losses, q_means = [], [], []
         for i, a in enumerate(self.agents):
@@ -134,7 +141,7 @@ class MADDPG(JointLearnerBase):
             with tf.GradientTape() as tape:
                 out = self.actor[a](obs[i], training=True)
                 if self.discrete[a]:  # straight-through Gumbel-softmax: one-hot forward, relaxed backward
-                    soft = tf.nn.softmax((out + gumbel[i]) / temperature[i], axis=1)
+                    soft = tf.nn.softmax((masked_logits(out, mask[i]) + gumbel[i]) / temperature[i], axis=1)
                     hard = tf.one_hot(tf.argmax(soft, axis=1), self.act_dim[a], dtype=soft.dtype)
                     own = hard - tf.stop_gradient(soft) + soft
                     reg = tf.reduce_mean(tf.square(out), axis=1)
@@ -159,7 +166,7 @@ class MADDPG(JointLearnerBase):
         with tf.device(self.device):
             critic_loss, actor_loss, q_mean = self._train_fn(
                 p["obs"], p["act"], p["next_obs"], p["gumbel"], p["temperature"], p["rew"], p["terminated"],
-                p["alive"], p["next_live"])
+                p["alive"], p["next_live"], p["mask"], p["next_mask"])
         self.updates += 1
         return {"critic_loss": float(critic_loss), "actor_loss": float(actor_loss), "q_mean": float(q_mean)}
 

@@ -21,6 +21,11 @@ from marl_note.types import JointTransitions
 __all__ = ["MADDPG", "MADDPGSeat"]
 
 
+def masked_logits(logits: torch.Tensor, legal: torch.Tensor) -> torch.Tensor:
+    """``logits`` with illegal actions (``legal == 0``) at -1e9: no softmax probability, never the argmax."""
+    return logits.masked_fill(legal <= 0, -1e9)
+
+
 class MADDPG(JointLearnerBase):
     """MADDPG: per-agent decentralised actors and centralised critics ``Q_i(all obs, all actions)``.
 
@@ -34,7 +39,8 @@ class MADDPG(JointLearnerBase):
     Critic ``i`` sees every agent's observation and action (one-hot for Discrete, [-1, 1] for
     Box; agents that did not act in a row are zeros) and regresses on
     ``r_i + gamma * (1 - terminated_i) * Q'_i(s', mu'(s'))`` with the target actors' greedy
-    actions; actor ``i`` ascends ``Q_i`` with the other agents' stored actions, minus
+    actions (masked by the stored ``next_mask``: an illegal action gets no probability); actor ``i``
+    ascends ``Q_i`` with the other agents' stored actions (its own relaxed sample masked by ``mask``), minus
     ``action_reg`` times its mean squared logits (Box: actions). Rows where agent ``i`` did not
     act are masked out of its losses. Targets follow with rate ``tau`` after every gradient step.
     ``centralized_critic=False`` (alias ``MARL=False``) gives independent critics ``Q_i(o_i, a_i)``.
@@ -108,9 +114,10 @@ class MADDPG(JointLearnerBase):
     def _critic_in(self, i: int, obs: list, acts: list) -> torch.Tensor:
         return torch.cat(obs + acts, dim=1) if self.centralized_critic else torch.cat([obs[i], acts[i]], dim=1)
 
-    def _target_action(self, agent: str, next_obs: torch.Tensor) -> torch.Tensor:
+    def _target_action(self, agent: str, next_obs: torch.Tensor, legal: torch.Tensor) -> torch.Tensor:
         out = self.actor_target[agent](next_obs)
         if self.discrete[agent]:
+            out = masked_logits(out, legal)
             return nn.functional.one_hot(out.argmax(dim=1), out.shape[1]).to(out.dtype)
         return torch.tanh(out)
 
@@ -120,7 +127,7 @@ class MADDPG(JointLearnerBase):
              else torch.as_tensor(v, device=self.device) for k, v in self.prepare_batch(batch).items()}
         obs, acts, next_obs, alive = p["obs"], p["act"], p["next_obs"], p["alive"]
         with torch.no_grad():
-            next_acts = [self._target_action(a, next_obs[j]) * p["next_live"][:, j:j + 1]
+            next_acts = [self._target_action(a, next_obs[j], p["next_mask"][j]) * p["next_live"][:, j:j + 1]
                          for j, a in enumerate(self.agents)]
         totals = {"critic_loss": 0.0, "actor_loss": 0.0, "q_mean": 0.0}
         for i, a in enumerate(self.agents):
@@ -135,7 +142,7 @@ class MADDPG(JointLearnerBase):
 
             out = self.actor[a](obs[i])
             if self.discrete[a]:  # straight-through Gumbel-softmax: one-hot forward, relaxed backward
-                soft = torch.softmax((out + p["gumbel"][i]) / p["temperature"][i], dim=1)
+                soft = torch.softmax((masked_logits(out, p["mask"][i]) + p["gumbel"][i]) / p["temperature"][i], dim=1)
                 own = nn.functional.one_hot(soft.argmax(dim=1), soft.shape[1]).to(soft.dtype) - soft.detach() + soft
                 reg = out.pow(2).mean(dim=1)
             else:
