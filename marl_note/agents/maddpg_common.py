@@ -14,6 +14,7 @@ import gymnasium as gym
 import numpy as np
 
 from marl_note.agents.checks import flat_obs_dim
+from marl_note.agents.env_noise import PerEnvNoise
 from marl_note.agents.noise import GaussianWhiteNoiseProcess, rng_state_from_array, rng_state_to_array
 from marl_note.agents.policies import GumbelSoftmaxPolicy, masked_argmax
 from marl_note.agents.rl_common import run_update_schedule
@@ -76,7 +77,8 @@ class MADDPGSeat:
     """One seat of a MADDPG: the decentralised actor of agent ``agent_id``.
 
     The trainer plays it like any agent (``act``); it learns through ``joint_learner`` (the
-    MADDPG object), which receives the joint per-step rows of all seats.
+    MADDPG object), which receives the joint per-step rows of all seats. ``env_ids`` (passed by
+    the collector, see ``accepts_env_ids``) names each row's env, whose own noise process explores.
 
     Example (``marl_note.agents.torch.MADDPG`` and ``marl_note.agents.tf.MADDPG`` are learners):
         >>> class Zeros(JointLearnerBase):  # a learner whose actors output zeros
@@ -87,14 +89,17 @@ class MADDPGSeat:
         ('a', (4,), True)
     """
 
+    accepts_env_ids = True
+
     def __init__(self, learner: Any, agent_id: str):
         self.joint_learner = learner
         self.agent_id = agent_id
         self.observation_space = learner.observation_spaces[agent_id]
         self.action_space = learner.action_spaces[agent_id]
 
-    def act(self, obs: np.ndarray, mask: np.ndarray | None = None, explore: bool = False) -> np.ndarray:
-        return self.joint_learner.act_agent(self.agent_id, obs, mask, explore)
+    def act(self, obs: np.ndarray, mask: np.ndarray | None = None, explore: bool = False,
+            env_ids: np.ndarray | None = None) -> np.ndarray:
+        return self.joint_learner.act_agent(self.agent_id, obs, mask, explore, env_ids)
 
     def __repr__(self) -> str:
         return f"MADDPGSeat({self.agent_id!r}, {self.action_space})"
@@ -104,7 +109,8 @@ class JointLearnerBase(Saving):
     """Numpy side of MADDPG (see :class:`marl_note.agents.torch.MADDPG` for the algorithm).
 
     Holds the agents' spaces and encodings, the exploration state (a Gumbel-max policy per
-    Discrete agent, a noise process per Box agent), the joint replay, the counters and ``rng``.
+    Discrete agent; per Box agent a :class:`~marl_note.agents.env_noise.PerEnvNoise`, one copy of
+    its noise process per env), the joint replay, the counters and ``rng``.
     A backend builds its networks after calling ``__init__`` and implements ``actor_outputs``,
     ``learn``, ``_net_state`` and ``_load_net_state``. Backend subclasses get ``save(path)`` /
     ``MADDPG.restore(path)`` from :class:`~marl_note.agents.saving.Saving`: the dicts of spaces are
@@ -177,14 +183,15 @@ class JointLearnerBase(Saving):
         self.replay = JointReplayBuffer(buffer_size, self.agents, self.observation_spaces, self.action_spaces,
                                         seed=int(self.rng.integers(0, 2**63 - 1)))
         self.policies = {a: GumbelSoftmaxPolicy(temperature) for a in self.agents if self.discrete[a]}
-        self.noise = {}
+        self.noise: dict[str, PerEnvNoise] = {}
         for a in self.agents:
             if not self.discrete[a]:
+                seed = int(self.rng.integers(0, 2**63 - 1))
                 process = (noise or {}).get(a) or GaussianWhiteNoiseProcess(
-                    sigma=float(noise_sigma), size=(self.act_dim[a],), seed=int(self.rng.integers(0, 2**63 - 1)))
+                    sigma=float(noise_sigma), size=(self.act_dim[a],), seed=seed)
                 if not callable(getattr(process, "sample", None)):
                     raise TypeError(f"noise[{a!r}] must be a process with sample(), got {type(process).__name__}")
-                self.noise[a] = process
+                self.noise[a] = PerEnvNoise(process, self.act_dim[a], seed)
         self.agent_steps = self.updates = self._new_rows = 0
         self._seats = [MADDPGSeat(self, a) for a in self.agents]
 
@@ -209,8 +216,12 @@ class JointLearnerBase(Saving):
         """Actor output ``[B, act_dim]``: logits (Discrete) or tanh units in [-1, 1] (Box)."""
         raise NotImplementedError
 
-    def act_agent(self, agent: str, obs: Any, mask: np.ndarray | None = None, explore: bool = False) -> np.ndarray:
-        """Agent ``agent``'s actions: Gumbel-max sample / argmax (Discrete), noisy / plain (Box)."""
+    def act_agent(self, agent: str, obs: Any, mask: np.ndarray | None = None, explore: bool = False,
+                  env_ids: np.ndarray | None = None) -> np.ndarray:
+        """Agent ``agent``'s actions: Gumbel-max sample / argmax (Discrete), noisy / plain (Box).
+
+        Exploring Box noise for row ``k`` comes from env ``env_ids[k]``'s process (row ``k`` is env
+        ``k`` when ``env_ids`` is None)."""
         if agent not in self.discrete:
             raise KeyError(f"unknown agent {agent!r}; agents are {list(self.agents)}")
         out = self.actor_outputs(agent, obs)
@@ -223,9 +234,11 @@ class JointLearnerBase(Saving):
             a = self.policies[agent].select(out, mask, self.rng) if explore else masked_argmax(out, mask)
             return a + int(self.action_spaces[agent].start)
         unit = out.astype(np.float64)
-        if explore:  # one noise sample per row, in half-range units
-            unit = unit + np.stack([np.asarray(self.noise[agent].sample(), np.float64).reshape(-1)
-                                    for _ in range(len(unit))]).reshape(unit.shape)
+        if explore:  # one sample of the row's env process per row, in half-range units
+            ids = np.arange(len(unit)) if env_ids is None else np.asarray(env_ids, np.int64).reshape(-1)
+            if len(ids) != len(unit):
+                raise ValueError(f"env_ids has {len(ids)} entries for a batch of {len(unit)}")
+            unit = unit + self.noise[agent].sample(ids).reshape(unit.shape)
         return self.scalers[agent].to_env(unit)
 
     # -- storing -----------------------------------------------------------------------------------
@@ -249,8 +262,8 @@ class JointLearnerBase(Saving):
         for j, a in enumerate(self.agents):
             if a in self.policies:
                 self.policies[a].step(int(alive[:, j].sum()))
-            elif np.any(done[:, j] & alive[:, j]) and callable(getattr(self.noise[a], "reset", None)):
-                self.noise[a].reset()  # e.g. an Ornstein-Uhlenbeck process restarts with each episode
+            elif np.any(ended := done[:, j] & alive[:, j]):  # e.g. an Ornstein-Uhlenbeck process restarts
+                self.noise[a].reset(None if joint.stream is None else np.asarray(joint.stream)[ended])
 
     # -- learning ----------------------------------------------------------------------------------
     def prepare_batch(self, batch: JointTransitions) -> dict[str, Any]:

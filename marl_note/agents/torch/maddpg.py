@@ -34,7 +34,8 @@ class MADDPG(JointLearnerBase):
     argmax otherwise; the actor loss differentiates through a straight-through Gumbel-softmax
     sample (hard one-hot forward, relaxed gradient, ``temperature``). Box actions: a ``tanh``
     actor scaled to the bounds with Gaussian exploration noise ``noise_sigma`` (half-range units;
-    ``noise={agent: process}`` takes any process of :mod:`marl_note.agents.noise`).
+    ``noise={agent: process}`` takes any process of :mod:`marl_note.agents.noise`, of one action's
+    size; each env gets its own copy, and only an env whose episode ended has its copy reset).
 
     Critic ``i`` sees every agent's observation and action (one-hot for Discrete, [-1, 1] for
     Box; agents that did not act in a row are zeros) and regresses on
