@@ -21,7 +21,7 @@ import numpy as np
 
 from marl_note.agents.checkpoint import CheckpointError, space_from_json, space_to_json
 
-__all__ = ["capturing_init", "encode_config", "decode_config", "SPACE_PARAMS"]
+__all__ = ["capturing_init", "encode_config", "decode_config", "SPACE_PARAMS", "Unrecorded"]
 
 SPACE_PARAMS = ("observation_space", "action_space")  # constructor arguments recorded outside the config
 
@@ -138,6 +138,21 @@ def _describe(obj: Any, top: bool = True) -> Any:
     return obj
 
 
+class Unrecorded:
+    """Stands in, after decoding, for a function argument that a checkpoint records by name only.
+
+    Example:
+        >>> decode_config(encode_config({"augment": len}))["augment"]
+        Unrecorded('builtins.len')
+    """
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"Unrecorded({self.name!r})"
+
+
 def encode_config(config: Mapping[str, Any], owner: str = "agent") -> dict[str, Any]:
     """Constructor arguments as JSON-able values; TypeError naming an argument that cannot be recorded.
 
@@ -181,6 +196,11 @@ def _encode(v: Any, where: str) -> Any:
             raise TypeError(f"{where}: this {type(v).__name__} cannot be reproduced from its recorded "
                             f"arguments {sorted(kwargs)}; build it inside __init__ or pass it to restore()")
         return {"$object": type(v).__name__, "kwargs": {k: _encode(x, where) for k, x in kwargs.items()}}
+    if inspect.isfunction(v) or inspect.isbuiltin(v) or inspect.ismethod(v) or isinstance(v, functools.partial):
+        # a function (compute_reward, augment, ...) is recorded by name only: code is never stored or
+        # loaded, so restore() must be given it again (see Unrecorded)
+        fn = v.func if isinstance(v, functools.partial) else v
+        return {"$callable": f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', type(fn).__name__)}"}
     raise TypeError(f"{where}: a {type(v).__module__}.{type(v).__qualname__} cannot be recorded in a "
                     f"checkpoint manifest (recorded: JSON values, tuples, numpy arrays, spaces, and the "
                     f"policies, noise processes and replay buffers of marl_note). Build it inside __init__ "
@@ -211,6 +231,8 @@ def _decode(v: Any, where: str) -> Any:
             return np.asarray(v["$array"], dtype=np.dtype(v["dtype"])).reshape(v["shape"])
         if tag == "$space":
             return space_from_json(v["$space"])
+        if tag == "$callable":
+            return Unrecorded(str(v["$callable"]))
         if tag == "$object":
             entry = _recordable_classes().get(v["$object"])
             if entry is None:

@@ -41,7 +41,7 @@ import numpy as np
 from marl_note.agents.checkpoint import (CheckpointError, check_state_shapes, read_checkpoint, space_from_json,
                                          space_to_json, write_checkpoint)
 from marl_note.agents.config_codec import SPACE_PARAMS as _SPACE_PARAMS
-from marl_note.agents.config_codec import capturing_init, decode_config, encode_config
+from marl_note.agents.config_codec import Unrecorded, capturing_init, decode_config, encode_config
 
 __all__ = ["Saving", "restore", "encode_config", "decode_config", "REPLAY_PREFIX"]
 
@@ -287,6 +287,12 @@ def _construct(target: type, info: Mapping[str, Any], overrides: Mapping[str, An
                                   f"{target.__name__}.__init__ does not take (tampered manifest or another version)")
     kwargs.update({k: info[k] for k in info["space_params"] if k in params or takes_any})
     kwargs.update(overrides)
+    unrecorded = {k: v.name for k, v in kwargs.items() if isinstance(v, Unrecorded)}
+    if unrecorded:
+        k, name = next(iter(unrecorded.items()))
+        raise CheckpointError(f"{where}: {target.__name__} was saved with {k}={name}, a function, and checkpoints "
+                              f"record functions by name only (no code is stored): pass it again, e.g. "
+                              f"restore(path, {', '.join(f'{a}=...' for a in unrecorded)})")
     try:
         return target(**kwargs)
     except (TypeError, ValueError) as exc:

@@ -1,7 +1,9 @@
 """Whole-agent checkpoints: save/restore per backend, across backends, replay, atomicity and errors."""
+import dataclasses
 import importlib
 import inspect
 import json
+import threading
 import os
 import warnings
 
@@ -232,5 +234,24 @@ def test_config_codec_round_trip():
     decoded = saving.decode_config(encoded)
     assert decoded["a"] == (1, 2.5, None) and decoded["b"] == [1, {"x": 2.0}] and decoded["d"] == OBS
     assert decoded["c"].tolist() == [0, 1, 2] and decoded["e"].theta == 0.15 and decoded["f"].alpha == 0.7
-    with pytest.raises(TypeError, match="fn=.*function cannot be recorded"):
-        saving.encode_config({"fn": lambda x: x})
+    assert saving.encode_config({"fn": json.dumps})["fn"] == {"$callable": "json.dumps"}
+    with pytest.raises(TypeError, match=r"obj=.*_thread.lock cannot be recorded"):
+        saving.encode_config({"obj": threading.Lock()})
+
+
+def negate_obs(t):
+    return dataclasses.replace(t, obs=-t.obs, next_obs=-t.next_obs)
+
+
+def test_function_arguments_are_recorded_by_name_and_must_be_given_again(tmp_path):
+    agent = torch_agents.DQN(OBS, ACT, hidden_sizes=(8,), seed=0, augment=negate_obs)
+    agent.observe(batch(20))
+    path = agent.save(tmp_path / "aug")  # saving works; the function itself is not stored
+    agent.save_param(tmp_path / "weights")
+    with pytest.raises(CheckpointError, match=r"saved with augment=.*negate_obs, a function.*restore\(path, augment=\.\.\.\)"):
+        torch_agents.DQN.restore(path)
+    again = torch_agents.DQN.restore(path, augment=negate_obs)
+    assert again.config["augment"] is negate_obs and again.agent_steps == 20
+    fresh = torch_agents.DQN(OBS, ACT, hidden_sizes=(8,), seed=1)
+    fresh.restore_param(tmp_path / "weights")  # weights alone never need the function
+    assert np.array_equal(fresh.q_values(np.ones((2, 4), np.float32)), agent.q_values(np.ones((2, 4), np.float32)))
