@@ -36,7 +36,7 @@ __all__ = ["apply_dqn_config", "ppo_action_output", "apply_ppo_config", "apply_p
 def apply_dqn_config(agent, observation_space: gym.Space, action_space: gym.Space, *, gamma, buffer_size,
                      learning_starts, double, target_update, tau, criterion, max_grad_norm, replay_ratio,
                      update_steps, policy, replay, PR, alpha, beta, initial_TD, num_steps, her,
-                     compute_reward) -> None:
+                     compute_reward, augment=None) -> None:
     """Check DQN's arguments and set its hyperparameters, policy and replay feed on ``agent``."""
     if criterion not in ("huber", "mse"):
         raise ValueError(f"criterion must be 'huber' or 'mse', got {criterion!r}")
@@ -62,7 +62,7 @@ def apply_dqn_config(agent, observation_space: gym.Space, action_space: gym.Spac
     agent.policy = policy if policy is not None else EpsGreedyQPolicy(1.0, 0.05, n_steps_annealing=10_000)
     agent._feed = ReplayFeed(observation_space, action_space, buffer_size=buffer_size, gamma=gamma, PR=PR,
                              alpha=alpha, beta=beta, initial_TD=initial_TD, num_steps=num_steps, her=her,
-                             compute_reward=compute_reward, replay=replay,
+                             compute_reward=compute_reward, replay=replay, augment=augment,
                              seed=None if replay is not None else int(agent.rng.integers(0, 2**63 - 1)))
     agent.replay = agent._feed.replay
 

@@ -15,7 +15,7 @@ n-step accumulator in front of it and, for goal envs (Dict observations with
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import gymnasium as gym
 import numpy as np
@@ -97,7 +97,10 @@ class ReplayFeed:
     (gamma = the agent's) turns incoming one-step transitions into n-step ones carrying
     ``discount = gamma**k``. For goal envs without HER, dict observations are flattened to
     ``[observation, desired_goal]`` before storage; with HER they are stored as dicts and
-    flattened (after relabelling) at sample time. Conflicting options raise ValueError.
+    flattened (after relabelling) at sample time. ``augment(transitions)`` returns more transitions
+    (one batch or a list of batches, e.g. the mirror images of board positions) that are stored
+    next to every batch that reaches the buffer (after n-step accumulation). Conflicting options
+    raise ValueError.
 
     Example:
         >>> from marl_note.envs.goal_envs import BitFlippingEnv
@@ -116,7 +119,12 @@ class ReplayFeed:
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, *, buffer_size: int, gamma: float,
                  PR: bool = False, alpha: float = 0.6, beta: float = 0.4, initial_TD: float = 1.0,
-                 num_steps: int = 1, her: Any = None, compute_reward=None, replay=None, seed: int | None = None):
+                 num_steps: int = 1, her: Any = None, compute_reward=None, replay=None, seed: int | None = None,
+                 augment: Callable[[Transitions], Any] | None = None):
+        if augment is not None and not callable(augment):
+            raise TypeError(f"augment must be a function transitions -> transitions (or a list of them), "
+                            f"got {type(augment).__name__}")
+        self.augment = augment
         self.alpha, self.beta, self.initial_TD = check_prioritized_options(alpha, beta, initial_TD)
         self.num_steps = check_num_steps(num_steps)
         self.observation_space = observation_space
@@ -138,6 +146,9 @@ class ReplayFeed:
                                  f"got {observation_space!r}")
             if PR:
                 raise ValueError("prioritized replay (PR=True) cannot be combined with HER")
+            if augment is not None:
+                raise ValueError("augment cannot be combined with HER: HER stores whole episodes and relabels "
+                                 "them at sample time")
             if self.num_steps > 1:
                 raise ValueError("n-step returns (num_steps > 1) cannot be combined with HER: relabelled goals "
                                  "would change the rewards inside the n-step window")
@@ -203,6 +214,21 @@ class ReplayFeed:
             if len(t) == 0:
                 return
         self.replay.add(t)
+        if self.augment is not None:
+            for extra in self._augmented(t):
+                self.replay.add(extra)
+
+    def _augmented(self, t: Transitions) -> list[Transitions]:
+        out = self.augment(t)
+        batches = list(out) if isinstance(out, (list, tuple)) else [out]
+        for b in batches:
+            if not isinstance(b, Transitions):
+                raise TypeError(f"augment must return Transitions (or a list of them), got {type(b).__name__}")
+            for name in ("obs", "next_obs"):
+                got, want = np.shape(getattr(b, name))[1:], np.shape(getattr(t, name))[1:]
+                if got != want:
+                    raise ValueError(f"augment returned {name} rows of shape {got}, the stored ones have {want}")
+        return batches
 
     def sample(self, batch_size: int) -> Transitions:
         return self.replay.sample(batch_size)

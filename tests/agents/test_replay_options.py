@@ -293,3 +293,51 @@ def test_tf_dqn_takes_the_same_replay_options():
                         compute_reward=env.compute_reward, learning_starts=2, hidden_sizes=(8,), seed=8)
     _bit_episode(env, her, 0)
     assert isinstance(her.replay, HERReplayBuffer) and her.update(4)["gradient_steps"] >= 1
+
+
+def negate(t):
+    """A test symmetry: negated observations, actions reversed (a -> 2 - a)."""
+    return Transitions(obs=-t.obs, act=2 - np.asarray(t.act), rew=t.rew, next_obs=-t.next_obs,
+                       terminated=t.terminated, truncated=t.truncated, discount=t.discount, stream=t.stream)
+
+
+def test_augment_stores_each_batch_and_its_images_counting_only_real_steps():
+    rng = np.random.default_rng(0)
+    agent = DQN(OBS, ACT, seed=0, learning_starts=10**6, augment=lambda t: [negate(t), t])
+    real = batch(8, rng)
+    agent.observe(real)
+    assert len(agent.replay) == 24 and agent.agent_steps == 8  # the real batch plus two images
+    stored = agent.replay.get(np.arange(24))
+    rows = {(tuple(np.round(o, 5)), int(a)) for o, a in zip(stored.obs, stored.act)}
+    assert rows == ({(tuple(np.round(o, 5)), int(a)) for o, a in zip(real.obs, real.act)}
+                    | {(tuple(np.round(-o, 5)), 2 - int(a)) for o, a in zip(real.obs, real.act)})
+
+
+def test_augment_sees_nstep_transitions():
+    seen = []
+    agent = DQN(OBS, ACT, seed=0, num_steps=3, gamma=0.5, augment=lambda t: seen.append(t) or negate(t))
+    rng = np.random.default_rng(1)
+    for _ in range(4):  # one stream, no episode end: n-step rows come out from the third step on
+        agent.observe(batch(1, rng, terminated=np.zeros(1, bool), stream=np.zeros(1, np.int64)))
+    assert [len(t) for t in seen] == [1, 1] and seen[0].discount.tolist() == [0.125]
+    assert len(agent.replay) == 4
+
+
+@pytest.mark.parametrize("augment, error, match", [
+    (lambda t: t.obs, TypeError, "augment must return Transitions"),
+    (lambda t: Transitions(obs=t.obs[:, :2], act=t.act, rew=t.rew, next_obs=t.next_obs[:, :2],
+                           terminated=t.terminated, truncated=t.truncated), ValueError, r"obs rows of shape \(2,\)"),
+])
+def test_augment_that_returns_bad_batches_fails_clearly(augment, error, match):
+    agent = DQN(OBS, ACT, seed=0, augment=augment)
+    with pytest.raises(error, match=match):
+        agent.observe(batch(4, np.random.default_rng(0)))
+
+
+def test_augment_option_errors():
+    with pytest.raises(TypeError, match="augment must be a function"):
+        DQN(OBS, ACT, augment="mirror")
+    env = BitFlippingEnv(n_bits=3)
+    with pytest.raises(ValueError, match="augment cannot be combined with HER"):
+        DQN(env.observation_space, env.action_space, her=dict(strategy="future", k=4),
+            compute_reward=env.compute_reward, augment=negate)

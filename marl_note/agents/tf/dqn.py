@@ -32,7 +32,7 @@ class DQN(DQNSharedMethods, TFAgent):
     network follows by Polyak averaging after every step; otherwise it is copied every
     ``target_update`` steps. A ``replay`` with prioritized sampling (batches carrying
     ``weights``) gets importance-weighted losses and ``update_priorities`` calls. The replay
-    options ``PR, alpha, beta, initial_TD, num_steps, her, compute_reward`` are the PyTorch
+    options ``PR, alpha, beta, initial_TD, num_steps, her, compute_reward, augment`` are the PyTorch
     DQN's (see :class:`~marl_note.agents.replay_options.ReplayFeed`).
 
     The gradient step is a ``tf.function``; ``compile=True`` compiles it with XLA
@@ -58,7 +58,7 @@ class DQN(DQNSharedMethods, TFAgent):
                  replay_ratio: float = 0.25, update_steps: int | None = None, policy=None, replay=None,
                  seed: int | None = None, device: str = "cpu", compile: bool = False,
                  PR: bool = False, alpha: float = 0.6, beta: float = 0.4, initial_TD: float = 1.0,
-                 num_steps: int = 1, her=None, compute_reward=None):
+                 num_steps: int = 1, her=None, compute_reward=None, augment=None):
         if not isinstance(action_space, gym.spaces.Discrete):
             raise TypeError(f"DQN needs a Discrete action space, got {action_space!r}; "
                             f"use a continuous-control agent for Box actions")
@@ -68,7 +68,8 @@ class DQN(DQNSharedMethods, TFAgent):
                          learning_starts=learning_starts, double=double, target_update=target_update, tau=tau,
                          criterion=criterion, max_grad_norm=max_grad_norm, replay_ratio=replay_ratio,
                          update_steps=update_steps, policy=policy, replay=replay, PR=PR, alpha=alpha, beta=beta,
-                         initial_TD=initial_TD, num_steps=num_steps, her=her, compute_reward=compute_reward)
+                         initial_TD=initial_TD, num_steps=num_steps, her=her, compute_reward=compute_reward,
+                         augment=augment)
 
         dim = self.encoder.dim
         with tf.device(self.device):

@@ -42,6 +42,9 @@ class DQN(DQNSharedMethods, TorchAgent):
     for goal envs (Dict observations with ``observation``/``achieved_goal``/``desired_goal``)
     ``her=dict(strategy="future", k=4), compute_reward=env.compute_reward`` (or
     ``replay=HERReplayBuffer(...)``) relabels goals, and ``act`` takes the dict of batched arrays.
+    ``augment=fn`` also stores ``fn(transitions)`` (a batch or a list of batches: e.g. mirrored
+    boards with mirrored actions and masks) next to every stored batch; ``agent_steps`` and the
+    ``replay_ratio`` schedule still count only the real transitions.
 
     Example:
         >>> import gymnasium as gym, numpy as np
@@ -63,7 +66,7 @@ class DQN(DQNSharedMethods, TorchAgent):
                  replay_ratio: float = 0.25, update_steps: int | None = None, policy=None, replay=None,
                  seed: int | None = None, device: str | torch.device = "cpu", compile: bool = False,
                  PR: bool = False, alpha: float = 0.6, beta: float = 0.4, initial_TD: float = 1.0,
-                 num_steps: int = 1, her=None, compute_reward=None):
+                 num_steps: int = 1, her=None, compute_reward=None, augment=None):
         if not isinstance(action_space, gym.spaces.Discrete):
             raise TypeError(f"DQN needs a Discrete action space, got {action_space!r}; "
                             f"use a continuous-control agent for Box actions")
@@ -73,7 +76,8 @@ class DQN(DQNSharedMethods, TorchAgent):
                          learning_starts=learning_starts, double=double, target_update=target_update, tau=tau,
                          criterion=criterion, max_grad_norm=max_grad_norm, replay_ratio=replay_ratio,
                          update_steps=update_steps, policy=policy, replay=replay, PR=PR, alpha=alpha, beta=beta,
-                         initial_TD=initial_TD, num_steps=num_steps, her=her, compute_reward=compute_reward)
+                         initial_TD=initial_TD, num_steps=num_steps, her=her, compute_reward=compute_reward,
+                         augment=augment)
 
         self.q_net = mlp(self.encoder.dim, hidden_sizes, self.n_actions, activation, self.generator).to(self.device)
         self.target_net = mlp(self.encoder.dim, hidden_sizes, self.n_actions, activation,
