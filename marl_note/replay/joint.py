@@ -107,13 +107,7 @@ class JointReplayBuffer:
         n = rew.shape[0]
         cols: dict[str, np.ndarray] = {}
         for field in PER_AGENT_FIELDS:
-            per_agent = getattr(jt, field)
-            if not isinstance(per_agent, Mapping) or set(per_agent) != set(self.agents):
-                got = sorted(per_agent) if isinstance(per_agent, Mapping) else type(per_agent).__name__
-                raise ValueError(f"{field} must be a dict over all agents {list(self.agents)}, got {got}")
-            for a in self.agents:
-                key = f"{field}.{a}"
-                cols[key] = as_column(key, per_agent[a], *self._specs[key], n)
+            self._per_agent_columns(jt, field, self._specs, n, cols)
         for name in JOINT_FIELDS:
             cols[name] = as_column(name, getattr(jt, name), *self._specs[name], n)
         cols.update(self._mask_columns(jt, n))
@@ -124,6 +118,16 @@ class JointReplayBuffer:
                              f"without them")
         return cols
 
+    def _per_agent_columns(self, jt: JointTransitions, field: str, specs: Mapping, n: int,
+                           cols: dict[str, np.ndarray]) -> None:
+        per_agent = getattr(jt, field)
+        if not isinstance(per_agent, Mapping) or set(per_agent) != set(self.agents):
+            got = sorted(per_agent) if isinstance(per_agent, Mapping) else type(per_agent).__name__
+            raise ValueError(f"{field} must be a dict over all agents {list(self.agents)}, got {got}")
+        for a in self.agents:
+            key = f"{field}.{a}"
+            cols[key] = as_column(key, per_agent[a], *specs[key], n)
+
     def _mask_columns(self, jt: JointTransitions, n: int) -> dict[str, np.ndarray]:
         if jt.mask is None and jt.next_mask is None:
             return {}
@@ -133,13 +137,7 @@ class JointReplayBuffer:
             raise ValueError("action masks need Discrete action spaces for every agent")
         cols = {}
         for field in MASK_FIELDS:
-            per_agent = getattr(jt, field)
-            if not isinstance(per_agent, Mapping) or set(per_agent) != set(self.agents):
-                got = sorted(per_agent) if isinstance(per_agent, Mapping) else type(per_agent).__name__
-                raise ValueError(f"{field} must be a dict over all agents {list(self.agents)}, got {got}")
-            for a in self.agents:
-                key = f"{field}.{a}"
-                cols[key] = as_column(key, per_agent[a], *self._mask_specs[key], n)
+            self._per_agent_columns(jt, field, self._mask_specs, n, cols)
         return cols
 
     def add(self, jt: JointTransitions) -> np.ndarray:
