@@ -1,14 +1,26 @@
 """Connect four self-play with an opponent pool of frozen snapshots and Elo ratings.
 
-The learner (a PyTorch DQN) plays both seats against snapshots of itself and a random player,
-a new snapshot joins the pool every ``--snapshot-every`` episodes, and every test rates the
-learner against the pool (Elo). At the end it plays a random legal-move player in both seats.
+The learner (a PyTorch DQN) plays both seats against frozen snapshots of itself (a new one joins
+the pool every ``--snapshot-every`` games; the pool draws the snapshots it scores worst against
+more often) and, in ``--fixed-fraction`` of its games, against two fixed opponents: a random
+legal-move player and a random player that completes four in a row whenever it can. Those keep
+the learner beating erratic play while its snapshots get strong (pure self-play forgets how to),
+and the second one punishes every threat the learner leaves open, in random-looking positions.
+Every stored move is also stored mirrored left-right (``DQN(augment=mirror)``): the board is
+symmetric, so this doubles what each game teaches.
+Every test rates the learner against the pool (Elo) and plays the random player in both seats;
+the weights with the best worst-seat win rate are saved (atomically) and restored at the end.
+Last, 500 fresh games per seat against the random player measure the result.
 
 Run:  python examples/connect_four_selfplay.py [--episodes N] [--seed S]
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import os
+import tempfile
+import time
 
 import numpy as np
 import torch
@@ -17,42 +29,127 @@ from pettingzoo.classic import connect_four_v3
 from marl_note.agents import RandomAgent
 from marl_note.agents.torch import DQN
 from marl_note.trainers import DecentralizedTrainer, OpponentPool
+from marl_note.types import Transitions
+
+
+# the 69 lines of four cells on the 6 x 7 board, as flat cell indices
+LINES = np.array([[(r + k * dr) * 7 + c + k * dc for k in range(4)]
+                  for r in range(6) for c in range(7) for dr, dc in ((0, 1), (1, 0), (1, 1), (1, -1))
+                  if 0 <= r + 3 * dr < 6 and 0 <= c + 3 * dc < 7])
+
+
+def mirror(t: Transitions) -> Transitions:
+    """The same moves on the left-right mirrored board (columns reversed): connect four is symmetric,
+    so every stored transition teaches its mirror image too (``DQN(augment=mirror)``)."""
+    flip = (lambda m: None if m is None else np.asarray(m)[:, ::-1].copy())
+    return dataclasses.replace(t, obs=np.asarray(t.obs)[:, :, ::-1].copy(), next_obs=np.asarray(t.next_obs)[:, :, ::-1].copy(),
+                               act=6 - np.asarray(t.act), mask=flip(t.mask), next_mask=flip(t.next_mask))
+
+
+class TakesWins:
+    """A random legal-move player that completes four in a row when it can (a fixed pool opponent)."""
+
+    def __init__(self, action_space, seed: int | None = None):
+        self.action_space = action_space
+        self.rng = np.random.default_rng(seed)
+
+    def act(self, obs: np.ndarray, mask: np.ndarray, explore: bool = False) -> np.ndarray:
+        actions = []
+        for board, legal in zip(np.asarray(obs), np.asarray(mask, bool)):  # board[..., 0] = own pieces
+            own, filled = board[..., 0].astype(bool), board.any(axis=-1)
+            wins = []
+            for col in np.flatnonzero(legal):
+                after = own.copy()
+                after[np.flatnonzero(~filled[:, col]).max(), col] = True  # the piece falls to the lowest free row
+                if after.reshape(-1)[LINES].all(axis=1).any():
+                    wins.append(col)
+            actions.append(self.rng.choice(wins or np.flatnonzero(legal)))
+        return np.asarray(actions, np.int64)
+
+
+class KeepBest:
+    """Trainer callback: after each test, play ``games`` per seat against ``opponent`` and save the
+    learner when its worst-seat win rate is the best so far."""
+
+    def __init__(self, learner, opponent, path: str, games: int = 200):
+        self.learner, self.opponent, self.path, self.games = learner, opponent, path, games
+        self.best, self.history = -1.0, []
+
+    def win_rates(self, trainer, games: int) -> list[float]:
+        rates = []
+        for seat in range(2):
+            agents = [self.opponent, self.opponent]
+            agents[seat] = self.learner
+            rates.append(float(np.mean(trainer.test(agents, episodes=games)["rewards"][:, seat] > 0)))
+        return rates
+
+    def on_test_end(self, trainer, result, episodes) -> None:
+        rates = self.win_rates(trainer, self.games)
+        self.history.append((episodes, rates))
+        if min(rates) > self.best:
+            self.best = min(rates)
+            self.learner.save_param(self.path)
+
+    def on_train_end(self, trainer, out) -> None:  # the final weights compete too
+        self.on_test_end(trainer, None, out["num_collected_episodes"])
+
+
+def train(episodes: int = 15000, seed: int = 0, snapshot_every: int = 2000, fixed_fraction: float = 0.7,
+          plot: str | None = None, progress: bool = True, final_games: int = 500, replay_ratio: float = 0.5) -> dict:
+    """Train, restore the best weights, and measure them; returns the figures the script prints."""
+    torch.set_num_threads(1)  # these small MLPs train fastest on one thread of a 2-core machine
+    trainer = DecentralizedTrainer(connect_four_v3.env, num_train_envs=16, num_test_envs=16, batch_size=128,
+                                   update_freq=128, test_freq=1000, episodes_per_train=episodes,
+                                   episodes_per_test=50, seed=seed, plot_path=plot,
+                                   reward_metric=lambda r: float(r[:, 0].mean()))
+    obs_space, act_space = trainer.observation_space("player_0"), trainer.action_space("player_0")
+    # gamma 0.9 rewards quick wins; lr 1e-4 with a slow target copy keeps Q below the +-1 rewards
+    # (lr 1e-3 / target_update 100 let Q at the empty board climb past 1 and play got worse)
+    learner = DQN(obs_space, act_space, seed=seed, hidden_sizes=(256, 256), lr=1e-4, gamma=0.9,
+                  buffer_size=200_000, learning_starts=2000, target_update=1000, num_steps=3,
+                  augment=mirror, replay_ratio=replay_ratio)
+    random_player = RandomAgent(act_space, seed=seed)
+    pool = OpponentPool(learner, trainer.spec, snapshot_every=snapshot_every, eval_episodes=16,
+                        sampling="prioritized", fixed_fraction=fixed_fraction, seed=seed)
+    pool.add(random_player, name="random")
+    pool.add(TakesWins(act_space, seed=seed + 1), name="takes_wins")
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        best = KeepBest(learner, random_player, os.path.join(tmp, "best"))
+        stats = trainer.train([learner, learner], learning_mask=[1, 1], matchmaker=pool, callbacks=[pool, best],
+                              test_agents=[learner, random_player], plot=plot is not None, progress=progress)
+        learner.restore_param(best.path)
+    final = {}
+    for seat in range(2):
+        agents = [random_player, random_player]
+        agents[seat] = learner
+        r = trainer.test(agents, episodes=final_games)["rewards"][:, seat]
+        final[trainer.possible_agents[seat]] = (float(np.mean(r > 0)), float(np.mean(r == 0)), float(np.mean(r < 0)))
+    trainer.close()
+    first = min((n for n in stats["elo"] if n.startswith("snapshot_0")), default=None)
+    return {"games": stats["num_collected_episodes"], "env_steps": stats["num_collected_steps"],
+            "gradient_steps": stats["num_gradient_steps"], "seconds": time.perf_counter() - start,
+            "elo": stats["elo"], "first_snapshot": first, "best_min_win": best.best,
+            "test_history": best.history, "vs_random": final}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--episodes", type=int, default=6000)
-    parser.add_argument("--snapshot-every", type=int, default=1000)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--episodes", type=int, default=15000)
+    parser.add_argument("--snapshot-every", type=int, default=2000)
+    parser.add_argument("--fixed-fraction", type=float, default=0.7)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--plot", default="runs/connect_four_selfplay.png")
     args = parser.parse_args()
-    torch.set_num_threads(1)  # these small MLPs train fastest on one thread of a 2-core machine
-
-    trainer = DecentralizedTrainer(connect_four_v3.env, num_train_envs=16, num_test_envs=16, batch_size=128,
-                                   update_freq=128, test_freq=1000, episodes_per_train=args.episodes,
-                                   episodes_per_test=64, seed=args.seed, plot_path=args.plot,
-                                   reward_metric=lambda r: float(r[:, 0].mean()))
-    obs_space, act_space = trainer.observation_space("player_0"), trainer.action_space("player_0")
-    learner = DQN(obs_space, act_space, seed=args.seed, hidden_sizes=(256, 256), lr=5e-4, gamma=0.99,
-                  buffer_size=200_000, learning_starts=2000, target_update=250)
-    random_player = RandomAgent(act_space, seed=args.seed)
-    pool = OpponentPool(learner, trainer.spec, snapshot_every=args.snapshot_every, eval_episodes=32,
-                        sampling="prioritized", seed=args.seed)
-    pool.add(random_player, name="random")
-
-    stats = trainer.train([learner, learner], learning_mask=[1, 1], matchmaker=pool, callbacks=[pool],
-                          test_agents=[learner, random_player])
-    print(f"{stats['num_collected_episodes']} games, {stats['num_collected_steps']} env steps, "
-          f"{stats['num_gradient_steps']} gradient steps, {stats['training_time']:.0f} s")
-    first = min((n for n in stats["elo"] if n.startswith("snapshot_0")), default=None)
-    print("Elo:", {k: round(v) for k, v in sorted(stats["elo"].items(), key=lambda kv: -kv[1])})
-    if first:
-        print(f"final learner Elo {stats['elo']['learner']:.0f} vs first snapshot {stats['elo'][first]:.0f}")
-    for seat, agents in ((0, [learner, random_player]), (1, [random_player, learner])):
-        r = trainer.test(agents, episodes=500)["rewards"][:, seat]
-        print(f"learner as {trainer.possible_agents[seat]} vs random: win {np.mean(r > 0):.1%} "
-              f"draw {np.mean(r == 0):.1%} loss {np.mean(r < 0):.1%}")
-    trainer.close()
+    out = train(args.episodes, args.seed, args.snapshot_every, args.fixed_fraction, args.plot)
+    print(f"{out['games']} games, {out['env_steps']} env steps, {out['gradient_steps']} gradient steps, "
+          f"{out['seconds']:.0f} s (best worst-seat win rate at a test: {out['best_min_win']:.2f})")
+    print("Elo:", {k: round(v) for k, v in sorted(out["elo"].items(), key=lambda kv: -kv[1])})
+    if out["first_snapshot"]:
+        print(f"final learner Elo {out['elo']['learner']:.0f} vs first snapshot "
+              f"{out['elo'][out['first_snapshot']]:.0f}")
+    for seat, (win, draw, loss) in out["vs_random"].items():
+        print(f"best learner as {seat} vs random: win {win:.1%} draw {draw:.1%} loss {loss:.1%}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,58 @@
+"""The examples run end to end on tiny budgets, and their helper players do what they say."""
+import importlib.util
+import os
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def load(name: str):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "examples", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_takes_wins_completes_four_in_a_row_and_otherwise_plays_legal_random_moves():
+    c4 = load("connect_four_selfplay")
+    assert c4.LINES.shape == (69, 4)  # 24 horizontal + 21 vertical + 2 * 12 diagonal lines
+    player = c4.TakesWins(gym.spaces.Discrete(7), seed=0)
+    boards = np.zeros((3, 6, 7, 2), np.int8)
+    boards[0, 5, 0:3, 0] = 1  # own three on the bottom row: column 3 wins
+    boards[0, 5, 4:6, 1] = 1
+    boards[1, 3:6, 2, 0] = 1  # own three stacked in column 2: column 2 wins
+    boards[2, 5, 0:3, 1] = 1  # only the opponent threatens: no win to take
+    mask = np.ones((3, 7), bool)
+    assert player.act(boards, mask)[:2].tolist() == [3, 2]
+    mask[2] = [True, False, False, False, False, False, True]
+    assert set(player.act(np.repeat(boards[2:], 50, 0), np.repeat(mask[2:], 50, 0)).tolist()) == {0, 6}
+
+
+def test_connect_four_recipe_runs_end_to_end_on_a_tiny_budget():
+    c4 = load("connect_four_selfplay")
+    out = c4.train(episodes=48, seed=0, snapshot_every=16, progress=False, final_games=8)
+    assert out["games"] >= 48 and set(out["vs_random"]) == {"player_0", "player_1"}
+    for win, draw, loss in out["vs_random"].values():
+        assert win + draw + loss == pytest.approx(1.0)
+    assert 0.0 <= out["best_min_win"] <= 1.0 and out["test_history"]  # the final weights were rated
+    assert {"learner", "random", "takes_wins"} <= set(out["elo"])
+
+
+def test_mirror_reflects_boards_actions_and_masks():
+    from marl_note.types import Transitions
+    c4 = load("connect_four_selfplay")
+    rng = np.random.default_rng(0)
+    obs = rng.integers(0, 2, (5, 6, 7, 2)).astype(np.int8)
+    mask = rng.random((5, 7)) < 0.5
+    t = Transitions(obs=obs, act=rng.integers(0, 7, 5), rew=rng.normal(size=5), next_obs=obs[::-1].copy(),
+                    terminated=np.zeros(5, bool), truncated=np.zeros(5, bool), mask=mask, next_mask=mask[::-1].copy())
+    m = c4.mirror(t)
+    assert np.array_equal(m.obs[:, :, 0], obs[:, :, 6]) and np.array_equal(m.act, 6 - t.act)
+    assert np.array_equal(m.mask[:, 0], mask[:, 6]) and np.array_equal(m.next_mask[:, 6], t.next_mask[:, 0])
+    back = c4.mirror(m)
+    assert all(np.array_equal(getattr(back, f), getattr(t, f)) for f in ("obs", "next_obs", "act", "mask", "next_mask"))
+    assert np.array_equal(m.rew, t.rew)
