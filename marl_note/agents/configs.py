@@ -114,7 +114,7 @@ def apply_ppo_priority_config(agent, *, PR, alpha, beta, initial_TD, lambda_, in
 def apply_ddpg_config(agent, observation_space: gym.Space, action_space: gym.Space, *, gamma, tau, buffer_size,
                       learning_starts, replay_ratio, update_steps, noise, action_l2, target_clip,
                       max_grad_norm, PR, alpha, beta, initial_TD, num_steps, her, compute_reward,
-                      replay) -> None:
+                      replay, augment=None) -> None:
     """Check DDPG's arguments and set its hyperparameters, action scaler, replay feed and noise."""
     if not 0.0 <= gamma <= 1.0:
         raise ValueError(f"gamma must be in [0, 1], got {gamma}")
@@ -136,7 +136,7 @@ def apply_ddpg_config(agent, observation_space: gym.Space, action_space: gym.Spa
     agent.scaler = ActionScaler(action_space)
     agent._feed = ReplayFeed(observation_space, action_space, buffer_size=buffer_size, gamma=gamma, PR=PR,
                              alpha=alpha, beta=beta, initial_TD=initial_TD, num_steps=num_steps, her=her,
-                             compute_reward=compute_reward, replay=replay,
+                             compute_reward=compute_reward, replay=replay, augment=augment,
                              seed=int(agent.rng.integers(0, 2**63 - 1)))
     agent.replay = agent._feed.replay
     agent.noise = ExplorationNoise(noise, (agent.scaler.dim,), sigma=0.1,

@@ -271,3 +271,22 @@ def test_tf_ddpg_her_and_options():
         tf_agents.DDPG(OBS, ACT, PR=True, beta=3.0)
     with pytest.raises(TypeError, match="Box action space"):
         tf_agents.DDPG(OBS, gym.spaces.Discrete(2))
+
+
+def test_augment_stores_mirrored_transitions_in_both_backends():
+    def mirror(t):  # a symmetry of a made-up task: negate observations and the second action number
+        act = np.array(t.act, copy=True)
+        act[:, 1] = -act[:, 1]
+        return Transitions(obs=-t.obs, act=act, rew=t.rew, next_obs=-t.next_obs, terminated=t.terminated,
+                           truncated=t.truncated)
+
+    real = batch(6, np.random.default_rng(3))
+    agents = [DDPG(OBS, ACT, seed=0, augment=mirror)]
+    tf_agents = pytest.importorskip("marl_note.agents.tf")
+    agents.append(tf_agents.DDPG(OBS, ACT, seed=0, augment=mirror))
+    for agent in agents:
+        agent.observe(real)
+        assert len(agent.replay) == 12 and agent.agent_steps == 6
+        stored = agent.replay.get(np.arange(12))
+        np.testing.assert_allclose(stored.obs[6:], -real.obs)
+        np.testing.assert_allclose(stored.act[6:, 1], -np.asarray(real.act)[:, 1], rtol=1e-6)

@@ -50,7 +50,7 @@ class DDPG(TFAgent):
                  update_steps: int | None = None, noise=None, action_l2: float = 0.0,
                  target_clip: tuple[float, float] | None = None, max_grad_norm: float | None = None,
                  PR: bool = False, alpha: float = 0.6, beta: float = 0.4, initial_TD: float = 1.0,
-                 num_steps: int = 1, her=None, compute_reward=None, replay=None,
+                 num_steps: int = 1, her=None, compute_reward=None, replay=None, augment=None,
                  seed: int | None = None, device: str = "cpu", compile: bool = False):
         check_box_action_space(action_space)
         super().__init__(network_space(observation_space), action_space, seed, device, compile)
@@ -59,7 +59,7 @@ class DDPG(TFAgent):
                           learning_starts=learning_starts, replay_ratio=replay_ratio, update_steps=update_steps,
                           noise=noise, action_l2=action_l2, target_clip=target_clip, max_grad_norm=max_grad_norm,
                           PR=PR, alpha=alpha, beta=beta, initial_TD=initial_TD, num_steps=num_steps, her=her,
-                          compute_reward=compute_reward, replay=replay)
+                          compute_reward=compute_reward, replay=replay, augment=augment)
 
         obs_dim, act_dim = self.encoder.dim, self.scaler.dim
         with tf.device(self.device):

@@ -41,7 +41,8 @@ class DDPG(TorchAgent):
     (Dict observations with ``observation``/``achieved_goal``/``desired_goal``)
     ``her=dict(strategy="future", k=4), compute_reward=env.compute_reward`` or
     ``replay=HERReplayBuffer(...)``. Goal observations are flattened to
-    ``[observation, desired_goal]``; ``act`` takes the dict of batched arrays.
+    ``[observation, desired_goal]``; ``act`` takes the dict of batched arrays. ``augment=fn`` also
+    stores ``fn(transitions)`` (e.g. mirrored states and actions) next to every stored batch.
 
     Example:
         >>> import gymnasium as gym, numpy as np
@@ -65,7 +66,7 @@ class DDPG(TorchAgent):
                  update_steps: int | None = None, noise=None, action_l2: float = 0.0,
                  target_clip: tuple[float, float] | None = None, max_grad_norm: float | None = None,
                  PR: bool = False, alpha: float = 0.6, beta: float = 0.4, initial_TD: float = 1.0,
-                 num_steps: int = 1, her=None, compute_reward=None, replay=None,
+                 num_steps: int = 1, her=None, compute_reward=None, replay=None, augment=None,
                  seed: int | None = None, device: str | torch.device = "cpu"):
         check_box_action_space(action_space)
         super().__init__(network_space(observation_space), action_space, seed, device)
@@ -74,7 +75,7 @@ class DDPG(TorchAgent):
                           learning_starts=learning_starts, replay_ratio=replay_ratio, update_steps=update_steps,
                           noise=noise, action_l2=action_l2, target_clip=target_clip, max_grad_norm=max_grad_norm,
                           PR=PR, alpha=alpha, beta=beta, initial_TD=initial_TD, num_steps=num_steps, her=her,
-                          compute_reward=compute_reward, replay=replay)
+                          compute_reward=compute_reward, replay=replay, augment=augment)
 
         obs_dim, act_dim = self.encoder.dim, self.scaler.dim
         self.actor = nn.Sequential(mlp(obs_dim, hidden_sizes, act_dim, activation, self.generator), nn.Tanh())
