@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import time
+import warnings
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -10,6 +11,7 @@ from marl_note.agents.base import is_learning_agent
 from marl_note.envs.adapters import adapt, env_factory, make_spec
 from marl_note.envs.vector import SyncVectorEnv
 from marl_note.trainers.collector import Collector
+from marl_note.trainers.evaluation import baseline_opponents, evaluate_against, use_baseline
 from marl_note.trainers.run_state import RunState, load_run, save_run
 from marl_note.types import EnvSpec
 
@@ -39,7 +41,7 @@ class DecentralizedTrainer:
     Example:
         >>> from marl_note.agents import RandomAgent
         >>> from marl_note.agents.torch import DQN
-        >>> trainer = DecentralizedTrainer("CartPole-v1", num_train_envs=2, num_test_envs=2,
+        >>> trainer = DecentralizedTrainer("CartPole-v1", num_train_envs=2, num_test_envs=2, update_freq=20,
         ...                                episodes_per_train=4, test_freq=2, episodes_per_test=2, seed=0)
         >>> dqn = DQN(trainer.observation_space("agent_0"), trainer.action_space("agent_0"), seed=0)
         >>> stats = trainer.train([dqn], learning_mask=[1], plot=False, progress=False)
@@ -168,16 +170,38 @@ class DecentralizedTrainer:
                 "mean_num_steps": float(np.mean(stats.lengths)), "num_collected_steps": stats.env_steps,
                 "num_collected_agent_steps": stats.agent_steps, "num_collected_episodes": stats.episodes}
 
+    def test_against(self, agent: Any, opponent: Any = None, episodes: int | None = None) -> dict[str, Any]:
+        """Greedy games of ``agent`` in each seat in turn against a fixed ``opponent`` in the others.
+
+        ``opponent``: an agent (the same in every other seat), a ``{seat: agent}`` dict, or None for
+        a random legal-move player. ``episodes`` (default ``episodes_per_test``) are shared evenly
+        over the seats. Returns ``reward`` (the metric: ``reward_metric`` per seat averaged, else
+        the agent's mean return), ``per_seat`` (``{seat: {mean_return, win, draw, loss,
+        episodes}}``, a win meaning a return above every other seat's), ``rewards``,
+        ``learner_seat`` and the counters of :meth:`test`.
+        """
+        names = self.spec.possible_agents
+        self._seats([agent] * len(names))
+        opponents = baseline_opponents(self.spec, opponent, seed=None if self.seed is None else self.seed + 55_555)
+        self._seats([opponents[a] for a in names])
+        episodes = self.episodes_per_test if episodes is None else _positive_int("episodes", episodes)
+        return evaluate_against(self, agent, opponents, episodes)
+
     # ------------------------------------------------------------------ train
     def train(self, agents: Sequence[Any] | Mapping[str, Any], learning_mask: Sequence[int] | Mapping[str, int],
               exploration_mask: Sequence[int] | None = None, plot: bool = True, progress: bool = True,
               test_agents: Sequence[Any] | Mapping[str, Any] | None = None, matchmaker: Callable | None = None,
               callbacks: Sequence[Any] = (), checkpoint_path: str | None = None,
-              resume_from: str | None = None) -> dict[str, Any]:
+              resume_from: str | None = None, baseline: Any = "auto") -> dict[str, Any]:
         """Train the seats in ``learning_mask``; see the class docstring for the loop and hooks.
 
         ``test_agents`` (default: ``agents``) are the seats of the periodic tests, e.g. the learner
-        against a fixed opponent in a self-play run. ``matchmaker(env_index) -> (agents, explore,
+        against a fixed opponent in a self-play run. When ``test_agents`` is None and one learner
+        holds every seat of a constant-sum game (judged from the training episodes before the
+        first test), the periodic tests play it against ``baseline`` in each seat instead of
+        against itself (:meth:`test_against`; the default ``"auto"`` is a random legal-move
+        player; an agent or ``{seat: agent}`` dict is used for any such run; None turns it off),
+        and the metric is its mean return there. ``matchmaker(env_index) -> (agents, explore,
         learn, tag)`` reseats an env at the start of each of its episodes (see
         :class:`~marl_note.trainers.selfplay.OpponentPool`). ``callbacks`` are objects with any of
         ``on_train_begin(trainer)``, ``on_collect_end(trainer, stats, episodes)``,
@@ -209,6 +233,14 @@ class DecentralizedTrainer:
             self._train_venv = self._venv(self.num_train_envs)
         if matchmaker is not None and not callable(matchmaker):
             raise TypeError(f"matchmaker must be callable, got {type(matchmaker).__name__}")
+        opponents = None
+        if baseline is not None:
+            opponents = baseline_opponents(self.spec, None if isinstance(baseline, str) else baseline,
+                                           seed=None if self.seed is None else self.seed + 55_555)
+            if isinstance(baseline, str) and baseline != "auto":
+                raise ValueError(f"baseline must be 'auto', None, an agent or a {{seat: agent}} dict; got {baseline!r}")
+            self._seats([opponents[a] for a in self.spec.possible_agents])
+        baseline_on: bool | None = None  # decided at the first test
         callbacks = list(callbacks)
 
         def fire(event: str, *args: Any) -> None:
@@ -229,6 +261,7 @@ class DecentralizedTrainer:
 
         bar = Progress(self.episodes_per_train, enabled=progress)
         last_metrics: dict[str, float] = {}
+        last_test: dict[str, Any] = {}
         start = time.perf_counter() - run.training_time
         stopped = False
         try:
@@ -242,6 +275,11 @@ class DecentralizedTrainer:
                 run.recent_returns = (run.recent_returns + [r.tolist() for r in stats.returns])[-100:]
                 col.flush()
                 fire("on_collect_end", stats, run.episodes)
+                if run.env_steps == stats.env_steps and run.episodes >= self.episodes_per_train > 1:
+                    warnings.warn(f"the first collection chunk (update_freq={self.update_freq} env steps) already "
+                                  f"finished {run.episodes} episodes, the whole budget of episodes_per_train="
+                                  f"{self.episodes_per_train}: the agents are updated once per chunk, so this run "
+                                  f"updates them only once. Lower update_freq.", stacklevel=2)
                 for agent in col.learners:
                     metrics = agent.update(self.batch_size) or {}
                     run.updates += int(metrics.get("gradient_steps", 0))
@@ -251,7 +289,14 @@ class DecentralizedTrainer:
                     run.next_test = (run.episodes // self.test_freq + 1) * self.test_freq
                     if self.test_fn is not None:
                         self.test_fn(run.episodes, run.env_steps)
-                    result = self.test(test_seats, learning_mask=learn)
+                    if baseline_on is None:
+                        recent = np.asarray(run.recent_returns, dtype=np.float64).reshape(-1, self.spec.num_agents)
+                        baseline_on = use_baseline(baseline, seats, test_agents, recent)
+                    if baseline_on:
+                        result = evaluate_against(self, seats[0], opponents, self.episodes_per_test)
+                    else:
+                        result = self.test(test_seats, learning_mask=learn)
+                    last_test = result
                     fire("on_test_end", result, run.episodes)
                     metric = result["reward"]
                     run.history.append((run.episodes, metric))
@@ -266,7 +311,7 @@ class DecentralizedTrainer:
                         self.save_checkpoint(checkpoint_path)
                 recent = np.asarray(run.recent_returns, dtype=np.float64).reshape(-1, self.spec.num_agents)
                 bar.update(run.episodes, env_steps=run.env_steps,
-                           train_reward=self._metric(recent, learn) if len(recent) else None,
+                           train_reward=self._metric(recent, learn) if len(recent) and not baseline_on else None,
                            test_metric=run.history[-1][1] if run.history else None,
                            best=run.best if run.history else None,
                            **{k: v for k, v in last_metrics.items() if k in ("loss", "eps", "epsilon")})
@@ -286,7 +331,10 @@ class DecentralizedTrainer:
             "num_collected_episodes": run.episodes, "num_gradient_steps": run.updates,
             "training_time": run.training_time, "best_reward": float(run.best),
             "best_episode": run.best_episode, "stopped_by_stop_fn": stopped, "test_history": list(run.history),
+            "tested_against_baseline": bool(baseline_on),
         }
+        if "per_seat" in last_test:
+            out["last_test_per_seat"] = last_test["per_seat"]
         fire("on_train_end", out)
         if plot and run.history:
             from marl_note.trainers.plot import plot_metric

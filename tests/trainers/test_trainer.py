@@ -53,7 +53,8 @@ def test_hooks_fire_in_order_with_the_documented_arguments():
         reward_metric=lambda r: float(r.shape[0] + r.shape[1]),  # 4 episodes x 2 seats -> 6.0, constant
     )
     agent = learner(trainer)
-    stats = trainer.train([agent, agent], learning_mask=[1, 1], plot=False, progress=False)
+    # baseline=None: the tests play the learner against itself, so reward_metric sees 4 x 2 returns
+    stats = trainer.train([agent, agent], learning_mask=[1, 1], plot=False, progress=False, baseline=None)
     kinds = [c[0] for c in calls]
     assert kinds[0] == "train" and kinds[-1] == "last" and kinds.count("last") == 1
     assert kinds.count("best") == 1  # constant metric: only the first test is a new best
