@@ -1,4 +1,4 @@
-"""DESIGN.md section 1: envs, replay and trainers never import torch or tensorflow."""
+"""The dependency rule (docs/ARCHITECTURE.md): envs, replay and trainers never import torch or tensorflow."""
 import subprocess
 import sys
 

@@ -1,6 +1,6 @@
 """Adapters from Gymnasium, PettingZoo Parallel and PettingZoo AEC envs to one contract.
 
-The contract (DESIGN.md section 2) is shaped like PettingZoo's Parallel API: ``reset`` and
+The contract (docs/ARCHITECTURE.md, "Envs") is shaped like PettingZoo's Parallel API: ``reset`` and
 ``step`` return a :class:`StepResult` whose ``obs`` keys are exactly the agents that must act
 next. Rewards are reported per agent as everything it received since the previous call; for
 turn-based (AEC) envs that is PettingZoo's ``last()`` reward, reported when the agent is next
