@@ -10,6 +10,7 @@ observation in ``final_obs``. Dead-agent ``None`` steps of AEC envs are consumed
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -261,7 +262,7 @@ def env_factory(env: Any) -> Callable[[], Any]:
             gym.spec(env)
         except Exception as exc:  # gymnasium raises its own NameNotFound/VersionNotFound errors
             raise ValueError(f"unknown Gymnasium env id {env!r}: {exc}") from None
-        return lambda: gym.make(env)
+        return functools.partial(gym.make, env)
     if hasattr(env, "env") and callable(env.env) and type(env).__name__ == "module":
         return env.env
     if isinstance(env, (gym.Env, AECEnv, ParallelEnv)):

@@ -6,6 +6,14 @@
 objects. A call sends one request to every process concerned before gathering any reply, so the
 processes step their shares in parallel.
 
+Factories travel to the workers serialized with cloudpickle (as Gymnasium's async vector env sends
+them), so Gymnasium ids, lambdas, closures (every PettingZoo ``parallel_env``) and partials all
+work; functions and classes of the user's ``__main__`` are sent by value. Every wait for a worker is
+bounded by ``timeout``: a worker that does not answer in time is killed and reaped, the whole pool
+is shut down (shared memory unlinked) and :class:`EnvTimeoutError` names the env, the worker pid
+and the call. A worker that finds itself re-running a script without the ``__main__`` guard stops,
+and the parent raises :class:`~marl_note.envs.main_guard.MissingMainGuardError`.
+
 Wire protocol (parent <-> one worker process, over a ``multiprocessing`` pipe)::
 
     worker -> ("spaces", [per-env {agent: (shape, dtype)}])  after building its envs
@@ -21,76 +29,87 @@ With shared memory, observations of agents whose (mask-stripped) observation spa
 out of the slot. Anything that does not fit its slot exactly (dtype/shape) travels through the pipe.
 
 The slots live in :mod:`marl_note.envs.shared_memory`, the worker-process loop in
-:mod:`marl_note.envs.subproc_worker`; this module is the parent side.
+:mod:`marl_note.envs.subproc_worker`, the errors in :mod:`marl_note.envs.subproc_errors`; this
+module is the parent side.
 """
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import pickle
+import time
 import weakref
 from multiprocessing import connection as mp_connection
 from multiprocessing import shared_memory as _shm
 from typing import Any, Callable, Sequence
 
+import cloudpickle
 import numpy as np
 
 import marl_note.envs.shared_memory as shm_slots
 from marl_note.envs.adapters import StepResult
+from marl_note.envs.main_guard import (GUARD_ADVICE, GUARD_EXIT_CODE, WORKER_NAME_PREFIX, MissingMainGuardError,
+                                       check_not_reimporting_main)
+from marl_note.envs.subproc_errors import EnvTimeoutError, Expired, RemoteError, WorkerError, check_timeout
 from marl_note.envs.subproc_worker import worker_main
 
-__all__ = ["SubprocVectorEnv", "WorkerError"]
+__all__ = ["SubprocVectorEnv", "WorkerError", "EnvTimeoutError", "MissingMainGuardError", "DEFAULT_STEP_TIMEOUT"]
 
 _DEFAULT_CONTEXT = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
 _POLL_S = 1.0  # how often a waiting parent re-checks that its workers are alive
 _START_TIMEOUT_S = 60.0  # least time allowed for starting a worker process and building its envs
+# An env step or reset takes milliseconds (a slow simulator: a second); a minute without an answer
+# means the env is stuck, and raising then beats training that silently stops.
+DEFAULT_STEP_TIMEOUT = 60.0
 _WORKER_MODULE = worker_main.__module__  # what a worker process imports (preloaded by the forkserver)
 
-
-class WorkerError(RuntimeError):
-    """An exception raised inside a worker process whose original could not be sent back."""
-
-
-# ----------------------------------------------------------------------------------------------
-# parent side
-# ----------------------------------------------------------------------------------------------
 
 def _preload_forkserver(ctx: Any) -> None:
     """Have the forkserver import the worker module (numpy, gymnasium, pettingzoo) once, before it forks.
 
     Worker processes then start in ~0.1 s instead of re-importing everything (~1 s each). Only takes
-    effect if the forkserver is not running yet; existing preload entries are kept.
+    effect if the forkserver is not running yet; other existing preload entries are kept.
+    Workers do not need the user's ``__main__`` (factories travel by value), so it is left out of
+    the preload: a forkserver that imported it would run the body of a script without the
+    ``__main__`` guard where nothing reports it.
     """
     from multiprocessing import forkserver
-    current = list(getattr(getattr(forkserver, "_forkserver", None), "_preload_modules", None) or ["__main__"])
-    if _WORKER_MODULE not in current:
+    current = list(getattr(getattr(forkserver, "_forkserver", None), "_preload_modules", None) or [])
+    wanted = [m for m in current if m != "__main__"] + ([] if _WORKER_MODULE in current else [_WORKER_MODULE])
+    if wanted != current:
         try:
-            ctx.set_forkserver_preload(current + [_WORKER_MODULE])
+            ctx.set_forkserver_preload(wanted)
         except Exception:  # noqa: BLE001 - an optimisation only
             pass
 
 
 def _shutdown(state: dict) -> None:
-    """Stop all worker processes and free shared memory (idempotent; also run at exit)."""
+    """Stop all worker processes and free shared memory (idempotent; also run at exit).
+
+    Workers listed in ``state["kill"]`` (stuck ones) are killed at once; the others are asked to
+    close and terminated if they have not within 2 s.
+    """
     if state.get("done"):
         return
     state["done"] = True
-    procs, conns = state["procs"], state["conns"]
-    for p, c in zip(procs, conns):
-        if p.is_alive() and not state.get("hung"):
+    procs, conns, kill = state["procs"], state["conns"], state["kill"]
+    for p, (proc, conn) in enumerate(zip(procs, conns)):
+        if p in kill:
+            proc.kill()
+        elif proc.is_alive():
             try:
-                c.send(("close", None))
+                conn.send(("close", None))
             except Exception:  # noqa: BLE001 - broken pipe: terminate below
                 pass
-    for p, c in zip(procs, conns):
-        p.join(timeout=0.0 if state.get("hung") else 2.0)
-        if p.is_alive():
-            p.terminate()
-            p.join(timeout=1.0)
-        if p.is_alive():
-            p.kill()
-            p.join()
-        c.close()
+    deadline = time.monotonic() + 2.0
+    for proc, conn in zip(procs, conns):
+        proc.join(timeout=max(0.0, deadline - time.monotonic()))
+        if proc.is_alive():
+            proc.terminate()
+            proc.join(timeout=1.0)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+        conn.close()
     state["views"].clear()
     for shm in state["shms"]:
         try:
@@ -112,18 +131,21 @@ class SubprocVectorEnv:
     ``reset(seed)`` seeds env ``i`` with ``seed + i``; ``step({env_index: actions})`` advances only the listed envs. Results
     equal those of ``SyncVectorEnv`` for the same factories, seeds and actions.
 
-    Factories are pickled to reach the workers under the default ``"forkserver"``/``"spawn"`` start
-    method, so pass module-level functions or ``functools.partial`` objects (``tictactoe_v3.env``,
-    ``partial(gym.make, "CartPole-v1")``); lambdas need ``context="fork"``. With ``shared_memory``,
+    Factories of any form (``tictactoe_v3.env``, ``simple_spread_v3.parallel_env``, lambdas,
+    closures, partials) reach the workers through cloudpickle. A script that creates one must keep
+    its body under ``if __name__ == "__main__":`` (the default ``"forkserver"``/``"spawn"`` start
+    methods import the main script in every worker); without the guard the workers stop and this
+    raises :class:`~marl_note.envs.main_guard.MissingMainGuardError`. With ``shared_memory``,
     ``Box``/``Discrete`` observations come back through preallocated shared memory instead of the
     pipe. An exception in a worker is re-raised here with the env index and worker traceback; a
-    worker process that dies raises ``RuntimeError``; ``timeout`` (seconds, default none) bounds
-    every wait for a ``reset``/``step`` reply (start-up gets at least 60 s) and raises ``TimeoutError``. ``close()`` is idempotent and also runs at interpreter exit.
+    worker process that dies raises ``RuntimeError``. ``timeout`` (seconds, default 60; None: no
+    bound) bounds every wait for a worker's answer (start-up gets at least 60 s): on expiry the stuck
+    workers are killed, the pool is closed and :class:`EnvTimeoutError` names the env, worker pid and
+    call. ``close()`` is idempotent and also runs at interpreter exit.
 
     Example:
-        >>> from functools import partial
         >>> import gymnasium as gym
-        >>> venv = SubprocVectorEnv([partial(gym.make, "CartPole-v1")] * 4, processes=2)
+        >>> venv = SubprocVectorEnv([lambda: gym.make("CartPole-v1")] * 4, processes=2)
         >>> sorted(venv.reset(seed=0))
         [0, 1, 2, 3]
         >>> res = venv.step({0: {"agent_0": 1}, 3: {"agent_0": 0}})
@@ -134,7 +156,8 @@ class SubprocVectorEnv:
 
     def __init__(self, env_fns: Sequence[Callable[[], Any]], processes: int | None = None,
                  shared_memory: bool = True, context: str | Any | None = None,
-                 timeout: float | None = None):
+                 timeout: float | None = DEFAULT_STEP_TIMEOUT):
+        check_not_reimporting_main("SubprocVectorEnv")
         env_fns = list(env_fns)
         if not env_fns:
             raise ValueError("a vector env needs at least one env")
@@ -142,13 +165,13 @@ class SubprocVectorEnv:
             processes = os.cpu_count() or 1
         if processes < 1:
             raise ValueError(f"processes must be >= 1, got {processes}")
+        self.timeout = check_timeout("timeout", timeout)
         processes = min(processes, len(env_fns))
         ctx = mp.get_context(context or _DEFAULT_CONTEXT) if context is None or isinstance(context, str) else context
         method = ctx.get_start_method()
         if method == "forkserver":
             _preload_forkserver(ctx)
         self._num_envs = len(env_fns)
-        self.timeout = timeout
         self.context = method
 
         payloads: list[Any]
@@ -156,10 +179,11 @@ class SubprocVectorEnv:
         if method == "fork":
             payloads = [[env_fns[i] for i in g] for g in groups]
         else:
-            payloads = [self._pickle_factories(env_fns, g, method) for g in groups]
+            payloads = [self._serialize_factories(env_fns, g) for g in groups]
 
         # everything _shutdown needs lives in `state`, so the exit finalizer holds no reference to self
-        self._state: dict = {"procs": [], "conns": [], "shms": [], "views": {}, "done": False}
+        self._state: dict = {"procs": [], "conns": [], "shms": [], "views": {}, "done": False, "kill": set(),
+                             "progress": []}
         self._finalizer = weakref.finalize(self, _shutdown, self._state)
         self._where: dict[int, int] = {i: p for p, g in enumerate(groups) for i in g}
         self._groups = groups
@@ -167,15 +191,18 @@ class SubprocVectorEnv:
         try:
             for p, (g, payload) in enumerate(zip(groups, payloads)):
                 parent_conn, child_conn = ctx.Pipe()
-                proc = ctx.Process(target=worker_main, name=f"SubprocVectorEnv-{p}", daemon=True,
-                                   args=(child_conn, parent_conn if method == "fork" else None, payload, g))
+                progress = ctx.RawValue("q", -1)  # the env the worker is busy with, for timeout reports
+                proc = ctx.Process(target=worker_main, name=f"{WORKER_NAME_PREFIX}-{p}", daemon=True,
+                                   args=(child_conn, parent_conn if method == "fork" else None, payload, g, progress))
                 proc.start()
                 child_conn.close()
                 self._state["procs"].append(proc)
                 self._state["conns"].append(parent_conn)
+                self._state["progress"].append(progress)
             # starting processes and building envs may legitimately take longer than one step
-            start_timeout = None if timeout is None else max(timeout, _START_TIMEOUT_S)
-            specs: list[list[dict]] = [self._recv(p, "spaces", start_timeout) for p in range(processes)]
+            start_bound = None if self.timeout is None else max(self.timeout, _START_TIMEOUT_S)
+            everyone = list(range(processes))
+            specs = self._gather(everyone, "spaces", start_bound, "start")
             views = self._state["views"]
             for p, g in enumerate(groups):
                 name, layout = None, None
@@ -187,9 +214,8 @@ class SubprocVectorEnv:
                         name = shm.name
                         views.update(zip(g, shm_slots.views(shm.buf, layout)))
                 self._state["conns"][p].send(("shm", (name, layout)))
-            for p in range(processes):
-                self._recv(p, "ok", start_timeout)
-        except _RemoteError as exc:
+            self._gather(everyone, "ok", start_bound, "start")
+        except RemoteError as exc:
             self.close()
             exc.reraise()
         except BaseException:
@@ -197,19 +223,19 @@ class SubprocVectorEnv:
             raise
 
     @staticmethod
-    def _pickle_factories(env_fns: list, group: list[int], method: str) -> bytes:
+    def _serialize_factories(env_fns: list, group: list[int]) -> bytes:
         try:
-            return pickle.dumps([env_fns[i] for i in group])
-        except Exception as exc:  # find the culprit for the message
+            return cloudpickle.dumps([env_fns[i] for i in group])
+        except Exception:  # find the culprit for the message
             for i in group:
                 try:
-                    pickle.dumps(env_fns[i])
-                except Exception:  # noqa: BLE001
+                    cloudpickle.dumps(env_fns[i])
+                except Exception as exc:  # noqa: BLE001
                     raise TypeError(
-                        f"env factory #{i} ({env_fns[i]!r}) cannot be pickled, which the {method!r} start method "
-                        f"needs to send it to a worker process ({exc}). Pass a module-level function or a "
-                        f"functools.partial (e.g. tictactoe_v3.env, partial(gym.make, 'CartPole-v1')), or "
-                        f"context='fork' where fork is available.") from None
+                        f"env factory #{i} ({env_fns[i]!r}) cannot be sent to a worker process: cloudpickle "
+                        f"failed with {type(exc).__name__}: {exc}. Everything the factory refers to (arguments, "
+                        f"closure variables, globals of __main__) travels with it; create objects that cannot "
+                        f"be serialized (locks, open files, sockets, env instances) inside the factory") from exc
             raise
 
     @property
@@ -219,6 +245,11 @@ class SubprocVectorEnv:
     @property
     def processes(self) -> int:
         return len(self._groups)
+
+    @property
+    def closed(self) -> bool:
+        """Whether the worker processes are gone (after ``close()``, a timeout or a dead worker)."""
+        return self._state["done"]
 
     # -- requests --------------------------------------------------------------------------------
 
@@ -245,72 +276,112 @@ class SubprocVectorEnv:
                 conns[p].send((cmd, per_proc[p]))
             except (BrokenPipeError, ConnectionResetError, EOFError):
                 self._dead(p)
-        out: dict[int, StepResult] = {}
-        error = None
-        views = self._state["views"]
-        try:
-            for p in busy:  # ... then gather every reply (even after an error, to keep pipes in step)
-                try:
-                    results = self._recv(p, "ok")
-                except _RemoteError as exc:
-                    error = error or exc
-                    continue
-                for i, res in results:
-                    slots = views.get(i)
-                    if slots:
-                        res.obs = shm_slots.from_slots(res.obs, slots, 0)
-                        if res.final_obs:
-                            res.final_obs = shm_slots.from_slots(res.final_obs, slots, 1)
-                    out[i] = res
+        try:  # ... then gather every reply (even after an error, to keep pipes in step)
+            replies = self._gather(busy, "ok", self.timeout, cmd)
+        except RemoteError as exc:
+            exc.reraise()
+        except (EnvTimeoutError, RuntimeError):  # the pool is already closed and marked unusable
+            raise
         except BaseException as exc:  # e.g. KeyboardInterrupt: unread replies would desynchronise the pipes
             if not self._broken:
                 self._broken = f"interrupted while waiting for workers ({type(exc).__name__})"
             raise
-        if error is not None:
-            error.reraise()
+        out: dict[int, StepResult] = {}
+        views = self._state["views"]
+        for p in busy:
+            for i, res in replies[p]:
+                slots = views.get(i)
+                if slots:
+                    res.obs = shm_slots.from_slots(res.obs, slots, 0)
+                    if res.final_obs:
+                        res.final_obs = shm_slots.from_slots(res.final_obs, slots, 1)
+                out[i] = res
         return out
 
-    def _recv(self, p: int, expect: str, timeout: float | None = -1.0) -> Any:
-        """Wait for process ``p``'s reply, watching for its death and for ``timeout``."""
+    def _gather(self, procs: list[int], expect: str, bound: float | None, call: str) -> dict[int, Any]:
+        """Every process's reply (all gathered, even after a worker reported an error), within ``bound`` s."""
+        deadline = None if bound is None else time.monotonic() + bound
+        conns = self._state["conns"]
+        out, error = {}, None
+        for k, p in enumerate(procs):
+            try:
+                out[p] = self._recv(p, expect, deadline)
+            except RemoteError as exc:
+                error = error or exc
+            except Expired:
+                stuck = [q for q in procs[k:] if q == p or not conns[q].poll(0)]
+                self._timed_out(call, stuck, bound)
+        if error is not None:
+            raise error
+        return out
+
+    def _recv(self, p: int, expect: str, deadline: float | None) -> Any:
+        """Wait for process ``p``'s reply, watching for its death and for the ``deadline``."""
         conn, proc = self._state["conns"][p], self._state["procs"][p]
-        timeout = self.timeout if timeout == -1.0 else timeout
-        waited = 0.0
         while True:
-            step = _POLL_S if timeout is None else min(_POLL_S, timeout - waited)
-            ready = mp_connection.wait([conn, proc.sentinel], timeout=max(step, 0.0))
+            wait = _POLL_S if deadline is None else min(_POLL_S, deadline - time.monotonic())
+            ready = mp_connection.wait([conn, proc.sentinel], timeout=max(wait, 0.0))
             if conn in ready or conn.poll(0):
                 try:
                     kind, payload = conn.recv()
                 except (EOFError, OSError, ConnectionResetError):
+                    kind = None  # the worker is gone; report it outside this handler
+                if kind is None:
                     self._dead(p)
                 break
             if ready or not proc.is_alive():
                 self._dead(p)
-            waited += step
-            if timeout is not None and waited >= timeout:
-                self._broken = f"worker process {p} did not answer within {timeout} s"
-                self._state["hung"] = True  # close() terminates instead of asking politely
-                raise TimeoutError(f"SubprocVectorEnv: {self._broken} (envs {self._groups[p]}); "
-                                   f"the vector env is unusable, close() it")
+            if deadline is not None and time.monotonic() >= deadline:
+                raise Expired()
         if kind == "error":
-            raise _RemoteError(p, *payload)
+            raise RemoteError(p, *payload)
         if kind != expect:
             self._broken = f"protocol error: worker process {p} sent {kind!r}, expected {expect!r}"
             raise RuntimeError(f"SubprocVectorEnv: {self._broken}")
         return payload
 
+    def _timed_out(self, call: str, stuck: list[int], bound: float) -> None:
+        """Kill the ``stuck`` workers, close the pool and raise :class:`EnvTimeoutError`."""
+        state = self._state
+        parts, envs, pids = [], [], []
+        what = "start-up (building the env)" if call == "start" else call
+        for q in stuck:
+            now = int(state["progress"][q].value)
+            idx = [now] if now >= 0 else list(self._groups[q])
+            pid = state["procs"][q].pid
+            envs += idx
+            pids.append(pid)
+            where = f"env {idx[0]}" if len(idx) == 1 else f"envs {idx}"
+            parts.append(f"{where} did not finish {what} within {bound} s (worker process {q}, pid {pid})")
+        self._broken = "; ".join(parts)
+        state["kill"].update(stuck)
+        self._finalizer()  # kill and reap now, unlink shared memory
+        raise EnvTimeoutError(
+            f"SubprocVectorEnv: {self._broken}. The bound is the trainer's step_timeout (SubprocVectorEnv's "
+            f"timeout); {'the stuck worker was' if len(stuck) == 1 else 'the stuck workers were'} killed and "
+            f"the vector env closed. An env that needs longer needs a larger step_timeout (None: no bound)",
+            envs, pids, call, bound)
+
     def _dead(self, p: int) -> None:
         proc = self._state["procs"][p]
         proc.join(timeout=0.5)
+        if proc.exitcode == GUARD_EXIT_CODE:
+            self._broken = f"worker process {p} (pid {proc.pid}) re-ran the main script, which has no __main__ guard"
+            self._finalizer()
+            raise MissingMainGuardError(
+                f"SubprocVectorEnv: worker process {p} (pid {proc.pid}) stopped because it was running the main "
+                f"script again: every worker process imports the script that started it, and this one has "
+                f"no `if __name__ == \"__main__\":` guard; {GUARD_ADVICE}")
         self._broken = (f"worker process {p} (pid {proc.pid}, envs {self._groups[p]}) died "
                         f"with exit code {proc.exitcode} (its stderr may say why)")
-        raise RuntimeError(f"SubprocVectorEnv: {self._broken}; the vector env is unusable, close() it")
+        self._finalizer()
+        raise RuntimeError(f"SubprocVectorEnv: {self._broken}; the vector env is unusable")
 
     def _check_usable(self) -> None:
-        if self._state["done"]:
-            raise RuntimeError("SubprocVectorEnv is closed")
         if self._broken:
             raise RuntimeError(f"SubprocVectorEnv is unusable: {self._broken}")
+        if self._state["done"]:
+            raise RuntimeError("SubprocVectorEnv is closed")
 
     def close(self) -> None:
         """Close every env and stop the worker processes (safe to call more than once)."""
@@ -325,22 +396,3 @@ class SubprocVectorEnv:
     def __repr__(self) -> str:
         state = "closed" if self._state["done"] else f"{self.processes} processes"
         return f"SubprocVectorEnv(num_envs={self._num_envs}, {state}, context={self.context!r})"
-
-
-class _RemoteError(Exception):
-    """Internal: a worker reported an exception; ``reraise`` raises it for the user."""
-
-    def __init__(self, proc: int, env_index: int | None, exc: BaseException | None, text: str):
-        super().__init__(text)
-        self.proc, self.env_index, self.exc, self.text = proc, env_index, exc, text
-
-    def reraise(self) -> None:
-        where = f"env {self.env_index}" if self.env_index is not None else "setup"
-        note = f"raised in SubprocVectorEnv worker process {self.proc} ({where}); worker traceback:\n{self.text}"
-        if self.exc is not None and not isinstance(self.exc, KeyboardInterrupt):
-            exc = self.exc
-            if hasattr(exc, "add_note"):  # Python 3.11+
-                exc.add_note(note)
-                raise exc
-            raise WorkerError(f"{type(exc).__name__}: {exc}\n{note}") from exc
-        raise WorkerError(note)

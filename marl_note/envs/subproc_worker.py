@@ -4,7 +4,9 @@
 :class:`~marl_note.envs.vector.AutoResetWorker` each), reports their shared-memory slot specs,
 then serves ``shm`` / ``reset`` / ``step`` / ``close`` requests over its pipe (wire protocol in
 :mod:`marl_note.envs.subproc`). The parent has the forkserver preload this module, so a worker
-starts without re-importing numpy, gymnasium and pettingzoo.
+starts without re-importing numpy, gymnasium and pettingzoo. Factories arrive serialized with
+cloudpickle. Before each env call the worker writes the env's index into ``progress`` (a shared
+integer, -1 between calls), so a parent whose wait times out can name the env that is stuck.
 """
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ import signal
 import traceback
 from multiprocessing import shared_memory as _shm
 from typing import Any
+
+import cloudpickle
 
 import marl_note.envs.shared_memory as shm_slots
 from marl_note.envs.vector import AutoResetWorker
@@ -29,7 +33,7 @@ def pack_error(env_index: int | None, exc: BaseException) -> tuple:
     return "error", (env_index, exc, text)
 
 
-def worker_main(conn: Any, parent_conn: Any, payload: Any, env_indices: list[int]) -> None:
+def worker_main(conn: Any, parent_conn: Any, payload: Any, env_indices: list[int], progress: Any) -> None:
     """Body of one worker process: build the envs, then serve requests until "close"."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it closes us
     if parent_conn is not None:  # fork: drop the inherited parent end so a dead parent gives EOF
@@ -39,13 +43,13 @@ def worker_main(conn: Any, parent_conn: Any, payload: Any, env_indices: list[int
     current = None  # env index being built, for error reports
     try:
         try:
-            env_fns = pickle.loads(payload) if isinstance(payload, bytes) else payload
+            env_fns = cloudpickle.loads(payload) if isinstance(payload, bytes) else payload
             for i, fn in zip(env_indices, env_fns):
-                current = i
+                current = progress.value = i
                 workers[i] = AutoResetWorker(fn)
             specs = []
             for i, w in workers.items():
-                current = i
+                current = progress.value = i
                 obs_spaces, _ = w.adapter.raw_spaces()
                 spec = {}
                 for agent, space in obs_spaces.items():
@@ -56,6 +60,7 @@ def worker_main(conn: Any, parent_conn: Any, payload: Any, env_indices: list[int
         except BaseException as exc:  # noqa: BLE001 - everything is reported to the parent
             conn.send(pack_error(current, exc))
             return
+        progress.value = -1
         conn.send(("spaces", specs))
         while True:
             try:
@@ -73,6 +78,7 @@ def worker_main(conn: Any, parent_conn: Any, payload: Any, env_indices: list[int
                 continue
             results, error = [], None
             for i, a in arg:  # a is a seed for "reset", an actions dict for "step"
+                progress.value = i
                 try:
                     res = workers[i].reset(seed=a) if cmd == "reset" else workers[i].step(a)
                 except Exception as exc:  # noqa: BLE001
@@ -85,6 +91,7 @@ def worker_main(conn: Any, parent_conn: Any, payload: Any, env_indices: list[int
                     if res.final_obs:
                         res.final_obs = shm_slots.to_slots(res.final_obs, slots, 1)
                 results.append((i, res))
+            progress.value = -1
             if error is not None:
                 conn.send(error)
             else:

@@ -9,6 +9,9 @@ import numpy as np
 
 from marl_note.agents.base import is_learning_agent
 from marl_note.envs.adapters import adapt, env_factory, make_spec
+from marl_note.envs.main_guard import check_not_reimporting_main
+from marl_note.envs.subproc import DEFAULT_STEP_TIMEOUT, SubprocVectorEnv
+from marl_note.envs.subproc_errors import check_timeout
 from marl_note.envs.vector import SyncVectorEnv
 from marl_note.trainers.collector import Collector
 from marl_note.trainers.evaluation import baseline_opponents, evaluate_against, use_baseline
@@ -38,6 +41,14 @@ class DecentralizedTrainer:
     after each test (True stops), ``reward_metric(rewards[num_episodes, num_agents]) -> float``
     (default: mean return of the learning seats).
 
+    ``processes=N`` hosts the envs in N worker processes (default None: in this process); the env
+    may then be given in any form (a Gymnasium id, a lambda, a closure, ``simple_spread_v3.parallel_env``)
+    and a script must keep its body under ``if __name__ == "__main__":``. ``step_timeout`` (seconds,
+    default 60, None: no bound) bounds every reset/step of a worker process: a stuck env raises
+    :class:`~marl_note.envs.subproc.EnvTimeoutError` naming the env, worker pid and call, its worker
+    is killed and the pool closed. In-process envs (``processes=None``) run in the trainer's own
+    thread, where a stuck call cannot be interrupted safely, so the bound needs ``processes >= 1``.
+
     Example:
         >>> from marl_note.agents import RandomAgent
         >>> from marl_note.agents.torch import DQN
@@ -55,7 +66,8 @@ class DecentralizedTrainer:
                  save_best_fn: Callable | None = None, save_last_fn: Callable | None = None,
                  stop_fn: Callable | None = None, reward_metric: Callable | None = None,
                  shared_memory: bool = True, seed: int | None = None, processes: int | None = None,
-                 plot_path: str | None = None):
+                 plot_path: str | None = None, step_timeout: float | None = DEFAULT_STEP_TIMEOUT):
+        check_not_reimporting_main("DecentralizedTrainer")
         self.env_fn = env_factory(env)
         self.num_train_envs = _positive_int("num_train_envs", num_train_envs)
         self.num_test_envs = _positive_int("num_test_envs", num_test_envs)
@@ -74,6 +86,7 @@ class DecentralizedTrainer:
         self.save_best_fn, self.save_last_fn, self.stop_fn = save_best_fn, save_last_fn, stop_fn
         self.reward_metric = reward_metric
         self.shared_memory, self.processes = shared_memory, processes
+        self.step_timeout = check_timeout("step_timeout", step_timeout)
         self.seed = seed
         self.plot_path = plot_path
         probe = adapt(self.env_fn())
@@ -147,10 +160,15 @@ class DecentralizedTrainer:
 
     def _venv(self, n: int):
         fns = [self.env_fn] * n
-        if self.processes and self.processes > 1:
-            from marl_note.envs.subproc import SubprocVectorEnv
-            return SubprocVectorEnv(fns, processes=self.processes, shared_memory=self.shared_memory)
+        if self.processes is not None:
+            return SubprocVectorEnv(fns, processes=self.processes, shared_memory=self.shared_memory,
+                                    timeout=self.step_timeout)
         return SyncVectorEnv(fns)
+
+    @staticmethod
+    def _usable(venv: Any) -> bool:
+        """A vector env that a timeout or a dead worker has closed is rebuilt on the next use."""
+        return venv is not None and not getattr(venv, "closed", False)
 
     # ------------------------------------------------------------------ test
     def test(self, agents: Sequence[Any] | Mapping[str, Any], episodes: int | None = None,
@@ -159,7 +177,7 @@ class DecentralizedTrainer:
         seats = self._seats(agents)
         episodes = self.episodes_per_test if episodes is None else _positive_int("episodes", episodes)
         learn = self._mask(learning_mask, "learning_mask") if learning_mask is not None else [True] * len(seats)
-        if self._test_venv is None:
+        if not self._usable(self._test_venv):
             self._test_venv = self._venv(self.num_test_envs)
         col = Collector(self._test_venv, self.spec, seats, explore=[False] * len(seats), learn=[False] * len(seats))
         col.reset(seed=None if self.seed is None else self.seed + 100_000 + len(self.history) * self.num_test_envs)
@@ -229,7 +247,7 @@ class DecentralizedTrainer:
             elif ln and not is_learning_agent(agent):
                 raise TypeError(f"seat {name!r} is marked as learning but {type(agent).__name__} has no "
                                 f"observe()/update() methods")
-        if self._train_venv is None:
+        if not self._usable(self._train_venv):
             self._train_venv = self._venv(self.num_train_envs)
         if matchmaker is not None and not callable(matchmaker):
             raise TypeError(f"matchmaker must be callable, got {type(matchmaker).__name__}")
