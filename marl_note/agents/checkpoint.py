@@ -1,25 +1,36 @@
-"""Checkpoint files: ``manifest.json`` + ``arrays.npz``, in a directory or a zip. No pickle.
+"""Checkpoint files: a JSON manifest and numpy arrays, in a directory or a zip. No pickle.
 
-Loading a checkpoint never executes code: the manifest is JSON and arrays are read with
-``allow_pickle=False``. Writing is atomic: everything goes to a temporary sibling first and is
-then renamed into place, so an interrupted save leaves the previous checkpoint intact.
+A directory checkpoint holds ``manifest.json`` and ``arrays-<hash>.npz`` (checkpoints written
+before content-named arrays hold ``arrays.npz``; both load); a ``.zip`` checkpoint holds
+``manifest.json`` and ``arrays.npz``. The manifest records a checksum of itself and of the
+arrays, so a damaged file is refused rather than loaded with changed content.
+
+Loading never executes code: the manifest is JSON and arrays are parsed without pickle. Saving
+writes and replaces only the checkpoint's own files, atomically (see :func:`write_checkpoint`),
+and refuses a path that holds anything else (see :func:`check_checkpoint_target`).
 """
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
-import shutil
-import tempfile
+import re
 import zipfile
 from typing import Any, Mapping
 
 import gymnasium as gym
 import numpy as np
 
+from marl_note.agents.atomic_files import create_temp, fsync_dir, keep_mode, remove_quietly, write_atomically
+from marl_note.agents.npz_codec import npz_arrays, npz_bytes
+
 FORMAT = "marl_note.checkpoint/1"
 MANIFEST = "manifest.json"
-ARRAYS = "arrays.npz"
+ARRAYS = "arrays.npz"  # inside a zip, and in directories written before content-named arrays files
+_ARRAYS_NAME = re.compile(r"arrays-[0-9a-f]{16}\.npz")
+_TEMP_PREFIX = ".marl_note-ckpt-"
+_MAX_MANIFEST = 64 << 20
 
 
 class CheckpointError(ValueError):
@@ -65,23 +76,88 @@ def space_from_json(d: Mapping[str, Any]) -> gym.Space:
     raise CheckpointError(f"unknown space type {kind!r} in checkpoint manifest")
 
 
-# --------------------------------------------------------------------------- write / read
+# --------------------------------------------------------------------------- where a checkpoint may go
 
-def _npz_bytes(arrays: Mapping[str, Any]) -> bytes:
-    clean = {}
-    for key, value in arrays.items():
-        arr = np.asarray(value)
-        if arr.dtype == object or arr.dtype.kind in "OV":
-            raise TypeError(f"checkpoint array {key!r} has dtype {arr.dtype}: only numeric/bool/str arrays "
-                            f"can be saved without pickle")
-        clean[key] = arr
-    buf = io.BytesIO()
-    np.savez(buf, **clean)
-    return buf.getvalue()
+def _is_leftover(name: str) -> bool:
+    """Files our own interrupted saves may leave in a checkpoint directory (never the user's)."""
+    return name.startswith(_TEMP_PREFIX) or _ARRAYS_NAME.fullmatch(name) is not None
 
+
+def _our_manifest(data: bytes) -> dict[str, Any] | None:
+    try:
+        manifest = json.loads(data.decode("utf-8"))
+    except (ValueError, RecursionError):
+        return None
+    return manifest if isinstance(manifest, dict) and manifest.get("format") == FORMAT else None
+
+
+def check_checkpoint_target(path: str | os.PathLike) -> dict[str, Any] | None:
+    """Raise CheckpointError unless a checkpoint may be written at ``path``; nothing is written.
+
+    A ``.zip`` path must be missing or one of our checkpoint zips; any other path must be missing,
+    an empty directory or a directory holding one of our checkpoints (recognised by its
+    ``manifest.json``; other files beside it are kept). Returns the manifest of the checkpoint that
+    a save would replace (None if there is none).
+
+    Example:
+        >>> import os, tempfile
+        >>> d = tempfile.mkdtemp(); open(os.path.join(d, "notes.txt"), "w").close()
+        >>> check_checkpoint_target(os.path.join(d, "new")) is None
+        True
+        >>> check_checkpoint_target(d)
+        Traceback (most recent call last):
+        ...
+        marl_note.agents.checkpoint.CheckpointError: ... holds no marl_note checkpoint (it holds notes.txt)...
+    """
+    path = os.path.abspath(os.fspath(path))
+    if not os.path.lexists(path):
+        return None
+    if path.endswith(".zip"):
+        manifest = None
+        if os.path.isfile(path):
+            try:
+                with zipfile.ZipFile(path) as z:
+                    manifest = _our_manifest(z.read(MANIFEST))
+            except Exception:  # not a zip, no manifest, damaged: not recognisably ours
+                manifest = None
+        if manifest is None:
+            raise CheckpointError(f"{path} exists and is not a marl_note checkpoint zip; refusing to overwrite it "
+                                  f"(delete it yourself or choose another path)")
+        return manifest
+    if not os.path.isdir(path):
+        raise CheckpointError(f"{path} exists and is not a checkpoint directory; refusing to overwrite it "
+                              f"(choose another path)")
+    others = sorted(name for name in os.listdir(path) if not _is_leftover(name))
+    if not others:
+        return None
+    if MANIFEST in others:
+        try:
+            with open(os.path.join(path, MANIFEST), "rb") as f:
+                manifest = _our_manifest(f.read(_MAX_MANIFEST + 1))
+        except OSError as exc:
+            raise CheckpointError(f"{path}: cannot read its {MANIFEST} ({exc})") from None
+        if manifest is not None:
+            return manifest
+        raise CheckpointError(f"{path} holds a {MANIFEST} that is not a marl_note checkpoint manifest; refusing to "
+                              f"write a checkpoint into this directory (choose a new or empty directory)")
+    shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+    raise CheckpointError(f"{path} is a non-empty directory that holds no marl_note checkpoint (it holds {shown}); "
+                          f"refusing to write into it, since a save replaces the checkpoint files in its directory. "
+                          f"Choose a new or empty directory, e.g. {os.path.join(path, 'checkpoint')}, "
+                          f"or a path ending in .zip")
+
+
+# --------------------------------------------------------------------------- write
 
 def write_checkpoint(path: str | os.PathLike, manifest: Mapping[str, Any], arrays: Mapping[str, Any]) -> str:
     """Atomically write ``manifest`` and ``arrays`` to ``path`` (a ``.zip`` file or a directory).
+
+    Only the checkpoint's own files change: a directory gets ``manifest.json`` and
+    ``arrays-<hash>.npz`` (any other files in it are kept), and a path that holds something other
+    than a checkpoint of ours is refused with a CheckpointError before anything is written (see
+    :func:`check_checkpoint_target`). At every point of a save, even a crash, ``path`` holds the old
+    or the new checkpoint, whole; a failed save removes its temporary files. New files and
+    directories get the usual permissions (the umask applies).
 
     Example:
         >>> import tempfile, os, numpy as np
@@ -92,83 +168,185 @@ def write_checkpoint(path: str | os.PathLike, manifest: Mapping[str, Any], array
         ('demo', [1.0, 1.0, 1.0])
     """
     path = os.path.abspath(os.fspath(path))
+    previous = check_checkpoint_target(path)  # refuses before anything is written
+    npz = npz_bytes(arrays)
+    digest = hashlib.sha256(npz).hexdigest()
+    full = {"format": FORMAT, **manifest, "arrays": sorted(arrays), "arrays_sha256": digest}
+    if path.endswith(".zip"):
+        full.pop("arrays_file", None)
+    else:
+        full["arrays_file"] = f"arrays-{digest[:16]}.npz"
+    manifest_bytes = _sealed(full)
     parent = os.path.dirname(path)
     os.makedirs(parent, exist_ok=True)
-    manifest = {"format": FORMAT, **manifest, "arrays": sorted(arrays)}
-    manifest_bytes = json.dumps(manifest, indent=2, sort_keys=True, default=_json_default).encode()
-    npz = _npz_bytes(arrays)
     if path.endswith(".zip"):
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".zip", dir=parent)
-        try:
-            with os.fdopen(fd, "wb") as f, zipfile.ZipFile(f, "w", zipfile.ZIP_DEFLATED) as z:
-                z.writestr(MANIFEST, manifest_bytes)
-                z.writestr(ARRAYS, npz)
-            _fsync_path(tmp)
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.remove(tmp)
-        return path
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise CheckpointError(f"{path} exists and is not a checkpoint directory; refusing to overwrite it")
-    tmp = tempfile.mkdtemp(prefix=".tmp-", dir=parent)
-    try:
-        for name, data in ((ARRAYS, npz), (MANIFEST, manifest_bytes)):
-            with open(os.path.join(tmp, name), "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-        if os.path.isdir(path):
-            # two renames: a crash between them leaves the old checkpoint at `old`, never lost
-            old = tempfile.mkdtemp(prefix=".old-", dir=parent)
-            os.rmdir(old)
-            os.rename(path, old)
-            os.rename(tmp, path)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(tmp, path)
-    finally:
-        if os.path.isdir(tmp):
-            shutil.rmtree(tmp, ignore_errors=True)
+        _write_zip(path, manifest_bytes, npz)
+    else:
+        _write_dir(path, previous, full["arrays_file"], manifest_bytes, npz)
     return path
 
 
+def _sealed(manifest: Mapping[str, Any]) -> bytes:
+    """The manifest as JSON with a ``checksum`` of its own content (what a reader will parse)."""
+    body = json.loads(json.dumps({k: v for k, v in manifest.items() if k != "checksum"}, default=_json_default))
+    body["checksum"] = _digest(body)
+    return json.dumps(body, indent=2, sort_keys=True).encode()
+
+
+def _digest(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _stage(directory: str, data: bytes, like: str, suffix: str = "") -> str:
+    """``data`` in a new durable temporary file in ``directory`` (with ``like``'s permissions if it exists)."""
+    fd, tmp = create_temp(directory, _TEMP_PREFIX, suffix)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        keep_mode(like, tmp)
+    except BaseException:
+        remove_quietly(tmp)
+        raise
+    return tmp
+
+
+def _write_zip(path: str, manifest_bytes: bytes, npz: bytes) -> None:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr(MANIFEST, manifest_bytes)
+        z.writestr(ARRAYS, npz)
+    write_atomically(path, lambda f: f.write(buf.getbuffer()), prefix=_TEMP_PREFIX, suffix=".zip")
+
+
+def _write_dir(path: str, previous: Mapping[str, Any] | None, arrays_name: str, manifest_bytes: bytes,
+               npz: bytes) -> None:
+    """Arrays under a content name first, then the manifest (the commit), then the old arrays go.
+
+    A crash before the manifest's rename leaves the old manifest, whose arrays file is untouched;
+    a crash after it leaves the new pair and at most an unreferenced old arrays file, which the
+    next save removes.
+    """
+    old_arrays = _arrays_file(previous) if previous is not None else None
+    created = not os.path.isdir(path)
+    if created:
+        os.makedirs(path)
+    arrays_path, manifest_path = os.path.join(path, arrays_name), os.path.join(path, MANIFEST)
+    staged_arrays = staged_manifest = None
+    try:
+        staged_arrays = _stage(path, npz, like=arrays_path)
+        staged_manifest = _stage(path, manifest_bytes, like=manifest_path)
+        os.replace(staged_arrays, arrays_path)
+        os.replace(staged_manifest, manifest_path)  # the commit
+    finally:  # a renamed temporary file no longer exists: that tells what happened, even on an interrupt
+        if staged_manifest is None or os.path.lexists(staged_manifest):  # not committed: undo everything
+            placed = staged_arrays is not None and not os.path.lexists(staged_arrays)
+            for tmp in (staged_arrays, staged_manifest):
+                if tmp is not None:
+                    remove_quietly(tmp)
+            if placed and arrays_name != old_arrays:
+                remove_quietly(arrays_path)
+            if created:
+                try:
+                    os.rmdir(path)
+                except OSError:
+                    pass
+    fsync_dir(path)
+    for name in os.listdir(path):  # the replaced arrays file and leftovers of interrupted saves
+        if name != arrays_name and (_is_leftover(name) or (name == ARRAYS and old_arrays == ARRAYS)):
+            try:
+                remove_quietly(os.path.join(path, name))
+            except OSError:
+                pass  # the new checkpoint is in place; an old file we cannot remove is only clutter
+
+
+def _arrays_file(manifest: Mapping[str, Any]) -> str | None:
+    name = manifest.get("arrays_file", ARRAYS)
+    return name if isinstance(name, str) and (name == ARRAYS or _ARRAYS_NAME.fullmatch(name)) else None
+
+
+# --------------------------------------------------------------------------- read
+
 def read_checkpoint(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """Read ``(manifest, arrays)``; raise :class:`CheckpointError` naming what is wrong."""
+    """Read ``(manifest, arrays)``; raise :class:`CheckpointError` naming the file and what is wrong.
+
+    Damaged files (a flipped byte, a truncated file) are detected by checksums and by checking
+    every array header against the data that follows it, before anything is allocated.
+    """
     path = os.fspath(path)
-    try:
-        if os.path.isdir(path):
-            with open(os.path.join(path, MANIFEST), "rb") as f:
-                manifest_bytes = f.read()
-            with open(os.path.join(path, ARRAYS), "rb") as f:
-                npz = f.read()
-        elif os.path.isfile(path):
+    if os.path.isdir(path):
+        manifest_path = os.path.join(path, MANIFEST)
+        manifest = _parse_manifest(_read_file(manifest_path, path), manifest_path, in_dir=True)
+        name = _arrays_file(manifest)
+        if name is None:
+            raise CheckpointError(f"{manifest_path}: arrays_file {manifest.get('arrays_file')!r} is not an arrays "
+                                  f"file name of a marl_note checkpoint")
+        arrays_path = os.path.join(path, name)
+        return manifest, _parse_arrays(_read_file(arrays_path, path), manifest, arrays_path)
+    if os.path.isfile(path):
+        try:
             with zipfile.ZipFile(path) as z:
+                names = set(z.namelist())
+                missing = [n for n in (MANIFEST, ARRAYS) if n not in names]
+                if missing:
+                    raise CheckpointError(f"{path} is not a marl_note checkpoint: missing {missing[0]!r}")
                 manifest_bytes, npz = z.read(MANIFEST), z.read(ARRAYS)
-        else:
-            raise CheckpointError(f"no checkpoint at {path}")
-    except (KeyError, FileNotFoundError) as exc:
-        raise CheckpointError(f"{path} is not a marl_note checkpoint: missing {exc}") from None
-    except zipfile.BadZipFile:
-        raise CheckpointError(f"{path} is not a marl_note checkpoint: not a zip file or directory") from None
+        except CheckpointError:
+            raise
+        except OSError as exc:
+            raise CheckpointError(f"{path}: cannot read the checkpoint ({exc})") from None
+        except Exception as exc:  # BadZipFile, zlib.error, CRC mismatch, struct errors: not a readable zip
+            raise CheckpointError(f"{path} is not a readable marl_note checkpoint: not a zip file or directory, "
+                                  f"or a damaged one ({type(exc).__name__}: {exc})") from None
+        manifest = _parse_manifest(manifest_bytes, f"{path}:{MANIFEST}", in_dir=False)
+        return manifest, _parse_arrays(npz, manifest, f"{path}:{ARRAYS}")
+    raise CheckpointError(f"no checkpoint at {path}")
+
+
+def _read_file(path: str, checkpoint: str) -> bytes:
     try:
-        manifest = json.loads(manifest_bytes)
-    except ValueError as exc:
-        raise CheckpointError(f"{path}: manifest.json is not valid JSON ({exc})") from None
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        missing = os.path.basename(path)
+        raise CheckpointError(f"{checkpoint} is not a marl_note checkpoint: missing {missing!r}") from None
+    except OSError as exc:
+        raise CheckpointError(f"{path}: cannot read it ({exc})") from None
+
+
+def _parse_manifest(data: bytes, where: str, in_dir: bool) -> dict[str, Any]:
+    try:
+        manifest = json.loads(data.decode("utf-8"))
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise CheckpointError(f"{where}: not valid JSON ({type(exc).__name__}: {exc})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise CheckpointError(f"{path}: unknown checkpoint format {manifest.get('format') if isinstance(manifest, dict) else None!r}")
-    try:
-        with np.load(io.BytesIO(npz), allow_pickle=False) as data:
-            arrays = {k: data[k] for k in data.files}
-    except ValueError as exc:
-        raise CheckpointError(f"{path}: arrays.npz is corrupt or needs pickle ({exc})") from None
-    except Exception as exc:  # zipfile/npy format errors of a truncated file
-        raise CheckpointError(f"{path}: arrays.npz is corrupt ({type(exc).__name__}: {exc})") from None
+        found = manifest.get("format") if isinstance(manifest, dict) else None
+        raise CheckpointError(f"{where}: unknown checkpoint format {found!r}")
+    # checkpoints written since integrity fields exist carry all of them; one missing means damage
+    needed = ("checksum", "arrays_sha256") + (("arrays_file",) if in_dir else ())
+    if any(k in manifest for k in needed):
+        missing = [k for k in needed if k not in manifest]
+        if missing:
+            raise CheckpointError(f"{where}: the manifest is damaged (it lacks {missing})")
+        if manifest["checksum"] != _digest({k: v for k, v in manifest.items() if k != "checksum"}):
+            raise CheckpointError(f"{where}: the manifest is damaged or was edited (its checksum does not match)")
+    names = manifest.get("arrays", [])
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise CheckpointError(f"{where}: manifest 'arrays' is not a list of names")
+    return manifest
+
+
+def _parse_arrays(npz: bytes, manifest: Mapping[str, Any], where: str) -> dict[str, np.ndarray]:
+    expected_sha = manifest.get("arrays_sha256")
+    if expected_sha is not None and hashlib.sha256(npz).hexdigest() != expected_sha:
+        raise CheckpointError(f"{where}: the arrays file is damaged (its checksum does not match the manifest)")
+    arrays = npz_arrays(npz, where)
     expected = set(manifest.get("arrays", []))
     if expected != set(arrays):
-        raise CheckpointError(f"{path}: arrays do not match the manifest: missing "
+        raise CheckpointError(f"{where}: arrays do not match the manifest: missing "
                               f"{sorted(expected - set(arrays))}, unexpected {sorted(set(arrays) - expected)}")
-    return manifest, arrays
+    return arrays
 
 
 def check_state_shapes(expected: Mapping[str, np.ndarray], got: Mapping[str, Any], what: str) -> None:
@@ -180,11 +358,6 @@ def check_state_shapes(expected: Mapping[str, np.ndarray], got: Mapping[str, Any
         shape = np.shape(got[key])
         if shape != np.shape(ref):
             raise CheckpointError(f"{what}: array {key!r} has shape {shape}, expected {np.shape(ref)}")
-
-
-def _fsync_path(path: str) -> None:
-    with open(path, "rb") as f:
-        os.fsync(f.fileno())
 
 
 def _json_default(obj: Any) -> Any:

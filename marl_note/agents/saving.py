@@ -25,29 +25,35 @@ torch checkpoint restores into the TF agent of the same name and vice versa (the
 and shapes are identical); :func:`restore` picks the backend from the manifest. Loading never
 executes code from the checkpoint (no pickle; classes come from a registry of already imported
 classes, never from an import named in the file). Everything that does not fit - another
-algorithm, missing arrays, wrong shapes, a tampered manifest - raises
-:class:`~marl_note.agents.checkpoint.CheckpointError` before any existing agent is modified.
+algorithm, missing arrays, wrong shapes or dtypes, NaN where the agent has numbers, a damaged
+or tampered file - raises :class:`~marl_note.agents.checkpoint.CheckpointError` before any
+existing agent is modified (see :mod:`marl_note.agents.state_check`), and a manifest whose
+config implies far larger networks than its arrays hold is refused before anything is built.
 """
 from __future__ import annotations
 
 import importlib
 import inspect
+import math
 import os
 import warnings
 from typing import Any, Mapping
 
+import gymnasium as gym
 import numpy as np
 
-from marl_note.agents.checkpoint import (CheckpointError, check_state_shapes, read_checkpoint, space_from_json,
-                                         space_to_json, write_checkpoint)
+from marl_note.agents.checkpoint import (CheckpointError, read_checkpoint, space_from_json, space_to_json,
+                                         write_checkpoint)
 from marl_note.agents.config_codec import SPACE_PARAMS as _SPACE_PARAMS
 from marl_note.agents.config_codec import Unrecorded, capturing_init, decode_config, encode_config
+from marl_note.agents.state_check import check_agent_state, check_replay_state, load_checked
 
 __all__ = ["Saving", "restore", "encode_config", "decode_config", "REPLAY_PREFIX"]
 
 REPLAY_PREFIX = "__replay__."
 BACKENDS = ("torch", "tf")
 _REGISTRY: dict[str, list[type]] = {}
+_SMALL_STATE = 1 << 20  # configs implying fewer weights than this are built and then shape-checked
 
 
 # --------------------------------------------------------------------------- the mixin
@@ -76,6 +82,7 @@ class Saving:
     """
 
     saving_spaces: tuple[str, ...] = _SPACE_PARAMS  # constructor arguments stored as manifest spaces
+    nonfinite_state_keys: tuple[str, ...] = ()  # state keys (fnmatch patterns) that may legitimately hold NaN/inf
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -103,12 +110,42 @@ class Saving:
                 "space_params": list(cls.saving_spaces),
                 **{name: _spaces_to_json(getattr(self, name, None), name) for name in cls.saving_spaces}}
 
+    def _optimizer_slot_shapes(self) -> dict[str, list[tuple[int, ...]]]:
+        """Optimiser name -> shapes of the parameters it updates, in its order (none by default).
+
+        A saved state may hold per-parameter slots ``<name>.<i>.<slot>`` (Adam's ``step``,
+        ``exp_avg``, ``exp_avg_sq``) that this agent's ``state_dict()`` lacks before its first
+        update; loading checks them against these shapes.
+        """
+        return {}
+
+    @classmethod
+    def min_state_size(cls, config: Mapping[str, Any]) -> int:
+        """A lower bound on the weights an agent built from ``config`` holds, computed without building it.
+
+        ``restore`` refuses a checkpoint whose arrays hold fewer numbers than this bound when the
+        bound is large, before building anything: a damaged or edited manifest could otherwise
+        make it allocate networks of any size. The default reads ``hidden_sizes`` (an MLP from the
+        smallest observation to the smallest action width through those layers); a subclass whose
+        ``hidden_sizes`` means something else should return 0.
+
+        Example:
+            >>> import gymnasium as gym
+            >>> Saving.min_state_size({"hidden_sizes": (64, 64), "observation_space": gym.spaces.Box(-1, 1, (4,)),
+            ...                        "action_space": gym.spaces.Discrete(2)})
+            4608
+        """
+        return _mlp_weights_lower_bound(config, cls.saving_spaces)
+
     # -- whole agent -------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike, include_replay: bool = False) -> str:
         """Write the agent (and with ``include_replay`` its replay contents) to ``path`` atomically.
 
         ``path`` ending in ``.zip`` gives one zip file, anything else a directory. Returns the
-        absolute path. A failing save leaves an existing checkpoint at ``path`` untouched.
+        absolute path. A save writes only the checkpoint's own files: into a missing or empty
+        directory, or one holding a previous checkpoint (other files there are kept); any other
+        existing path is refused with a CheckpointError before anything is written. A failing
+        save leaves an existing checkpoint at ``path`` untouched.
         """
         manifest = self._manifest("agent")  # refuses unrecordable config before anything is written
         arrays = dict(self.state_dict())
@@ -134,7 +171,7 @@ class Saving:
         manifest, arrays = read_checkpoint(path)
         info = _check_manifest(manifest, path, kinds=("agent",))
         target = _resolve(cls, info, path)
-        agent = _construct(target, info, overrides, path)
+        agent = _construct(target, info, overrides, path, arrays)
         _load_fresh(agent, info, arrays, path)
         return agent
 
@@ -159,21 +196,16 @@ class Saving:
     def restore_param(self, path: str | os.PathLike) -> None:
         """Load network weights from a ``save_param`` or ``save`` checkpoint into this agent.
 
-        Everything is checked first (every weight present with this agent's shape): on a
-        CheckpointError the agent is unchanged.
+        Everything is checked first (every weight present with this agent's shape, a numeric
+        dtype and finite values): on a CheckpointError the agent is unchanged.
         """
         manifest, arrays = read_checkpoint(path)
         info = _check_manifest(manifest, path, kinds=("agent", "params"))
-        state = self.state_dict()
-        keys = self.param_keys(state)
+        live = self.state_dict()
         what = (f"{type(self).__name__}.restore_param({os.fspath(path)!r}) "
                 f"[weights of a {info['backend']} {info['algorithm']}]")
-        check_state_shapes({k: state[k] for k in keys}, arrays, what)
-        state.update({k: arrays[k] for k in keys})
-        try:
-            self.load_state_dict(state)
-        except (KeyError, ValueError, TypeError, RuntimeError) as exc:
-            raise CheckpointError(f"{what}: {exc}") from exc
+        state, live = check_agent_state(self, arrays, what, keys=self.param_keys(live), live=live)
+        load_checked(self, state, live, what)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -265,7 +297,8 @@ def _resolve(cls: type, info: Mapping[str, Any], path) -> type:
                           f"marl_note.agents.saving.restore)")
 
 
-def _construct(target: type, info: Mapping[str, Any], overrides: Mapping[str, Any], path) -> Any:
+def _construct(target: type, info: Mapping[str, Any], overrides: Mapping[str, Any], path,
+               arrays: Mapping[str, np.ndarray]) -> Any:
     where = os.fspath(path)
     try:
         kwargs = decode_config(info["config"])
@@ -293,37 +326,71 @@ def _construct(target: type, info: Mapping[str, Any], overrides: Mapping[str, An
         raise CheckpointError(f"{where}: {target.__name__} was saved with {k}={name}, a function, and checkpoints "
                               f"record functions by name only (no code is stored): pass it again, e.g. "
                               f"restore(path, {', '.join(f'{a}=...' for a in unrecorded)})")
+    _check_implied_size(target, kwargs, arrays, where)
     try:
         return target(**kwargs)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, MemoryError) as exc:
         raise CheckpointError(f"{where}: cannot build {target.__name__} from the recorded config "
                               f"({type(exc).__name__}: {exc})") from exc
 
 
+def _check_implied_size(target: type, kwargs: Mapping[str, Any], arrays: Mapping[str, np.ndarray], where: str) -> None:
+    """Refuse a config implying far more weights than the checkpoint stores, before building anything."""
+    implied = getattr(target, "min_state_size", None)
+    implied = int(implied(kwargs)) if callable(implied) else 0
+    stored = sum(int(np.size(v)) for k, v in arrays.items() if not k.startswith(REPLAY_PREFIX))
+    if implied > max(stored, _SMALL_STATE):
+        raise CheckpointError(f"{where}: the recorded config of {target.__name__} (hidden_sizes="
+                              f"{kwargs.get('hidden_sizes')!r}) implies at least {implied:,} weights, but the "
+                              f"checkpoint stores {stored:,} numbers in all; refusing to build it "
+                              f"(a damaged or edited manifest)")
+
+
+def _flat_width(space: Any) -> int:
+    """Network width of a space's values (one-hot Discrete); 1 where a network may see only a part."""
+    if isinstance(space, gym.spaces.Discrete):
+        return int(space.n)
+    if isinstance(space, (gym.spaces.Box, gym.spaces.MultiBinary, gym.spaces.MultiDiscrete)):
+        return math.prod(int(d) for d in space.shape)
+    return 1
+
+
+def _mlp_weights_lower_bound(config: Mapping[str, Any], space_params: tuple[str, ...]) -> int:
+    hidden = config.get("hidden_sizes")
+    if not isinstance(hidden, (list, tuple)) or not all(
+            isinstance(h, (int, np.integer)) and not isinstance(h, bool) and h > 0 for h in hidden):
+        return 0
+    widths: dict[str, list[int]] = {"observation": [], "action": []}
+    for name in space_params:
+        value = config.get(name)
+        spaces = list(value.values()) if isinstance(value, Mapping) else [value]
+        for kind in widths:
+            if kind in name:
+                widths[kind] += [_flat_width(s) for s in spaces if isinstance(s, gym.Space)]
+    n_in, n_out = min(widths["observation"] or [1]), min(widths["action"] or [1])
+    sizes = [n_in, *(int(h) for h in hidden), n_out]
+    return sum(a * b for a, b in zip(sizes, sizes[1:])) + sum(int(h) for h in hidden)
+
+
 def _load_fresh(agent: Any, info: Mapping[str, Any], arrays: Mapping[str, np.ndarray], path) -> None:
     where = f"{type(agent).__name__}.restore({os.fspath(path)!r})"
-    state = {k: v for k, v in arrays.items() if not k.startswith(REPLAY_PREFIX)}
+    saved = {k: v for k, v in arrays.items() if not k.startswith(REPLAY_PREFIX)}
     replay_state = {k[len(REPLAY_PREFIX):]: v for k, v in arrays.items() if k.startswith(REPLAY_PREFIX)}
-    fresh = agent.state_dict()
-    check_state_shapes(fresh, state, where)
-    try:
-        agent.load_state_dict(state)
-    except (KeyError, ValueError, TypeError, RuntimeError, IndexError) as exc:
-        raise CheckpointError(f"{where}: state does not fit ({type(exc).__name__}: {exc})") from exc
+    state, _ = check_agent_state(agent, saved, where)
+    replay = replay_of(agent)
+    if replay_state:
+        if replay is None:
+            raise CheckpointError(f"{where}: the checkpoint holds replay contents but {type(agent).__name__} "
+                                  f"has no replay buffer")
+        check_replay_state(replay, replay_state, where)
+    load_checked(agent, state, None, where)
     loaded = agent.state_dict()
     for key in sorted(set(loaded) & set(state)):
         if np.shape(loaded[key]) != np.shape(state[key]):
             raise CheckpointError(f"{where}: array {key!r} has shape {np.shape(state[key])}, "
                                   f"expected {np.shape(loaded[key])}")
     if replay_state:
-        replay = replay_of(agent)
-        if replay is None:
-            raise CheckpointError(f"{where}: the checkpoint holds replay contents but {type(agent).__name__} "
-                                  f"has no replay buffer")
-        try:
-            replay.load_state_dict(replay_state)
-        except (KeyError, ValueError, TypeError) as exc:
-            raise CheckpointError(f"{where}: replay contents do not fit ({exc})") from exc
+        load_checked(replay, replay_state, None, f"{where} (replay)")
 
 
 def restore(path: str | os.PathLike, backend: str | None = None, **overrides) -> Any:
@@ -358,6 +425,6 @@ def restore(path: str | os.PathLike, backend: str | None = None, **overrides) ->
     if not choice:
         raise CheckpointError(f"{os.fspath(path)} holds a {info['backend']} {algorithm}; no {backend} class "
                               f"of that name is defined (import the module that defines it first)")
-    agent = _construct(choice[-1], info, overrides, path)
+    agent = _construct(choice[-1], info, overrides, path, arrays)
     _load_fresh(agent, info, arrays, path)
     return agent

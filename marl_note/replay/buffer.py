@@ -174,8 +174,11 @@ class ReplayBuffer:
         state["rng_state"] = rng_state_array(self._rng)
         return state
 
-    def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
-        """Restore from :meth:`state_dict`; raises ValueError naming the problem and changes nothing then."""
+    def check_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
+        """Raise ValueError naming the problem if ``load_state_dict(state)`` would refuse ``state``; changes nothing."""
+        self._checked(state)
+
+    def _checked(self, state: Mapping[str, np.ndarray]):
         state = dict(state)
         if "rng_state" not in state:
             raise ValueError("state_dict is missing keys ['rng_state']")
@@ -185,6 +188,11 @@ class ReplayBuffer:
         for name in ("mask", "next_mask"):
             if name in state and np.asarray(state[name]).ndim != 2:
                 raise ValueError(f"state_dict[{name!r}] must be 2-D, got shape {np.asarray(state[name]).shape}")
+        return state, rng_state, optional
+
+    def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
+        """Restore from :meth:`state_dict`; raises ValueError naming the problem and changes nothing then."""
+        state, rng_state, optional = self._checked(state)
         self._storage.load_state_dict(state, optional)
         set_rng_state(self._rng, rng_state)
 

@@ -9,7 +9,7 @@ import numpy as np
 from marl_note.replay.her import (GOAL_KEYS, HERSample, HindsightRelabeler, RewardFn, check_goal_space,
                                   goal_observation, goal_observation_space)
 from marl_note.replay.storage import (RingStorage, as_column, check_batch_size, check_rng_state_array,
-                                      rng_state_array, set_rng_state)
+                                      rng_state_array, set_rng_state, state_int)
 from marl_note.types import Transitions, space_shape_dtype
 
 # transition columns (also what an in-progress episode holds) and per-item episode bookkeeping
@@ -197,8 +197,19 @@ class HERReplayBuffer:
             if chunks else np.zeros(0, np.int64)
         return state
 
+    def check_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
+        """Raise ValueError naming the problem if ``load_state_dict(state)`` would refuse ``state``; changes nothing."""
+        self._checked(state)
+
     def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
         """Restore from :meth:`state_dict`; raises ValueError naming the problem and changes nothing then."""
+        state, rng_state, added, stream, pending_cols = self._checked(state)
+        self._storage.load_state_dict(state)
+        self._added = added
+        set_rng_state(self._rng, rng_state)
+        self._pending = {int(s): [{k: v[stream == s] for k, v in pending_cols.items()}] for s in np.unique(stream)}
+
+    def _checked(self, state: Mapping[str, np.ndarray]):
         state = dict(state)
         ours = ["added", "rng_state", "pending_stream"] + ["pending_" + n for n in _DATA]
         missing = [k for k in ours if k not in state]
@@ -207,7 +218,7 @@ class HERReplayBuffer:
         extra = {k: state.pop(k) for k in ours}
         rng_state = check_rng_state_array(extra["rng_state"])
         self._storage.check_state_dict(state)
-        added, size, ptr = (int(np.asarray(v)) for v in (extra["added"], state["size"], state["ptr"]))
+        added, size, ptr = state_int(extra, "added"), state_int(state, "size"), state_int(state, "ptr")
         if added < size or added % self.capacity != ptr:
             raise ValueError(f"state_dict added={added} is inconsistent with size={size}, ptr={ptr}")
         stream = np.asarray(extra["pending_stream"])
@@ -223,7 +234,4 @@ class HERReplayBuffer:
             pending_cols[name] = arr.copy()
         if np.any(pending_cols["terminated"] | pending_cols["truncated"]):
             raise ValueError("state_dict pending transitions must not contain episode ends")
-        self._storage.load_state_dict(state)
-        self._added = added
-        set_rng_state(self._rng, rng_state)
-        self._pending = {int(s): [{k: v[stream == s] for k, v in pending_cols.items()}] for s in np.unique(stream)}
+        return state, rng_state, added, stream, pending_cols

@@ -179,8 +179,11 @@ class JointReplayBuffer:
         state["rng_state"] = rng_state_array(self._rng)
         return state
 
-    def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
-        """Restore from :meth:`state_dict`; raises ValueError naming the problem and changes nothing then."""
+    def check_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
+        """Raise ValueError naming the problem if ``load_state_dict(state)`` would refuse ``state``; changes nothing."""
+        self._checked(state)
+
+    def _checked(self, state: Mapping[str, np.ndarray]):
         state = dict(state)
         if "rng_state" not in state:
             raise ValueError("state_dict is missing keys ['rng_state']")
@@ -189,5 +192,10 @@ class JointReplayBuffer:
         brought = self._storage.check_state_dict(state, optional)
         if brought and set(brought) != set(optional):
             raise ValueError(f"state_dict has masks of only some agents: {sorted(brought)}")
+        return state, rng_state, optional
+
+    def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
+        """Restore from :meth:`state_dict`; raises ValueError naming the problem and changes nothing then."""
+        state, rng_state, optional = self._checked(state)
         self._storage.load_state_dict(state, optional)
         set_rng_state(self._rng, rng_state)

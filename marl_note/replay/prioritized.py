@@ -196,14 +196,31 @@ class PrioritizedReplayBuffer:
         state[_PREFIX + "sample_calls"] = np.int64(self._sample_calls)
         return state
 
+    def check_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
+        """Raise ValueError naming the problem if ``load_state_dict(state)`` would refuse ``state``; changes nothing."""
+        rest, _, _, _ = self._checked(state)
+        self._buffer.check_state_dict(rest)
+
     def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
         """Restore from :meth:`state_dict`; on a ValueError nothing has changed."""
+        state, tree, max_p, calls = self._checked(state)
+        self._buffer.load_state_dict(state)  # validates storage; raises before changing it
+        self._tree = tree
+        self._max_priority = max_p
+        self._sample_calls = calls
+
+    def _checked(self, state: Mapping[str, np.ndarray]):
         state = dict(state)
         keys = ["tree_leaves", "tree_ptr", "max_priority", "alpha", "sample_calls"]
         missing = [_PREFIX + k for k in keys if _PREFIX + k not in state]
         if missing:
             raise ValueError(f"state_dict is missing keys {missing}")
         ours = {k: state.pop(_PREFIX + k) for k in keys}
+        for k, v in ours.items():
+            arr = np.asarray(v)
+            want = "a 1-D array of numbers" if k == "tree_leaves" else "one number"
+            if arr.dtype.kind not in "iuf" or arr.ndim != (1 if k == "tree_leaves" else 0):
+                raise ValueError(f"state_dict[{_PREFIX + k!r}] must be {want}, got {arr.dtype} {arr.shape}")
         if float(ours["alpha"]) != self.alpha:
             raise ValueError(f"state_dict was saved with alpha={float(ours['alpha'])}, this buffer has alpha={self.alpha}")
         max_p = float(ours["max_priority"])
@@ -220,7 +237,4 @@ class PrioritizedReplayBuffer:
         size = int(np.asarray(state.get("size", -1)))
         if np.any(np.asarray(tree.leaves)[max(size, 0):] != 0):
             raise ValueError("state_dict tree has non-zero priorities beyond the stored items")
-        self._buffer.load_state_dict(state)  # validates storage; raises before changing it
-        self._tree = tree
-        self._max_priority = max_p
-        self._sample_calls = calls
+        return state, tree, max_p, calls

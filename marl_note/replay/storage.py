@@ -153,7 +153,7 @@ class RingStorage:
         unknown = keys - allowed
         if unknown:
             raise ValueError(f"state_dict has unknown keys {sorted(unknown)}")
-        capacity, size, ptr = (int(np.asarray(state[k])) for k in ("capacity", "size", "ptr"))
+        capacity, size, ptr = (state_int(state, k) for k in ("capacity", "size", "ptr"))
         if capacity != self.capacity:
             raise ValueError(f"state_dict is for capacity {capacity}, this buffer has capacity {self.capacity}")
         if not 0 <= size <= capacity:
@@ -184,11 +184,19 @@ class RingStorage:
         self._size = 0
         for name, (shape, dtype) in brought.items():
             self.allocate(name, shape, dtype)
-        size = int(np.asarray(state["size"]))
+        size = state_int(state, "size")
         for name in self._arrays:
             self._arrays[name][:size] = np.asarray(state[name])
         self._size = size
-        self._ptr = int(np.asarray(state["ptr"]))
+        self._ptr = state_int(state, "ptr")
+
+
+def state_int(state: Mapping[str, np.ndarray], key: str) -> int:
+    """``state[key]`` as an int: a ValueError naming the key unless it is one integer (a 0-d integer array)."""
+    arr = np.asarray(state[key])
+    if arr.shape != () or arr.dtype.kind not in "iu":
+        raise ValueError(f"state_dict[{key!r}] must be one integer, got {arr.dtype} {arr.shape}")
+    return int(arr)
 
 
 # -- generator state as a numpy array (no pickle) -------------------------------------------------

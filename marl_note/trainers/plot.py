@@ -2,14 +2,18 @@
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 from typing import Mapping, Sequence
+
+from marl_note.agents.atomic_files import write_atomically
 
 
 def plot_metric(history: Sequence[tuple[int, float]], path: str | None = None, title: str = "marl_note",
                 extra: Mapping[str, Sequence[tuple[int, float]]] | None = None) -> str:
     """Write the plot atomically and return its absolute path (default ``runs/reward_<time>.png``).
+
+    The file gets the usual permissions of a new file (``0o666`` less the umask), or keeps those
+    of the plot it replaces.
 
     ``extra`` series (e.g. Elo ratings) are drawn against a second y axis.
     """
@@ -38,15 +42,10 @@ def plot_metric(history: Sequence[tuple[int, float]], path: str | None = None, t
         ax2.set_ylabel(", ".join(extra))
         ax2.legend(loc="lower right")
     fig.tight_layout()
-    fd, tmp = tempfile.mkstemp(suffix=".png", dir=os.path.dirname(path))
-    os.close(fd)
-    try:
-        fig.savefig(tmp)
-        os.replace(tmp, path)
+    try:  # a temporary file beside the plot, renamed over it: the umask applies as to any new file
+        write_atomically(path, lambda f: fig.savefig(f, format="png"), suffix=".png")
     finally:
         plt.close(fig)
-        if os.path.exists(tmp):
-            os.remove(tmp)
     return path
 
 

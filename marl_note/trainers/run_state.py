@@ -4,7 +4,8 @@ A run checkpoint is a :mod:`marl_note.agents.checkpoint` file (manifest.json + a
 pickle, atomic): the manifest holds the counters, the test history and, per distinct agent, its
 class name; the arrays hold each agent's numpy ``state_dict`` (prefix ``agent{k}.``) and, with
 ``include_replay``, its replay buffer (prefix ``replay{k}.``). Episodes in flight are not saved:
-a resumed run starts fresh episodes.
+a resumed run starts fresh episodes. Loading checks the counters, every agent's arrays and every
+replay buffer's contents before it assigns anything (see :mod:`marl_note.agents.state_check`).
 """
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from marl_note.agents.checkpoint import CheckpointError, check_state_shapes, read_checkpoint, write_checkpoint
+from marl_note.agents.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
+from marl_note.agents.state_check import check_agent_state, check_replay_state, load_checked
 
 KIND = "marl_note.run"
 
@@ -41,14 +43,40 @@ class RunState:
         return d
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "RunState":
-        try:
-            state = cls(**{k: d[k] for k in cls.__dataclass_fields__})
-        except (KeyError, TypeError) as exc:
-            raise CheckpointError(f"run checkpoint counters are incomplete: {exc}") from None
-        state.best = -math.inf if state.best is None else float(state.best)
-        state.history = [(int(e), float(m)) for e, m in state.history]
-        return state
+    def from_json(cls, d: Any) -> "RunState":
+        """The counters of a run checkpoint; CheckpointError naming the first one of the wrong type."""
+        if not isinstance(d, dict):
+            raise CheckpointError(f"run checkpoint counters are {type(d).__name__}, expected an object")
+        missing = [k for k in cls.__dataclass_fields__ if k not in d]
+        if missing:
+            raise CheckpointError(f"run checkpoint counters are incomplete: missing {missing}")
+        counts = {k: _count(d[k], k) for k in ("env_steps", "agent_steps", "episodes", "updates", "best_episode",
+                                               "next_test")}
+        best = None if d["best"] is None else _number(d["best"], "best")
+        history, recent = d["history"], d["recent_returns"]
+        if not isinstance(history, list) or not all(isinstance(h, list) and len(h) == 2 for h in history):
+            raise CheckpointError("run checkpoint counter 'history' is not a list of [episodes, metric] pairs")
+        if not isinstance(recent, list) or not all(isinstance(r, list) for r in recent):
+            raise CheckpointError("run checkpoint counter 'recent_returns' is not a list of lists of returns")
+        time_ = _number(d["training_time"], "training_time", finite=True)
+        if time_ < 0:
+            raise CheckpointError(f"run checkpoint counter 'training_time' is negative ({time_})")
+        return cls(**counts, best=-math.inf if best is None else best, training_time=time_,
+                   history=[(_count(e, "history episodes"), _number(m, "history metric")) for e, m in history],
+                   recent_returns=[[_number(x, "recent_returns") for x in r] for r in recent])
+
+
+def _count(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise CheckpointError(f"run checkpoint counter {name!r} must be an integer >= 0, got {value!r}")
+    return value
+
+
+def _number(value: Any, name: str, finite: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (finite and not math.isfinite(value)):
+        raise CheckpointError(f"run checkpoint counter {name!r} must be a {'finite ' if finite else ''}number, "
+                              f"got {value!r}")
+    return float(value)
 
 
 def distinct(agents: Sequence[Any]) -> list[Any]:
@@ -80,7 +108,11 @@ def save_run(path: str, state: RunState, agents: Sequence[Any], settings: dict[s
 
 
 def load_run(path: str, agents: Sequence[Any]) -> RunState:
-    """Check the checkpoint against ``agents`` first, then load their states; return the counters."""
+    """Check the checkpoint against ``agents`` first (counters, every agent's arrays, every replay
+    buffer's contents), then load their states; return the counters.
+
+    On a CheckpointError no agent and no replay buffer has changed.
+    """
     manifest, arrays = read_checkpoint(path)
     if manifest.get("kind") != KIND:
         raise CheckpointError(f"{path} is not a run checkpoint (kind {manifest.get('kind')!r}); "
@@ -89,17 +121,42 @@ def load_run(path: str, agents: Sequence[Any]) -> RunState:
     kinds = [type(a).__name__ for a in owners]
     if manifest.get("agents") != kinds:
         raise CheckpointError(f"{path} holds agents {manifest.get('agents')}, but this run has {kinds}")
-    state = RunState.from_json(manifest.get("counters", {}))
+    try:
+        state = RunState.from_json(manifest.get("counters"))
+    except CheckpointError as exc:
+        raise CheckpointError(f"{path}: {exc}") from None
+    known = tuple(f"{p}{k}." for k in range(len(owners)) for p in ("agent", "replay"))
+    stray = sorted(key for key in arrays if not key.startswith(known))
+    if stray:
+        raise CheckpointError(f"{path} holds arrays of no agent of this run: {stray[:8]}")
     plans = []
     for k, agent in enumerate(owners):
+        what = f"{path}: agent {k} ({kinds[k]})"
         part = {key[len(f"agent{k}."):]: v for key, v in arrays.items() if key.startswith(f"agent{k}.")}
+        replay_state = {key[len(f"replay{k}."):]: v for key, v in arrays.items() if key.startswith(f"replay{k}.")}
+        loaded = previous = None
         if callable(getattr(agent, "state_dict", None)):
-            check_state_shapes(agent.state_dict(), part, f"{path}: agent {k} ({kinds[k]})")
-        replay = {key[len(f"replay{k}."):]: v for key, v in arrays.items() if key.startswith(f"replay{k}.")}
-        plans.append((agent, part, replay))
-    for agent, part, replay in plans:  # everything checked: now load
-        if callable(getattr(agent, "load_state_dict", None)):
-            agent.load_state_dict(part)
-        if replay and getattr(agent, "replay", None) is not None:
-            agent.replay.load_state_dict(replay)
+            loaded, previous = check_agent_state(agent, part, what)
+        elif part:
+            raise CheckpointError(f"{what}: the checkpoint holds a state but the agent has no load_state_dict()")
+        replay = getattr(agent, "replay", None)
+        if replay_state:
+            if replay is None or not callable(getattr(replay, "load_state_dict", None)):
+                raise CheckpointError(f"{what}: the checkpoint holds replay contents but the agent has no "
+                                      f"replay buffer")
+            check_replay_state(replay, replay_state, what)
+        plans.append((what, agent, loaded, previous, replay if replay_state else None, replay_state))
+    done: list[tuple[str, Any, Any]] = []
+    try:  # everything checked: now load (and should a load still fail, put back what was loaded)
+        for what, agent, loaded, previous, replay, replay_state in plans:
+            if loaded is not None:
+                load_checked(agent, loaded, previous, what)
+                done.append((what, agent, previous))
+            if replay is not None:
+                before = None if callable(getattr(replay, "check_state_dict", None)) else replay.state_dict()
+                load_checked(replay, replay_state, before, f"{what} replay")
+    except CheckpointError:
+        for what, agent, previous in reversed(done):
+            agent.load_state_dict(previous)
+        raise
     return state

@@ -8,6 +8,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from marl_note.agents.base import is_learning_agent
+from marl_note.agents.checkpoint import check_checkpoint_target
 from marl_note.envs.adapters import adapt, env_factory, make_spec
 from marl_note.envs.main_guard import check_not_reimporting_main
 from marl_note.envs.subproc import DEFAULT_STEP_TIMEOUT, SubprocVectorEnv
@@ -227,6 +228,8 @@ class DecentralizedTrainer:
         ``on_train_end(trainer, stats)`` (which may add keys to the returned statistics) and
         ``plot_series() -> {label: [(episodes, value), ...]}`` (drawn on the plot).
         ``checkpoint_path`` saves the whole run there (atomically) after every test and at the end;
+        it must be a new or empty directory, one holding a previous checkpoint (other files there,
+        such as plots, are kept) or a ``.zip`` path; anything else is refused before training starts.
         ``resume_from`` continues a saved run with the same agents (their states, replay buffers,
         counters and history are loaded; episodes in flight when it was saved start afresh).
         """
@@ -247,6 +250,8 @@ class DecentralizedTrainer:
             elif ln and not is_learning_agent(agent):
                 raise TypeError(f"seat {name!r} is marked as learning but {type(agent).__name__} has no "
                                 f"observe()/update() methods")
+        if checkpoint_path is not None:
+            check_checkpoint_target(checkpoint_path)  # a foreign directory is refused before any work
         if not self._usable(self._train_venv):
             self._train_venv = self._venv(self.num_train_envs)
         if matchmaker is not None and not callable(matchmaker):

@@ -48,6 +48,16 @@ def test_tampered_and_missing_checkpoints_fail_clearly(tmp_path):
     manifest = json.loads((path / "manifest.json").read_text())
     manifest["arrays"].append("c")
     (path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError, match="damaged or was edited"):  # the manifest's own checksum
+        read_checkpoint(path)
+    for key in ("checksum", "arrays_sha256"):  # a manifest as the first releases wrote it: no checksums
+        manifest.pop(key)
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError, match="lacks \\['checksum', 'arrays_sha256'\\]"):
+        read_checkpoint(path)  # but arrays_file is there: a new-style manifest with fields lost
+    manifest.pop("arrays_file")
+    os.rename(path / next(n for n in os.listdir(path) if n.startswith("arrays-")), path / "arrays.npz")
+    (path / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(CheckpointError, match="missing \\['c'\\]"):
         read_checkpoint(path)
     (path / "manifest.json").write_text("{not json")

@@ -107,3 +107,24 @@ def test_noise_state_round_trip_per_env():
     old.load_state_dict(legacy)
     assert old.noise["b"].processes == {} and old.noise["b"].template.x_prev.tolist() == [0.5, -0.5]
     assert old.noise["b"].process(0).x_prev.tolist() == [0.5, -0.5]  # copies start from the template
+
+
+def test_noise_copies_are_checked_like_their_template_before_loading():
+    from marl_note.agents.checkpoint import CheckpointError
+    from marl_note.agents.state_check import check_agent_state, load_checked
+
+    m = learner(seed=0)
+    obs = np.zeros((2, 1), np.float32)
+    m.act_agent("b", obs, explore=True, env_ids=np.array([0, 3]))
+    state = m.state_dict()
+    fresh = learner(seed=1)  # has no copies yet: the saved ones are checked against the template's arrays
+    checked, live = check_agent_state(fresh, state, "demo")
+    load_checked(fresh, checked, live, "demo")
+    assert sorted(fresh.noise["b"].processes) == [0, 3]
+    bad = {**state, "b.noise.env.3.x_prev": np.zeros(5)}
+    with pytest.raises(CheckpointError, match=r"'b.noise.env.3.x_prev' has shape \(5,\), expected \(2,\)"):
+        check_agent_state(learner(seed=1), bad, "demo")
+    without = {k: v for k, v in state.items() if ".noise.env." not in k}  # an agent with copies loads a state
+    checked, live = check_agent_state(m, without, "demo")                # without them (they are dropped)
+    load_checked(m, checked, live, "demo")
+    assert m.noise["b"].processes == {}

@@ -114,7 +114,7 @@ def test_include_replay(tmp_path):
         ppo.save(tmp_path / "ppo", include_replay=True)
 
 
-@pytest.mark.parametrize("fmt,fail", [("ck.zip", "replace"), ("ck", "rename")])
+@pytest.mark.parametrize("fmt,fail", [("ck.zip", "replace"), ("ck", "replace"), ("ck", "fsync")])
 def test_interrupted_save_keeps_old_checkpoint(tmp_path, monkeypatch, fmt, fail):
     agent = trained_dqn(torch_agents)
     path = agent.save(tmp_path / fmt)
@@ -255,3 +255,23 @@ def test_function_arguments_are_recorded_by_name_and_must_be_given_again(tmp_pat
     fresh = torch_agents.DQN(OBS, ACT, hidden_sizes=(8,), seed=1)
     fresh.restore_param(tmp_path / "weights")  # weights alone never need the function
     assert np.array_equal(fresh.q_values(np.ones((2, 4), np.float32)), agent.q_values(np.ones((2, 4), np.float32)))
+
+
+def test_save_never_deletes_the_users_files(tmp_path, monkeypatch):
+    agent = trained_dqn(torch_agents)
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "notes.txt").write_text("mine")
+    for target in (results, "."):
+        monkeypatch.chdir(results)
+        with pytest.raises(CheckpointError, match=r"holds no marl_note checkpoint \(it holds notes.txt\)"):
+            agent.save(target)
+        with pytest.raises(CheckpointError, match="holds no marl_note checkpoint"):
+            agent.save_param(target)
+    assert os.listdir(results) == ["notes.txt"] and (results / "notes.txt").read_text() == "mine"
+    path = agent.save(results / "ckpt")  # a checkpoint directory may gain other files beside it ...
+    (results / "ckpt" / "README").write_text("what this run was")
+    agent.update(8)
+    agent.save(path)  # ... which later saves keep
+    assert (results / "ckpt" / "README").read_text() == "what this run was"
+    assert torch_agents.DQN.restore(path).updates == agent.updates

@@ -1,3 +1,5 @@
+import os
+
 import numpy as np
 import pytest
 
@@ -55,3 +57,72 @@ def test_resume_with_other_agents_fails_before_touching_them(tmp_path):
     assert all(np.array_equal(before[k], v) for k, v in small.state_dict().items())
     with pytest.raises(RuntimeError, match="no run to checkpoint"):
         make(5)[0].save_checkpoint(str(tmp_path / "x"))
+
+
+def test_checkpoints_keep_the_files_beside_them(tmp_path):
+    runs = tmp_path / "runs"
+    trainer, agent = make(10)
+    trainer.plot_path = str(runs / "reward.png")
+    pytest.importorskip("matplotlib")
+    trainer.train([agent], learning_mask=[1], progress=False, checkpoint_path=str(runs))
+    (runs / "notes.txt").write_text("mine")
+    plot = (runs / "reward.png").read_bytes()
+    trainer2, again = make(20)
+    trainer2.train([again], learning_mask=[1], plot=False, progress=False, checkpoint_path=str(runs),
+                   resume_from=str(runs))
+    assert (runs / "notes.txt").read_text() == "mine" and (runs / "reward.png").read_bytes() == plot
+    from marl_note.agents.checkpoint import read_checkpoint
+    assert read_checkpoint(runs)[0]["counters"]["episodes"] >= 20
+
+
+def test_a_foreign_checkpoint_directory_is_refused_before_training(tmp_path):
+    (tmp_path / "mine.txt").write_text("mine")
+    trainer, agent = make(10)
+    before = agent.state_dict()
+    with pytest.raises(CheckpointError, match="holds no marl_note checkpoint"):
+        trainer.train([agent], learning_mask=[1], plot=False, progress=False, checkpoint_path=str(tmp_path))
+    assert agent.agent_steps == 0 and all(np.array_equal(before[k], v) for k, v in agent.state_dict().items())
+    assert os.listdir(tmp_path) == ["mine.txt"]
+
+
+def _rewrite(path, edit_arrays=None, edit_manifest=None):
+    from marl_note.agents.checkpoint import read_checkpoint, write_checkpoint
+    manifest, arrays = read_checkpoint(path)
+    if edit_arrays:
+        edit_arrays(arrays)
+    if edit_manifest:
+        edit_manifest(manifest)
+    for key in ("format", "arrays", "checksum", "arrays_sha256", "arrays_file"):
+        manifest.pop(key, None)
+    write_checkpoint(path, manifest, arrays)
+
+
+def test_a_failed_resume_changes_nothing(tmp_path):
+    path = str(tmp_path / "run")
+    trainer, agent = make(10)
+    trainer.train([agent], learning_mask=[1], plot=False, progress=False, checkpoint_path=path)
+    last = sorted(k for k in agent.state_dict())[-1]
+    cases = {
+        "text weights": (lambda a: a.update({f"agent0.{last}": np.full(np.shape(a[f"agent0.{last}"]), "x")}),
+                         None, f"'{last}' has dtype"),
+        "replay dtype": (lambda a: a.update({"replay0.rew": a["replay0.rew"].astype(np.float64)}), None,
+                         r"replay contents do not fit .*'rew'.* dtype float64"),
+        "replay size": (lambda a: a.update({"replay0.size": np.asarray(float(a["replay0.size"]))}), None,
+                        r"replay contents do not fit .*'size'.* must be one integer"),
+        "counter": (None, lambda m: m["counters"].update(episodes="ten"), "'episodes' must be an integer"),
+        "history": (None, lambda m: m["counters"].update(history=[[1]]), "'history' is not a list"),
+        "stray": (lambda a: a.update({"agent7.w": np.zeros(1)}), None, r"arrays of no agent of this run"),
+    }
+    fresh_trainer, fresh = make(20)
+    fresh.observe(agent.replay.sample(8))  # a live agent with some state of its own
+    before, replay_before = fresh.state_dict(), fresh.replay.state_dict()
+    for case, (arrays_edit, manifest_edit, message) in cases.items():
+        broken = str(tmp_path / case.replace(" ", "_"))
+        import shutil
+        shutil.copytree(path, broken)
+        _rewrite(broken, arrays_edit, manifest_edit)
+        with pytest.raises(CheckpointError, match=message):
+            fresh_trainer.train([fresh], learning_mask=[1], plot=False, progress=False, resume_from=broken)
+        after, replay_after = fresh.state_dict(), fresh.replay.state_dict()
+        assert sorted(after) == sorted(before) and all(after[k].tobytes() == before[k].tobytes() for k in before), case
+        assert all(replay_after[k].tobytes() == replay_before[k].tobytes() for k in replay_before), case

@@ -190,6 +190,12 @@ def optimizer_from_numpy(prefix: str, opt: Adam, params, state: Mapping[str, Any
     return float(np.asarray(state[f"{prefix}.lr"])) if f"{prefix}.lr" in state else None
 
 
+def optimizer_slot_shapes(optims: Mapping[str, Any]) -> dict[str, list[tuple[int, ...]]]:
+    """Optimiser name -> the torch-layout shapes of its parameters (what its saved slots must have)."""
+    return {name: [tuple(var.shape[::-1]) if transposed else tuple(var.shape) for _, var, transposed in entry[1]]
+            for name, entry in optims.items()}
+
+
 # --------------------------------------------------------------------------- numpy state
 
 def params_to_numpy(params) -> dict[str, np.ndarray]:
@@ -271,6 +277,9 @@ class TFAgent(Saving):
 
     def _load_extra_state(self, state: Mapping[str, Any]) -> None:
         pass
+
+    def _optimizer_slot_shapes(self) -> dict[str, list[tuple[int, ...]]]:
+        return optimizer_slot_shapes(self._optims)
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """Weights, optimiser slots, counters and rng states, as numpy arrays only."""

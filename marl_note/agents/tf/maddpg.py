@@ -13,8 +13,9 @@ import numpy as np
 import tensorflow as tf
 
 from marl_note.agents.maddpg_common import JointLearnerBase, MADDPGSeat, encode_obs
-from marl_note.agents.tf.common import (Adam, clip_by_total_norm, mlp, optimizer_from_numpy, optimizer_to_numpy,
-                                        params_from_numpy, params_to_numpy, tf_device, torch_generator_state)
+from marl_note.agents.tf.common import (Adam, clip_by_total_norm, mlp, optimizer_from_numpy, optimizer_slot_shapes,
+                                        optimizer_to_numpy, params_from_numpy, params_to_numpy, tf_device,
+                                        torch_generator_state)
 from marl_note.types import JointTransitions
 
 __all__ = ["MADDPG", "MADDPGSeat"]
@@ -171,6 +172,9 @@ class MADDPG(JointLearnerBase):
         return {"critic_loss": float(critic_loss), "actor_loss": float(actor_loss), "q_mean": float(q_mean)}
 
     # -- state -------------------------------------------------------------------------------------
+    def _optimizer_slot_shapes(self) -> dict[str, list[tuple[int, ...]]]:
+        return optimizer_slot_shapes(self._optims)
+
     def _net_state(self) -> dict[str, np.ndarray]:
         out: dict[str, np.ndarray] = {}
         for params in self._params.values():

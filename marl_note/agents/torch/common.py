@@ -173,6 +173,10 @@ class TorchAgent(Saving):
     def _load_extra_state(self, state: Mapping[str, Any]) -> None:
         pass
 
+    def _optimizer_slot_shapes(self) -> dict[str, list[tuple[int, ...]]]:
+        return {name: [tuple(p.shape) for g in opt.param_groups for p in g["params"]]
+                for name, opt in self._optims.items()}
+
     def state_dict(self) -> dict[str, np.ndarray]:
         """Weights, optimiser slots, counters and rng states, as numpy arrays only."""
         out: dict[str, np.ndarray] = {}

@@ -179,6 +179,10 @@ class MADDPG(JointLearnerBase):
             yield f"{a}.actor_optimizer", self.actor_optimizer[a]
             yield f"{a}.critic_optimizer", self.critic_optimizer[a]
 
+    def _optimizer_slot_shapes(self) -> dict[str, list[tuple[int, ...]]]:
+        return {name: [tuple(p.shape) for g in opt.param_groups for p in g["params"]]
+                for name, opt in self._optimizers()}
+
     def _net_state(self) -> dict[str, np.ndarray]:
         out: dict[str, np.ndarray] = {}
         for name, net in self._modules():
