@@ -107,7 +107,7 @@ class FiniteCheck:
             return True
         try:
             return bool(np.isfinite(np.concatenate(arrays, axis=None)).all())
-        except (TypeError, ValueError):  # ragged or not numeric: let the thorough search decide
+        except (TypeError, ValueError):  # not numeric: let the thorough search decide
             return False
 
     def step(self, results: Mapping[int, Any], ep_len: np.ndarray, env_steps: np.ndarray) -> None:

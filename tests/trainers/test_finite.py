@@ -192,3 +192,15 @@ def test_bad_stop_fn_results_raise_naming_the_hook(stop, error, match):
 def test_scalar_hook_results_still_work():
     stats = train_tictactoe(reward_metric=lambda r: np.array(r[:, 0].mean()), stop_fn=lambda m, eps: np.bool_(eps >= 4))
     assert stats["stopped_by_stop_fn"] and np.isfinite(stats["best_reward"])
+
+
+def test_huge_finite_values_are_not_reported():
+    # the rewards' sum may overflow to inf on huge finite values; the search then finds nothing to report
+    from marl_note.envs.adapters import StepResult
+    from marl_note.trainers.finite import FiniteCheck
+    spec = make_spec(adapt(gym.make("CartPole-v1")))
+    check, zeros = FiniteCheck(spec), np.zeros(1, np.int64)
+    huge = {0: StepResult({"agent_0": np.full(4, 3e38, np.float32)}, {}, {"agent_0": 1e308}, final_obs={})}
+    check.step(huge, zeros, zeros)
+    huge[0].rewards["agent_1"] = 1e308  # the rewards' sum overflows
+    check.step(huge, zeros, zeros)
