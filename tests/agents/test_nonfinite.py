@@ -81,6 +81,8 @@ def two_optimizer_rl(name):
 
 FACTORIES = {
     "DQN": lambda m: m.DQN(OBS, DISCRETE, hidden_sizes=(8,), learning_starts=N, buffer_size=N, update_steps=1, seed=0),
+    "DQN-XLA": lambda m: m.DQN(OBS, DISCRETE, hidden_sizes=(8,), learning_starts=N, buffer_size=N, update_steps=1,
+                               seed=0, compile=True),  # TF: the step under XLA (jit_compile)
     "PPO": lambda m: m.PPO(OBS, DISCRETE, hidden_sizes=(8,), n_steps=N, n_epochs=1, seed=0),
     "DDPG": lambda m: m.DDPG(OBS, BOX, hidden_sizes=(8,), learning_starts=N, buffer_size=N, update_steps=1, seed=0),
     "MADDPG": lambda m: m.MADDPG({"a": OBS, "b": OBS}, {"a": DISCRETE, "b": BOX}, hidden_sizes=(8,),
@@ -97,14 +99,15 @@ def make(algo, name):
 
 
 def batch(agent, poison=None):
-    """N transitions for ``agent``; ``poison`` ("reward" or "obs") puts one NaN into row 3."""
+    """N transitions for ``agent``; ``poison`` ("reward" or "obs") puts a NaN into every row, so
+    that any batch sampled from the replay holds one."""
     rng = np.random.default_rng(1)
     obs = rng.uniform(-1, 1, (N, 3)).astype(np.float32)
     rew = rng.normal(size=N).astype(np.float32)
     if poison == "reward":
-        rew[3] = np.nan
+        rew[:] = np.nan
     elif poison == "obs":
-        obs[3, 0] = np.nan
+        obs[:, 0] = np.nan
     term, trunc = np.zeros(N, bool), np.zeros(N, bool)
     if hasattr(agent, "observe_joint"):
         return JointTransitions(("a", "b"), obs={"a": obs, "b": obs}, act={"a": rng.integers(0, 2, N),
@@ -131,7 +134,7 @@ def weights(agent):
 CASES = [(algo, name, poison) for name in ("torch", "tf") for algo in ("DQN", "PPO", "DDPG", "MADDPG", "RL")
          for poison in ("reward", "obs")]
 CASES = [c for c in CASES if c[1] == "torch" or c[2] == "reward" or c[0] == "DQN"]  # TF graphs trace slowly
-CASES += [("RL2", "torch", "reward"), ("RL2", "torch", "obs")]
+CASES += [("RL2", "torch", "reward"), ("RL2", "torch", "obs"), ("DQN-XLA", "tf", "reward")]
 
 
 @pytest.mark.parametrize("algo,name,poison", CASES, ids=["-".join((n, a, p)) for a, n, p in CASES])
@@ -144,7 +147,7 @@ def test_nonfinite_update_raises_before_writing_weights(algo, name, poison):
     who = type(agent).__name__
     with pytest.raises(NonFiniteError, match=rf"^{who} update 2: .*(loss|norm).* is (nan|inf)") as err:
         agent.update(N)
-    print(err.value)
+    assert "no weight holds a non-finite value" in str(err.value)
     after = weights(agent)
     assert sorted(after) == sorted(before)
     changed = [key for key, value in before.items() if value.tobytes() != after[key].tobytes()]
