@@ -173,3 +173,17 @@ class JointTransitions:
 
     def __len__(self) -> int:
         return int(self.rew.shape[0])
+
+
+class NonFiniteError(ValueError):
+    """A NaN or infinite value where only finite numbers make sense, caught where it entered.
+
+    Raised by the collector for a non-finite reward or float observation (naming the env index,
+    the agent and the env step), and by the agents' updates for a non-finite loss or gradient norm
+    (naming the agent and its update count, before the optimiser step writes any weight).
+
+    Example:
+        >>> err = NonFiniteError("env 0, agent 'agent_0': reward is nan")
+        >>> isinstance(err, ValueError), str(err)
+        (True, "env 0, agent 'agent_0': reward is nan")
+    """

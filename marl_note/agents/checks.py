@@ -11,9 +11,9 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from marl_note.types import Transitions
+from marl_note.types import NonFiniteError, Transitions
 
-__all__ = ["flat_obs_dim", "ObsEncoder", "check_mask", "check_transitions"]
+__all__ = ["flat_obs_dim", "ObsEncoder", "check_mask", "check_transitions", "raise_if_nonfinite_update"]
 
 
 def flat_obs_dim(space: gym.Space) -> int:
@@ -96,3 +96,29 @@ def check_transitions(t: Any, encoder: ObsEncoder) -> Transitions:
         if len(np.asarray(getattr(t, name))) != n:
             raise ValueError(f"transitions.{name} has {len(np.asarray(getattr(t, name)))} items, rew has {n}")
     return t
+
+
+def raise_if_nonfinite_update(who: str, update: int, values: dict[str, float]) -> None:
+    """Raise :class:`~marl_note.types.NonFiniteError` naming the first non-finite of ``values``.
+
+    ``values`` maps names (``"loss"``, ``"loss gradient norm"``, ...) to the floats of one
+    gradient step, in the order the step computes them; ``who`` is the agent's class name and
+    ``update`` the number of the gradient step that is refused (its weights are not written).
+
+    Example:
+        >>> raise_if_nonfinite_update("DQN", 7, {"loss": 0.5, "loss gradient norm": 2.0})
+        >>> raise_if_nonfinite_update("DQN", 7, {"loss": float("nan"), "loss gradient norm": float("nan")})
+        Traceback (most recent call last):
+        ...
+        marl_note.types.NonFiniteError: DQN update 7: loss is nan (loss gradient norm nan); ...
+    """
+    bad = [name for name, v in values.items() if not np.isfinite(v)]
+    if not bad:
+        return
+    loss = bad[0].removesuffix(" gradient norm")
+    partner = ", ".join(f"{name} {values[name]:.6g}" for name in (loss, f"{loss} gradient norm")
+                        if name in values and name != bad[0])
+    raise NonFiniteError(
+        f"{who} update {update}: {bad[0]} is {values[bad[0]]}" + (f" ({partner})" if partner else "")
+        + "; its optimiser step was not taken, so no weight holds a non-finite value. Usual causes: a NaN/inf "
+        "reward or observation in the stored transitions, or a learning rate too large.")

@@ -31,6 +31,31 @@ def _positive_int(name: str, value: Any) -> int:
     return int(value)
 
 
+def _hook_scalar(hook: str, value: Any, kinds: str, wanted: str) -> np.ndarray:
+    """``value`` as a 0-d array of a dtype kind in ``kinds``; otherwise a TypeError naming ``hook``."""
+    arr = np.asarray(value) if isinstance(value, (bool, int, float, np.generic, np.ndarray)) else None
+    if arr is None or arr.ndim != 0 or arr.dtype.kind not in kinds:
+        shape = f" of shape {np.shape(value)}" if isinstance(value, np.ndarray) else ""
+        raise TypeError(f"{hook} must return {wanted}, got {type(value).__name__}{shape}: {value!r:.80}")
+    return arr
+
+
+def _metric_value(value: Any) -> float:
+    """``reward_metric``'s result as a float; not a real number or NaN/inf raises naming the hook."""
+    out = float(_hook_scalar("reward_metric", value, "iuf", "a real number (a float or a 0-d array)"))
+    if not np.isfinite(out):
+        raise ValueError(f"reward_metric returned {out}; it must return a finite number")
+    return out
+
+
+def _stop_value(value: Any) -> bool:
+    """``stop_fn``'s result as a bool; None, an array or NaN raises naming the hook."""
+    arr = _hook_scalar("stop_fn", value, "biuf", "True (stop) or False (go on)")
+    if np.isnan(arr.astype(np.float64)):
+        raise ValueError("stop_fn returned nan; it must return True (stop) or False (go on)")
+    return bool(arr)
+
+
 class DecentralizedTrainer:
     """Train one agent per seat (the same object may sit in several seats) on vectorized envs.
 
@@ -40,7 +65,12 @@ class DecentralizedTrainer:
     ``test_fn`` likewise before each test, ``save_best_fn(num_collected_episodes)`` on a new best
     test metric, ``save_last_fn()`` when training ends, ``stop_fn(metric, num_collected_episodes)``
     after each test (True stops), ``reward_metric(rewards[num_episodes, num_agents]) -> float``
-    (default: mean return of the learning seats).
+    (default: mean return of the learning seats). A ``reward_metric`` result that is not a real
+    number (TypeError) or is NaN/inf (ValueError), and a ``stop_fn`` result that is not a single
+    truth value (None, an array: TypeError; NaN: ValueError), raise naming the hook at the first test.
+    ``check_finite`` (default True) makes the train and test collectors raise
+    :class:`~marl_note.types.NonFiniteError` for a NaN/inf reward or float observation, naming the
+    env index, agent and env step; ``check_finite=False`` turns that check off.
 
     ``processes=N`` hosts the envs in N worker processes (default None: in this process); the env
     may then be given in any form (a Gymnasium id, a lambda, a closure, ``simple_spread_v3.parallel_env``)
@@ -67,9 +97,11 @@ class DecentralizedTrainer:
                  save_best_fn: Callable | None = None, save_last_fn: Callable | None = None,
                  stop_fn: Callable | None = None, reward_metric: Callable | None = None,
                  shared_memory: bool = True, seed: int | None = None, processes: int | None = None,
-                 plot_path: str | None = None, step_timeout: float | None = DEFAULT_STEP_TIMEOUT):
+                 plot_path: str | None = None, step_timeout: float | None = DEFAULT_STEP_TIMEOUT,
+                 check_finite: bool = True):
         check_not_reimporting_main("DecentralizedTrainer")
         self.env_fn = env_factory(env)
+        self.check_finite = bool(check_finite)
         self.num_train_envs = _positive_int("num_train_envs", num_train_envs)
         self.num_test_envs = _positive_int("num_test_envs", num_test_envs)
         self.batch_size = _positive_int("batch_size", batch_size)
@@ -156,7 +188,7 @@ class DecentralizedTrainer:
 
     def _metric(self, rewards: np.ndarray, learn: list[bool]) -> float:
         if self.reward_metric is not None:
-            return float(self.reward_metric(rewards))
+            return _metric_value(self.reward_metric(rewards))
         return float(rewards[:, np.flatnonzero(learn)].mean()) if len(rewards) else float("nan")
 
     def _venv(self, n: int):
@@ -180,7 +212,8 @@ class DecentralizedTrainer:
         learn = self._mask(learning_mask, "learning_mask") if learning_mask is not None else [True] * len(seats)
         if not self._usable(self._test_venv):
             self._test_venv = self._venv(self.num_test_envs)
-        col = Collector(self._test_venv, self.spec, seats, explore=[False] * len(seats), learn=[False] * len(seats))
+        col = Collector(self._test_venv, self.spec, seats, explore=[False] * len(seats), learn=[False] * len(seats),
+                        check_finite=self.check_finite)
         col.reset(seed=None if self.seed is None else self.seed + 100_000 + len(self.history) * self.num_test_envs)
         stats = col.collect(n_episodes=episodes)
         rewards = stats.returns_array(self.spec.num_agents)
@@ -278,7 +311,8 @@ class DecentralizedTrainer:
         self._run, self._run_agents = run, seats
         self.history = run.history
         fire("on_train_begin")
-        col = Collector(self._train_venv, self.spec, seats, explore=explore, learn=learn, matchmaker=matchmaker)
+        col = Collector(self._train_venv, self.spec, seats, explore=explore, learn=learn, matchmaker=matchmaker,
+                        check_finite=self.check_finite)
         col.reset(seed=self.seed if resume_from is None else _resume_seed(self.seed, run))
         from marl_note.trainers.progress import Progress  # tqdm lives there
 
@@ -327,7 +361,7 @@ class DecentralizedTrainer:
                         run.best, run.best_episode = metric, run.episodes
                         if self.save_best_fn is not None:
                             self.save_best_fn(run.episodes)
-                    if self.stop_fn is not None and self.stop_fn(metric, run.episodes):
+                    if self.stop_fn is not None and _stop_value(self.stop_fn(metric, run.episodes)):
                         stopped = True
                     if checkpoint_path is not None:
                         run.training_time = time.perf_counter() - start

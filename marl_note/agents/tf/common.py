@@ -21,7 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from marl_note.agents.checks import (ObsEncoder, check_mask, check_transitions,  # noqa: F401 (re-exported)
-                                     flat_obs_dim)
+                                     flat_obs_dim, raise_if_nonfinite_update)
 from marl_note.agents.noise import rng_state_from_array, rng_state_to_array
 from marl_note.agents.saving import Saving
 
@@ -105,6 +105,54 @@ def clip_by_total_norm(grads: list, max_norm: float | None) -> list:
     norm = tf.linalg.global_norm(grads)
     coef = tf.minimum(1.0, float(max_norm) / (norm + 1e-6))
     return [g * coef for g in grads]
+
+
+# --------------------------------------------------------------------------- checked optimiser steps
+
+def apply_if(ok, apply) -> None:
+    """Graph code: run ``apply()`` (optimiser or target writes) only when the bool tensor ``ok`` holds."""
+    def run():
+        apply()
+        return tf.constant(True)
+
+    tf.cond(ok, run, lambda: tf.constant(False))
+
+
+def guarded_apply(optimizer, grads: list, variables: list, loss, max_norm: float | None, ok=True):
+    """Graph code for one optimiser step that writes no weight unless everything is finite.
+
+    The gradients are clipped like :func:`clip_by_total_norm` and applied only when ``ok`` (every
+    earlier step of this gradient step was finite), the loss and the global gradient norm are
+    finite. Returns ``(ok for the next step, float32 [loss, gradient norm])``; hand the checks to
+    :func:`check_finite_update` outside the graph to raise.
+
+    Example:
+        >>> v = keras.Variable([1.0]); opt = Adam(learning_rate=0.1); opt.build([v])
+        >>> ok, checks = guarded_apply(opt, [tf.constant([np.nan])], [v], tf.constant(np.nan), 1.0)
+        >>> bool(ok), v.numpy().tolist(), int(opt.iterations.numpy())
+        (False, [1.0], 0)
+    """
+    norm = tf.linalg.global_norm(grads)
+    checks = tf.stack([tf.cast(tf.reshape(loss, []), tf.float32), tf.cast(norm, tf.float32)])
+    ok = tf.logical_and(ok, tf.reduce_all(tf.math.is_finite(checks)))
+    if max_norm is not None:
+        coef = tf.minimum(1.0, float(max_norm) / (norm + 1e-6))
+        grads = [g * coef for g in grads]
+    apply_if(ok, lambda: optimizer.apply_gradients(zip(grads, variables)))
+    return ok, checks
+
+
+def check_finite_update(who: str, update: int, names: list[str], checks: Any) -> None:
+    """Raise :class:`~marl_note.types.NonFiniteError` when one of ``checks`` (the values returned by
+    :func:`guarded_apply`, named ``names`` in order) is NaN/inf: the step was not applied."""
+    values = np.asarray(checks, np.float64).reshape(-1)
+    if not np.isfinite(values).all():
+        raise_if_nonfinite_update(who, update, dict(zip(names, values.tolist())))
+
+
+def step_names(*losses: str) -> list[str]:
+    """``[loss, loss gradient norm, ...]``: the names of :func:`guarded_apply`'s checks, per loss."""
+    return [n for loss in losses for n in (loss, f"{loss} gradient norm")]
 
 
 # --------------------------------------------------------------------------- optimiser

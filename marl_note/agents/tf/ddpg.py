@@ -17,7 +17,7 @@ from marl_note.agents.configs import apply_ddpg_config
 from marl_note.agents.continuous import check_box_action_space
 from marl_note.agents.replay_options import network_space
 from marl_note.agents.rl_common import run_update_schedule
-from marl_note.agents.tf.common import Adam, TFAgent, clip_by_total_norm, mlp
+from marl_note.agents.tf.common import Adam, TFAgent, check_finite_update, guarded_apply, mlp, step_names
 from marl_note.types import Transitions
 
 
@@ -154,16 +154,16 @@ class DDPG(TFAgent):
         with tf.GradientTape() as tape:
             q = self.critic(tf.concat([obs, act], 1), training=True)[:, 0]
             critic_loss = tf.reduce_mean(weights * tf.square(q - target))
-        grads = clip_by_total_norm(tape.gradient(critic_loss, self._critic_vars), self.max_grad_norm)
-        self.critic_optimizer.apply_gradients(zip(grads, self._critic_vars))
+        ok, critic_checks = guarded_apply(self.critic_optimizer, tape.gradient(critic_loss, self._critic_vars),
+                                          self._critic_vars, critic_loss, self.max_grad_norm)
         with tf.GradientTape() as tape:
             mu = tf.tanh(self.actor(obs, training=True))
             actor_loss = -tf.reduce_mean(self.critic(tf.concat([obs, mu], 1))[:, 0])
             if self.action_l2 > 0:
                 actor_loss = actor_loss + self.action_l2 * tf.reduce_mean(tf.square(mu))
-        grads = clip_by_total_norm(tape.gradient(actor_loss, self._actor_vars), self.max_grad_norm)
-        self.actor_optimizer.apply_gradients(zip(grads, self._actor_vars))
-        return critic_loss, actor_loss, tf.reduce_mean(q), target - q
+        _, actor_checks = guarded_apply(self.actor_optimizer, tape.gradient(actor_loss, self._actor_vars),
+                                        self._actor_vars, actor_loss, self.max_grad_norm, ok)
+        return critic_loss, actor_loss, tf.reduce_mean(q), target - q, tf.concat([critic_checks, actor_checks], 0)
 
     def _graph_polyak(self, tau):
         for t, s in self._pairs:
@@ -173,8 +173,9 @@ class DDPG(TFAgent):
         """One gradient step on an explicit batch (``_gradient_step`` samples one from replay)."""
         weights = (np.ones(len(batch), np.float32) if batch.weights is None
                    else np.asarray(batch.weights, np.float32))
-        critic_loss, actor_loss, q_mean, td = self._train_fn(
+        critic_loss, actor_loss, q_mean, td, checks = self._train_fn(
             self.encoder(batch.obs), self.scaler.to_unit(batch.act), *self._target_inputs(batch), weights)
+        check_finite_update(type(self).__name__, self.updates + 1, step_names("critic loss", "actor loss"), checks)
         self.updates += 1
         self._polyak_fn(tf.constant(self.tau, tf.float32))
         td = td.numpy()

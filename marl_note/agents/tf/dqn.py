@@ -14,7 +14,7 @@ from marl_note.agents.checks import check_mask, check_transitions
 from marl_note.agents.configs import DQNSharedMethods, apply_dqn_config
 from marl_note.agents.policies import masked_argmax
 from marl_note.agents.replay_options import network_space
-from marl_note.agents.tf.common import Adam, TFAgent, clip_by_total_norm, mlp
+from marl_note.agents.tf.common import Adam, TFAgent, check_finite_update, guarded_apply, mlp, step_names
 from marl_note.types import Transitions
 
 
@@ -157,10 +157,10 @@ class DQN(DQNSharedMethods, TFAgent):
             else:
                 losses = tf.square(err)
             loss = tf.reduce_mean(weights * losses)
-        grads = clip_by_total_norm(tape.gradient(loss, self._q_vars), self.max_grad_norm)
-        self.optimizer.apply_gradients(zip(grads, self._q_vars))
+        _, checks = guarded_apply(self.optimizer, tape.gradient(loss, self._q_vars), self._q_vars, loss,
+                                  self.max_grad_norm)
         td = tf.abs(target - q)
-        return loss, tf.reduce_mean(q), td
+        return loss, tf.reduce_mean(q), td, checks
 
     def _graph_copy(self, tau):
         for t, s in zip(self._t_vars, self._q_vars):
@@ -179,8 +179,9 @@ class DQN(DQNSharedMethods, TFAgent):
         weights = (np.ones(n, np.float32) if batch.weights is None else np.asarray(batch.weights, np.float32))
         act = np.asarray(batch.act, np.int64) - self.action_start
         next_obs, rew, alive, discount, legal = self._target_inputs(batch)
-        loss, q_mean, td = self._train_fn(self.encoder(batch.obs), act.astype(np.int32), next_obs, rew, alive,
-                                          discount, legal, weights)
+        loss, q_mean, td, checks = self._train_fn(self.encoder(batch.obs), act.astype(np.int32), next_obs, rew,
+                                                  alive, discount, legal, weights)
+        check_finite_update(type(self).__name__, self.updates + 1, step_names("loss"), checks)
         self.updates += 1
         self._update_target()
         td = td.numpy()

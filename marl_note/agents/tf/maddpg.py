@@ -13,8 +13,9 @@ import numpy as np
 import tensorflow as tf
 
 from marl_note.agents.maddpg_common import JointLearnerBase, MADDPGSeat, encode_obs
-from marl_note.agents.tf.common import (Adam, clip_by_total_norm, mlp, optimizer_from_numpy, optimizer_slot_shapes,
-                                        optimizer_to_numpy, params_from_numpy, params_to_numpy, tf_device,
+from marl_note.agents.tf.common import (Adam, apply_if, check_finite_update, guarded_apply, mlp, optimizer_from_numpy,
+                                        optimizer_slot_shapes, optimizer_to_numpy, params_from_numpy,
+                                        params_to_numpy, step_names, tf_device,
                                         torch_generator_state)
 from marl_note.types import JointTransitions
 
@@ -118,18 +119,21 @@ class MADDPG(JointLearnerBase):
             return tf.one_hot(tf.argmax(out, axis=1), self.act_dim[agent], dtype=out.dtype)
         return tf.tanh(out)
 
-    def _apply(self, name: str, tape, loss) -> None:
+    def _apply(self, name: str, tape, loss, ok, checks: list):
+        """Apply one optimiser's step when it and every earlier one are finite; returns the new ``ok``."""
         opt, params, _ = self._optims[name]
         variables = [v for _, v, _ in params]
-        grads = clip_by_total_norm(tape.gradient(loss, variables), self.max_grad_norm)
-        opt.apply_gradients(zip(grads, variables))
+        ok, step_checks = guarded_apply(opt, tape.gradient(loss, variables), variables, loss, self.max_grad_norm, ok)
+        checks.append(step_checks)
+        return ok
 
     def _graph_step(self, obs, acts, next_obs, gumbel, temperature, rew, terminated, alive, next_live, mask,
                     next_mask):
         obs, acts, next_obs, gumbel = list(obs), list(acts), list(next_obs), list(gumbel)
         next_acts = [tf.stop_gradient(self._target_action(a, next_obs[j], next_mask[j])) * next_live[:, j:j + 1]
                      for j, a in enumerate(self.agents)]
-        critic_losses, actor_losses, q_means = [], [], []
+        critic_losses, actor_losses, q_means, checks = [], [], [], []
+        ok = tf.constant(True)
         for i, a in enumerate(self.agents):
             w = alive[:, i]
             denom = tf.maximum(tf.reduce_sum(w), 1.0)
@@ -138,7 +142,7 @@ class MADDPG(JointLearnerBase):
             with tf.GradientTape() as tape:
                 q = tf.squeeze(self.critic[a](self._critic_in(i, obs, acts), training=True), 1)
                 critic_loss = tf.reduce_sum(w * tf.square(q - target)) / denom
-            self._apply(f"{a}.critic_optimizer", tape, critic_loss)
+            ok = self._apply(f"{a}.critic_optimizer", tape, critic_loss, ok, checks)
             with tf.GradientTape() as tape:
                 out = self.actor[a](obs[i], training=True)
                 if self.discrete[a]:  # straight-through Gumbel-softmax: one-hot forward, relaxed backward
@@ -151,23 +155,29 @@ class MADDPG(JointLearnerBase):
                     reg = tf.reduce_mean(tf.square(own), axis=1)
                 q_pi = tf.squeeze(self.critic[a](self._critic_in(i, obs, acts[:i] + [own] + acts[i + 1:])), 1)
                 actor_loss = tf.reduce_sum(w * (self.action_reg * reg - q_pi)) / denom
-            self._apply(f"{a}.actor_optimizer", tape, actor_loss)
+            ok = self._apply(f"{a}.actor_optimizer", tape, actor_loss, ok, checks)
             critic_losses.append(critic_loss)
             actor_losses.append(actor_loss)
             q_means.append(tf.reduce_sum(w * q) / denom)
+        apply_if(ok, self._polyak)
+        return (tf.reduce_mean(critic_losses), tf.reduce_mean(actor_losses), tf.reduce_mean(q_means),
+                tf.concat(checks, 0))
+
+    def _polyak(self) -> None:
         for a in self.agents:
             for target, source in (("actor_target", "actor"), ("critic_target", "critic")):
                 for (_, t, _), (_, s, _) in zip(self._params[f"{a}.{target}"], self._params[f"{a}.{source}"]):
                     t.assign(t + self.tau * (s - t))
-        return tf.reduce_mean(critic_losses), tf.reduce_mean(actor_losses), tf.reduce_mean(q_means)
 
     def learn(self, batch: JointTransitions) -> dict[str, float]:
         """One gradient step of every agent's critic, then its actor, on an explicit joint batch."""
         p = self.prepare_batch(batch)
         with tf.device(self.device):
-            critic_loss, actor_loss, q_mean = self._train_fn(
+            critic_loss, actor_loss, q_mean, checks = self._train_fn(
                 p["obs"], p["act"], p["next_obs"], p["gumbel"], p["temperature"], p["rew"], p["terminated"],
                 p["alive"], p["next_live"], p["mask"], p["next_mask"])
+        names = step_names(*(f"agent {a!r} {part} loss" for a in self.agents for part in ("critic", "actor")))
+        check_finite_update(type(self).__name__, self.updates + 1, names, checks)
         self.updates += 1
         return {"critic_loss": float(critic_loss), "actor_loss": float(actor_loss), "q_mean": float(q_mean)}
 

@@ -22,7 +22,7 @@ from marl_note.agents.configs import (
     ppo_action_output,
 )
 from marl_note.agents.policies import masked_argmax, masked_softmax, sample_categorical
-from marl_note.agents.tf.common import Adam, TFAgent, clip_by_total_norm, mlp
+from marl_note.agents.tf.common import Adam, TFAgent, check_finite_update, guarded_apply, mlp, step_names
 from marl_note.types import Transitions
 
 _LOG_2PI = math.log(2 * math.pi)
@@ -211,11 +211,11 @@ class PPO(TFAgent):
             policy_loss = -tf.reduce_mean(w * tf.minimum(ratio * adv, clipped * adv))
             value_loss = tf.reduce_mean(w * tf.square(v - ret))
             loss = policy_loss + self.vf_coef * value_loss - self.ent_coef * tf.reduce_mean(entropy)
-        grads = clip_by_total_norm(tape.gradient(loss, self.net.variables), self.max_grad_norm)
-        self.optimizer.apply_gradients(zip(grads, self.net.variables))
+        _, checks = guarded_apply(self.optimizer, tape.gradient(loss, self.net.variables), self.net.variables, loss,
+                                  self.max_grad_norm)
         kl = tf.reduce_mean((ratio - 1.0) - log_ratio)
         clip_fraction = tf.reduce_mean(tf.cast(tf.abs(ratio - 1.0) > self.clip_range, tf.float32))
-        return tf.stack([policy_loss, value_loss, tf.reduce_mean(entropy), kl, clip_fraction]), ret - v, ratio
+        return tf.stack([policy_loss, value_loss, tf.reduce_mean(entropy), kl, clip_fraction]), ret - v, ratio, checks
 
     def update(self, batch_size: int) -> dict[str, Any]:
         """Train on the stored rollout once it holds ``n_steps`` transitions, then clear it."""
@@ -242,7 +242,10 @@ class PPO(TFAgent):
         for _ in range(self.n_epochs):
             epoch_kl = []
             for idx, w in self._minibatches(n, batch_size, per):
-                out, td, ratio = self._train_fn(x[idx], act[idx], mask[idx], old_logp[idx], adv[idx], ret[idx], w)
+                out, td, ratio, checks = self._train_fn(x[idx], act[idx], mask[idx], old_logp[idx], adv[idx],
+                                                        ret[idx], w)
+                check_finite_update(type(self).__name__, self.updates + 1, step_names("loss"), checks)
+                self.updates += 1
                 out = out.numpy()
                 if per is not None:
                     per.update_priorities(idx, td.numpy(), ratios=ratio.numpy(), lambda_=self.lambda_)
@@ -251,7 +254,6 @@ class PPO(TFAgent):
                 steps += 1
             if self.target_kl is not None and np.mean(epoch_kl) > 1.5 * self.target_kl:
                 break
-        self.updates += steps
         self.rollout.clear()
         metrics: dict[str, Any] = {k: float(v) / steps for k, v in zip(names, sums)}
         var = float(np.var(ret, ddof=1)) if n > 1 else float("nan")

@@ -35,6 +35,7 @@ from marl_note.agents.noise import GaussianWhiteNoiseProcess, rng_state_from_arr
 from marl_note.agents.policies import EpsGreedyQPolicy
 from marl_note.agents.rl_common import explorer_state, load_explorer_state, run_updates, select_actions
 from marl_note.agents.saving import Saving
+from marl_note.agents.tf.common import apply_if, check_finite_update, step_names
 from marl_note.types import Transitions
 
 __all__ = ["RL"]
@@ -254,13 +255,27 @@ class RL(Saving):
         return losses, grads
 
     def _apply(self, losses, grads, groups):
-        for opt, gs, group in zip(self._optims.values(), grads, groups):
+        """Apply every optimiser's step once all losses and gradient norms are finite (none otherwise).
+
+        Returns float32 ``[losses..., loss 0, its gradient norm, loss 1, ...]``.
+        """
+        steps, checks = [], []
+        for loss, gs, group in zip(losses, grads, groups):
             pairs = [(g, v) for g, v in zip(gs, group) if g is not None]
+            norm = tf.linalg.global_norm([g for g, _ in pairs])
             if self.max_grad_norm is not None:
-                clipped, _ = tf.clip_by_global_norm([g for g, _ in pairs], float(self.max_grad_norm))
+                clipped, _ = tf.clip_by_global_norm([g for g, _ in pairs], float(self.max_grad_norm), use_norm=norm)
                 pairs = list(zip(clipped, [v for _, v in pairs]))
-            opt.apply_gradients(pairs)
-        return tf.stack([tf.reshape(tf.cast(loss, tf.float32), []) for loss in losses])
+            steps.append(pairs)
+            checks += [tf.reshape(tf.cast(loss, tf.float32), []), tf.cast(norm, tf.float32)]
+        checks = tf.stack(checks)
+
+        def apply_all():
+            for opt, pairs in zip(self._optims.values(), steps):
+                opt.apply_gradients(pairs)
+
+        apply_if(tf.reduce_all(tf.math.is_finite(checks)), apply_all)
+        return tf.concat([checks[::2], checks], 0)
 
     def _train_step(self, s, a, next_s, r, d):
         losses, grads = self._losses_and_grads(s, a, next_s, r, d, self._groups)
@@ -288,9 +303,13 @@ class RL(Saving):
                 self._step_fn = (tf.function(self._train_step, reduce_retracing=True) if self.tf_function
                                  else self._train_step)
             out = self._step_fn(*tensors)
+        out = np.asarray(out)
+        k = len(self._optims)
+        names = step_names(*(["loss"] if k == 1 else [f"loss {i}" for i in range(k)]))
+        check_finite_update(type(self).__name__, self.updates + 1, names, out[k:])
         self.updates += 1
         self.update_param()
-        return [float(x) for x in np.asarray(out)]
+        return [float(x) for x in out[:k]]
 
     def update(self, batch_size: int) -> dict[str, Any]:
         """``update_steps`` gradient steps (none before ``learning_starts`` transitions); mean losses."""

@@ -16,6 +16,7 @@ from torch import nn
 
 from marl_note.agents.checks import ObsEncoder as NumpyObsEncoder
 from marl_note.agents.checks import check_mask, check_transitions, flat_obs_dim  # noqa: F401 (re-exported)
+from marl_note.agents.checks import raise_if_nonfinite_update
 from marl_note.agents.noise import rng_state_from_array, rng_state_to_array
 from marl_note.agents.saving import Saving
 
@@ -90,6 +91,49 @@ def _linear(fan_in: int, fan_out: int, generator: torch.Generator, init: str, ga
         else:
             raise ValueError(f"unknown init {init!r}; use 'default' or 'orthogonal'")
     return layer
+
+
+# --------------------------------------------------------------------------- checked optimiser steps
+
+def grad_norm(params: Iterable[torch.Tensor], max_norm: float | None) -> torch.Tensor:
+    """Total 2-norm of the gradients of ``params`` (those that have one), before clipping to
+    ``max_norm`` when it is given (``clip_grad_norm_``); no clipping when it is None."""
+    params = [p for p in params if p.grad is not None]
+    if max_norm is not None:
+        return nn.utils.clip_grad_norm_(params, max_norm)
+    return nn.utils.get_total_norm([p.grad for p in params])
+
+
+def check_finite_update(who: str, update: int, values: Mapping[str, torch.Tensor]) -> None:
+    """Raise :class:`~marl_note.types.NonFiniteError` when one of the scalar tensors ``values``
+    (losses, gradient norms) is NaN/inf; one host sync for all of them."""
+    stacked = torch.stack([v.detach().reshape(()).to(torch.float32) for v in values.values()])
+    if not bool(torch.isfinite(stacked).all()):
+        raise_if_nonfinite_update(who, update, dict(zip(values, stacked.tolist())))
+
+
+def checked_step(optimizer: torch.optim.Optimizer, params: Iterable[torch.Tensor], loss: torch.Tensor,
+                 max_norm: float | None, who: str, update: int, name: str = "loss") -> None:
+    """``optimizer.step()`` after ``loss.backward()``, once the loss and the gradient norm are finite.
+
+    Clips the gradients to ``max_norm`` (when given) and raises
+    :class:`~marl_note.types.NonFiniteError` naming ``who`` (the agent), gradient step ``update``
+    and ``name`` before the step writes any weight when either is NaN/inf.
+
+    Example:
+        >>> net = nn.Linear(2, 1); opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        >>> loss = net(torch.tensor([[float("nan"), 0.0]])).sum(); loss.backward()
+        >>> before = net.weight.detach().clone()
+        >>> checked_step(opt, net.parameters(), loss, 1.0, "Mine", 3)
+        Traceback (most recent call last):
+        ...
+        marl_note.types.NonFiniteError: Mine update 3: loss is nan (loss gradient norm nan); ...
+        >>> bool(torch.equal(net.weight, before))
+        True
+    """
+    norm = grad_norm(params, max_norm)
+    check_finite_update(who, update, {name: loss, f"{name} gradient norm": norm})
+    optimizer.step()
 
 
 # --------------------------------------------------------------------------- numpy state

@@ -17,7 +17,7 @@ from marl_note.agents.configs import apply_ddpg_config
 from marl_note.agents.continuous import check_box_action_space
 from marl_note.agents.replay_options import network_space
 from marl_note.agents.rl_common import run_update_schedule
-from marl_note.agents.torch.common import TorchAgent, mlp
+from marl_note.agents.torch.common import TorchAgent, checked_step, mlp
 from marl_note.types import Transitions
 
 
@@ -164,9 +164,9 @@ class DDPG(TorchAgent):
             critic_loss = losses.mean()
         self.critic_optimizer.zero_grad(set_to_none=True)
         critic_loss.backward()
-        if self.max_grad_norm is not None:
-            nn.utils.clip_grad_norm_(self.critic.parameters(), self.max_grad_norm)
-        self.critic_optimizer.step()
+        who, update = type(self).__name__, self.updates + 1
+        checked_step(self.critic_optimizer, self.critic.parameters(), critic_loss, self.max_grad_norm, who, update,
+                     "critic loss")
 
         mu = self.actor(x)
         actor_loss = -self.critic(torch.cat([x, mu], dim=1)).mean()
@@ -174,9 +174,8 @@ class DDPG(TorchAgent):
             actor_loss = actor_loss + self.action_l2 * mu.pow(2).mean()
         self.actor_optimizer.zero_grad(set_to_none=True)
         actor_loss.backward()
-        if self.max_grad_norm is not None:
-            nn.utils.clip_grad_norm_(self.actor.parameters(), self.max_grad_norm)
-        self.actor_optimizer.step()
+        checked_step(self.actor_optimizer, self.actor.parameters(), actor_loss, self.max_grad_norm, who, update,
+                     "actor loss")
         self.updates += 1
         self._update_targets()
         td = (target - q).detach()

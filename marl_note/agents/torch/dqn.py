@@ -14,7 +14,7 @@ from marl_note.agents.checks import check_mask, check_transitions
 from marl_note.agents.configs import DQNSharedMethods, apply_dqn_config
 from marl_note.agents.policies import masked_argmax
 from marl_note.agents.replay_options import network_space
-from marl_note.agents.torch.common import TorchAgent, mlp
+from marl_note.agents.torch.common import TorchAgent, checked_step, mlp
 from marl_note.agents.torch.compiling import maybe_compile
 from marl_note.types import Transitions
 
@@ -160,9 +160,8 @@ class DQN(DQNSharedMethods, TorchAgent):
         loss, q = self._loss_fn(obs, act, target, weights)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        if self.max_grad_norm is not None:
-            nn.utils.clip_grad_norm_(self.q_net.parameters(), self.max_grad_norm)
-        self.optimizer.step()
+        checked_step(self.optimizer, self.q_net.parameters(), loss, self.max_grad_norm, type(self).__name__,
+                     self.updates + 1)
         self.updates += 1
         self._update_target()
         td = (target - q).detach()

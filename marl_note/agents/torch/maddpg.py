@@ -14,8 +14,8 @@ import torch
 from torch import nn
 
 from marl_note.agents.maddpg_common import JointLearnerBase, MADDPGSeat, encode_obs
-from marl_note.agents.torch.common import (mlp, module_from_numpy, module_to_numpy, optimizer_from_numpy,
-                                           optimizer_to_numpy)
+from marl_note.agents.torch.common import (checked_step, mlp, module_from_numpy, module_to_numpy,
+                                           optimizer_from_numpy, optimizer_to_numpy)
 from marl_note.types import JointTransitions
 
 __all__ = ["MADDPG", "MADDPGSeat"]
@@ -139,7 +139,7 @@ class MADDPG(JointLearnerBase):
                 target = p["rew"][:, i] + self.gamma * (1.0 - p["terminated"][:, i]) * next_q
             q = self.critic[a](self._critic_in(i, obs, acts)).squeeze(1)
             critic_loss = (w * (q - target).pow(2)).sum() / denom
-            self._step(self.critic_optimizer[a], self.critic[a], critic_loss)
+            self._step(self.critic_optimizer[a], self.critic[a], critic_loss, f"agent {a!r} critic loss")
 
             out = self.actor[a](obs[i])
             if self.discrete[a]:  # straight-through Gumbel-softmax: one-hot forward, relaxed backward
@@ -151,7 +151,7 @@ class MADDPG(JointLearnerBase):
                 reg = own.pow(2).mean(dim=1)
             q_pi = self.critic[a](self._critic_in(i, obs, acts[:i] + [own] + acts[i + 1:])).squeeze(1)
             actor_loss = (w * (self.action_reg * reg - q_pi)).sum() / denom
-            self._step(self.actor_optimizer[a], self.actor[a], actor_loss)
+            self._step(self.actor_optimizer[a], self.actor[a], actor_loss, f"agent {a!r} actor loss")
             totals["critic_loss"] += critic_loss.item()
             totals["actor_loss"] += actor_loss.item()
             totals["q_mean"] += ((w * q.detach()).sum() / denom).item()
@@ -160,12 +160,10 @@ class MADDPG(JointLearnerBase):
             torch._foreach_lerp_(self._target_params, self._source_params, self.tau)
         return {k: v / len(self.agents) for k, v in totals.items()}
 
-    def _step(self, opt: torch.optim.Optimizer, net: nn.Module, loss: torch.Tensor) -> None:
+    def _step(self, opt: torch.optim.Optimizer, net: nn.Module, loss: torch.Tensor, name: str) -> None:
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        if self.max_grad_norm is not None:
-            nn.utils.clip_grad_norm_(net.parameters(), self.max_grad_norm)
-        opt.step()
+        checked_step(opt, net.parameters(), loss, self.max_grad_norm, type(self).__name__, self.updates + 1, name)
 
     # -- state -------------------------------------------------------------------------------------
     def _modules(self):

@@ -21,7 +21,7 @@ from marl_note.agents.configs import (
     ppo_action_output,
 )
 from marl_note.agents.policies import masked_argmax, masked_softmax, sample_categorical
-from marl_note.agents.torch.common import TorchAgent, mlp
+from marl_note.agents.torch.common import TorchAgent, checked_step, mlp
 from marl_note.agents.torch.compiling import maybe_compile
 from marl_note.types import Transitions
 
@@ -218,9 +218,9 @@ class PPO(TorchAgent):
                         x[idx], act[idx], None if mask is None else mask[idx], old_logp[idx], a, ret[idx], w)
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
-                if self.max_grad_norm is not None:
-                    nn.utils.clip_grad_norm_(self.net.parameters(), self.max_grad_norm)
-                self.optimizer.step()
+                checked_step(self.optimizer, self.net.parameters(), loss, self.max_grad_norm, type(self).__name__,
+                             self.updates + 1)
+                self.updates += 1
                 steps += 1
                 if per is not None:
                     per.update_priorities(idx.cpu().numpy(), (ret[idx] - v).detach().cpu().numpy(),
@@ -235,7 +235,6 @@ class PPO(TorchAgent):
                 sums["approx_kl"] += kl
             if self.target_kl is not None and np.mean(epoch_kl) > 1.5 * self.target_kl:
                 break
-        self.updates += steps
         self.rollout.clear()
         var = ret.var().item()
         metrics: dict[str, Any] = {k: v / steps for k, v in sums.items()}

@@ -43,7 +43,7 @@ from marl_note.agents.checks import check_transitions
 from marl_note.agents.noise import GaussianWhiteNoiseProcess
 from marl_note.agents.policies import EpsGreedyQPolicy
 from marl_note.agents.rl_common import explorer_state, load_explorer_state, run_updates, select_actions
-from marl_note.agents.torch.common import TorchAgent
+from marl_note.agents.torch.common import TorchAgent, check_finite_update, grad_norm
 from marl_note.types import Transitions
 
 __all__ = ["RL"]
@@ -247,9 +247,12 @@ class RL(TorchAgent):
             for params, gs in zip(groups, grads):
                 for p, g in zip(params, gs):
                     p.grad = g
-        for opt, params in zip(opts, groups):
-            if self.max_grad_norm is not None:
-                nn.utils.clip_grad_norm_([p for p in params if p.grad is not None], self.max_grad_norm)
+        checks = {}  # every loss and gradient norm is checked before any optimiser writes a weight
+        for i, (loss, params) in enumerate(zip(losses, groups)):
+            name = "loss" if len(losses) == 1 else f"loss {i}"
+            checks[name], checks[f"{name} gradient norm"] = loss, grad_norm(params, self.max_grad_norm)
+        check_finite_update(type(self).__name__, self.updates + 1, checks)
+        for opt in opts:
             opt.step()
         self.updates += 1
         self.update_param()
