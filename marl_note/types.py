@@ -118,6 +118,20 @@ def stack_obs(items: list) -> "np.ndarray | dict[str, np.ndarray]":
     return np.stack(items)
 
 
+def obs_batch_size(obs) -> int:
+    """Rows in a batch of observations: an array's length, or that of a dict's (or tuple's) first entry.
+
+    Example:
+        >>> obs_batch_size({"observation": np.zeros((5, 2)), "desired_goal": np.zeros((5, 2))})
+        5
+    """
+    while isinstance(obs, (dict, tuple)):
+        if not obs:
+            raise ValueError("an empty dict or tuple is no batch of observations")
+        obs = next(iter(obs.values())) if isinstance(obs, dict) else obs[0]
+    return len(obs)
+
+
 def index_obs(obs, index):
     """``obs[index]`` for an array, key-wise for a dict of arrays, None stays None."""
     if obs is None:

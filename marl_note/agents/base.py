@@ -20,7 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 import gymnasium as gym
 import numpy as np
 
-from marl_note.types import Transitions
+from marl_note.types import Transitions, obs_batch_size
 
 
 @runtime_checkable
@@ -86,7 +86,7 @@ class RandomAgent:
         self.rng = np.random.default_rng(seed)
 
     def act(self, obs: np.ndarray, mask: np.ndarray | None = None, explore: bool = False) -> np.ndarray:
-        n = len(obs)
+        n = obs_batch_size(obs)  # a goal env's observations are a dict of batched arrays
         space = self.action_space
         if isinstance(space, gym.spaces.Discrete):
             if mask is None:

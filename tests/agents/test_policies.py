@@ -177,3 +177,16 @@ def test_invalid_parameters():
         BoltzmannQPolicy(tau=0.0)
     with pytest.raises(ValueError):
         LinearSchedule(1.0, 0.0, 0)
+
+
+def test_random_agent_batches_dict_observations():
+    """A goal env's batch is a dict of arrays: the batch size is its arrays' length, not the key count."""
+    from marl_note.agents import RandomAgent
+    from marl_note.envs import PointReachEnv
+
+    env = PointReachEnv()
+    agent = RandomAgent(env.action_space, seed=0)
+    obs = {k: np.zeros((5, *space.shape)) for k, space in env.observation_space.spaces.items()}
+    actions = agent.act(obs)
+    assert actions.shape == (5, *env.action_space.shape)
+    assert all(env.action_space.contains(a) for a in actions)
