@@ -1,0 +1,102 @@
+"""The numpy half that every built-in agent shares, and the seam to its backend networks.
+
+A built-in algorithm lives in three files (docs/ARCHITECTURE.md, "Adding an algorithm"):
+
+- ``agents/<algo>.py``: a frozen ``<Algo>Config`` dataclass (defaults and validation, written once)
+  and ``<Algo>Core(AgentCore)``: acting, storing, the update schedule, exploration, extra state
+  and ``repr``, all numpy. It draws the initial weights in numpy (:mod:`marl_note.agents.networks`)
+  and hands them, with numpy batches, to its networks.
+- ``agents/torch/<algo>.py`` and ``agents/tf/<algo>.py``: ``<Algo>Networks`` (a
+  :class:`~marl_note.agents.torch.common.TorchNetworks` or
+  :class:`~marl_note.agents.tf.common.TFNetworks`): the networks built from those weights,
+  forward passes on numpy input, one train step on a numpy batch returning metrics, and target
+  syncs; then the public class, one line: ``class DQN(DQNCore): Networks = DQNNetworks``.
+
+The core never imports a framework; the networks never see a gymnasium space, a replay buffer or
+an exploration policy. ``state_dict()`` is the networks' arrays (PyTorch names and layouts in
+both backends) plus the core's counters, generator and extra state, so a checkpoint written by
+either backend loads in the other.
+
+Example:
+    >>> import gymnasium as gym
+    >>> from marl_note.agents.torch import DQN
+    >>> agent = DQN(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), hidden_sizes=(4,), seed=0)
+    >>> isinstance(agent, AgentCore), agent.agent_steps, agent.updates
+    (True, 0, 0)
+"""
+from __future__ import annotations
+
+from typing import Any, ClassVar, Mapping
+
+import gymnasium as gym
+import numpy as np
+
+from marl_note.agents.saving import Saving
+from marl_note.rng import rng_from_array, rng_to_array
+
+__all__ = ["AgentCore", "LEGACY_STATE_KEYS"]
+
+# keys that release 0.1.0 wrote and nothing reads any more: ignored when a checkpoint is loaded
+LEGACY_STATE_KEYS = ("torch_rng",)
+
+
+class AgentCore(Saving):
+    """Spaces, seeding, counters and numpy state of a built-in agent; ``self.nets`` does the math.
+
+    ``rng`` drives exploration and replay sampling; ``init_rng`` (seeded from it) draws the initial
+    weights, identically for both backends. Subclasses build ``self.nets = self.Networks(...)`` in
+    their ``__init__`` and add their own state through ``_extra_state`` / ``_load_extra_state``.
+    """
+
+    Networks: ClassVar[type]  # the backend's networks class, set by the public class
+
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, *, seed: int | None,
+                 device: Any = "cpu", compile: bool = False):
+        if not isinstance(observation_space, gym.Space) or not isinstance(action_space, gym.Space):
+            raise TypeError("observation_space and action_space must be gymnasium spaces, got "
+                            f"{type(observation_space).__name__} and {type(action_space).__name__}")
+        if getattr(type(self), "Networks", None) is None:
+            raise TypeError(f"{type(self).__name__} has no backend: use marl_note.agents.torch.{type(self).__name__} "
+                            f"or marl_note.agents.tf.{type(self).__name__}")
+        self.observation_space = observation_space
+        self.action_space = action_space
+        self.device = device
+        self.compile = bool(compile)
+        self.seed = seed
+        self.rng = np.random.default_rng(seed)
+        self.init_rng = np.random.default_rng(int(self.rng.integers(0, 2**63 - 1)))
+        self.agent_steps = 0
+        self.updates = 0
+        self.nets: Any = None
+
+    # -- what Saving needs -------------------------------------------------------------------------
+    @property
+    def _nets(self) -> tuple[str, ...]:
+        """Names of the networks whose arrays are the weights (``save_param``)."""
+        return tuple(self.nets.weight_names) if self.nets is not None else ()
+
+    def _optimizer_slot_shapes(self) -> dict[str, list[tuple[int, ...]]]:
+        return self.nets.optimizer_slot_shapes()
+
+    # -- state ---------------------------------------------------------------------------------------
+    def _extra_state(self) -> dict[str, np.ndarray]:
+        return {}
+
+    def _load_extra_state(self, state: Mapping[str, Any]) -> None:
+        pass
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Weights, optimiser slots, counters, generator and extra state, as numpy arrays only."""
+        out = dict(self.nets.state_dict())
+        out["agent_steps"] = np.asarray(self.agent_steps, np.int64)
+        out["updates"] = np.asarray(self.updates, np.int64)
+        out["rng"] = rng_to_array(self.rng)
+        out.update(self._extra_state())
+        return out
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.nets.load_state_dict(state)
+        self.agent_steps = int(np.asarray(state["agent_steps"]))
+        self.updates = int(np.asarray(state["updates"]))
+        rng_from_array(self.rng, state["rng"])
+        self._load_extra_state(state)

@@ -1,0 +1,103 @@
+"""Network weights in numpy: initialisation for both backends, and a numpy forward pass.
+
+Every agent's weights are drawn here, from the agent's own ``numpy.random.Generator``, and handed
+to the backend that builds the network, so a PyTorch and a TensorFlow agent with the same seed
+start from the same weights and neither backend carries the other's random-number generator.
+
+Weights use PyTorch's layout and names: an MLP is a ``torch.nn.Sequential`` of ``Linear`` layers
+with activations between them, so Linear layer ``j`` is module ``2 * j`` and its arrays are
+``{prefix}.{2j}.weight`` (``[out, in]``) and ``{prefix}.{2j}.bias`` (``[out]``).
+
+Example:
+    >>> import numpy as np
+    >>> w = mlp_weights("q_net", 4, (8,), 2, np.random.default_rng(0))
+    >>> {k: v.shape for k, v in w.items()}
+    {'q_net.0.weight': (8, 4), 'q_net.0.bias': (8,), 'q_net.2.weight': (2, 8), 'q_net.2.bias': (2,)}
+    >>> mlp_forward(w, "q_net", np.zeros((3, 4), np.float32), "relu").shape
+    (3, 2)
+"""
+from __future__ import annotations
+
+import math
+from typing import Iterable, Mapping
+
+import numpy as np
+
+__all__ = ["ACTIVATIONS", "INITS", "init_linear", "mlp_weights", "mlp_forward", "check_hidden_sizes"]
+
+ACTIVATIONS = ("relu", "tanh", "elu", "gelu")
+INITS = ("default", "orthogonal")
+
+
+def check_hidden_sizes(hidden_sizes: Iterable[int]) -> tuple[int, ...]:
+    """``hidden_sizes`` as a tuple of positive ints, or a ValueError."""
+    try:
+        sizes = tuple(int(h) for h in hidden_sizes)
+    except (TypeError, ValueError):
+        raise ValueError(f"hidden_sizes must be a sequence of positive integers, got {hidden_sizes!r}") from None
+    if any(h <= 0 for h in sizes):
+        raise ValueError(f"hidden_sizes must be positive, got {sizes}")
+    return sizes
+
+
+def init_linear(fan_in: int, fan_out: int, rng: np.random.Generator, init: str = "default",
+                gain: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """Weight ``[out, in]`` and bias ``[out]`` (float32).
+
+    ``"default"``: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for both (PyTorch's ``Linear`` default);
+    ``"orthogonal"``: an orthogonal weight times ``gain`` (QR of a Gaussian matrix, signs fixed by
+    diag(R)) and a zero bias, as is usual for PPO.
+    """
+    if init == "default":
+        bound = 1.0 / math.sqrt(fan_in)
+        return (rng.uniform(-bound, bound, (fan_out, fan_in)).astype(np.float32),
+                rng.uniform(-bound, bound, fan_out).astype(np.float32))
+    if init == "orthogonal":
+        flat = rng.standard_normal((fan_out, fan_in))
+        if fan_out < fan_in:
+            flat = flat.T
+        q, r = np.linalg.qr(flat)
+        q = q * np.sign(np.diag(r))
+        if fan_out < fan_in:
+            q = q.T
+        return (gain * q).astype(np.float32), np.zeros(fan_out, np.float32)
+    raise ValueError(f"unknown init {init!r}; use one of {list(INITS)}")
+
+
+def mlp_weights(prefix: str, in_dim: int, hidden_sizes: Iterable[int], out_dim: int | None,
+                rng: np.random.Generator, init: str = "default", out_gain: float = 1.0) -> dict[str, np.ndarray]:
+    """Weights of ``Linear -> act -> ... [-> Linear(out_dim)]``, hidden layers with gain sqrt(2)."""
+    sizes = list(check_hidden_sizes(hidden_sizes))
+    layers = [(h, math.sqrt(2)) for h in sizes] + ([(int(out_dim), out_gain)] if out_dim is not None else [])
+    out, last = {}, int(in_dim)
+    for j, (units, gain) in enumerate(layers):
+        w, b = init_linear(last, units, rng, init, gain)
+        out[f"{prefix}.{2 * j}.weight"], out[f"{prefix}.{2 * j}.bias"] = w, b
+        last = units
+    return out
+
+
+def _activation(x: np.ndarray, name: str) -> np.ndarray:
+    if name == "relu":
+        return np.maximum(x, 0.0)
+    if name == "tanh":
+        return np.tanh(x)
+    if name == "elu":
+        return np.where(x > 0, x, np.expm1(np.minimum(x, 0.0)))
+    if name == "gelu":  # the exact (erf) form, as torch.nn.GELU() and keras' default
+        from math import erf
+        return 0.5 * x * (1.0 + np.vectorize(erf, otypes=[x.dtype])(x / math.sqrt(2.0)))
+    raise ValueError(f"unknown activation {name!r}; choose one of {list(ACTIVATIONS)}")
+
+
+def mlp_forward(weights: Mapping[str, np.ndarray], prefix: str, x: np.ndarray, activation: str) -> np.ndarray:
+    """The MLP ``prefix`` of ``weights`` applied to ``x`` ``[B, in]`` in numpy (no activation at the end)."""
+    j = 0
+    while f"{prefix}.{2 * j}.weight" in weights:
+        if j:
+            x = _activation(x, activation)
+        x = x @ weights[f"{prefix}.{2 * j}.weight"].T + weights[f"{prefix}.{2 * j}.bias"]
+        j += 1
+    if j == 0:
+        raise KeyError(f"no layers named {prefix}.0.weight in the weights")
+    return x

@@ -1,0 +1,142 @@
+"""The TensorFlow side of an agent: Keras models built from numpy weights, Adam, numpy state.
+
+:class:`TFNetworks` mirrors :class:`marl_note.agents.torch.networks.TorchNetworks` at the numpy
+seam: the same names, the same ``state_dict`` keys and layouts (Dense kernels are stored
+transposed, as PyTorch's ``[out, in]`` weights), an Adam with PyTorch's update rule. An
+algorithm's subclass adds forward passes on numpy input and a ``train_step`` built with
+:meth:`TFNetworks.function` (a ``tf.function`` with a fixed signature; XLA with ``compile=True``).
+
+Example:
+    >>> import numpy as np
+    >>> from marl_note.agents.networks import mlp_weights
+    >>> nets = TFNetworks()
+    >>> q = nets.mlp("q_net", mlp_weights("q_net", 3, (4,), 2, np.random.default_rng(0)), "relu")
+    >>> opt = nets.adam("optimizer", ["q_net"], lr=1e-3)
+    >>> sorted(nets.state_dict())[:3], nets.weight_names
+    (['optimizer.lr', 'q_net.0.bias', 'q_net.0.weight'], ('q_net',))
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from marl_note.agents.networks import ACTIVATIONS
+from marl_note.agents.tf.common import (Adam, check_finite_update, guarded_apply, optimizer_from_numpy,
+                                        optimizer_slot_shapes, optimizer_to_numpy, params_from_numpy,
+                                        params_to_numpy, tf_device)
+
+__all__ = ["TFNetworks", "keras_mlp"]
+
+
+def keras_mlp(prefix: str, weights: Mapping[str, np.ndarray], activation: str):
+    """A ``keras.Sequential`` of Dense layers holding ``{prefix}.{2j}.weight/bias`` of ``weights``.
+
+    Returns ``(model, params)``, ``params`` being ``(torch key, variable, transposed)`` triples.
+    """
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"unknown activation {activation!r}; choose one of {list(ACTIVATIONS)}")
+    arrays = []
+    j = 0
+    while f"{prefix}.{2 * j}.weight" in weights:
+        arrays.append((np.asarray(weights[f"{prefix}.{2 * j}.weight"], np.float32),
+                       np.asarray(weights[f"{prefix}.{2 * j}.bias"], np.float32)))
+        j += 1
+    if not arrays:
+        raise KeyError(f"no layers named {prefix}.0.weight in the weights")
+    layers = [keras.layers.Dense(w.shape[0], activation=activation if k < len(arrays) - 1 else None,
+                                 kernel_initializer="zeros", bias_initializer="zeros", dtype="float32")
+              for k, (w, _) in enumerate(arrays)]
+    model = keras.Sequential([keras.Input((arrays[0][0].shape[1],), dtype="float32"), *layers])
+    params = []
+    for k, (layer, (w, b)) in enumerate(zip(layers, arrays, strict=True)):
+        layer.kernel.assign(w.T)
+        layer.bias.assign(b)
+        params += [(f"{prefix}.{2 * k}.weight", layer.kernel, True), (f"{prefix}.{2 * k}.bias", layer.bias, False)]
+    return model, params
+
+
+class TFNetworks:
+    """Named Keras models and optimisers of one agent; numpy in, numpy out."""
+
+    def __init__(self, device: Any = "cpu", compile: bool = False):
+        self.device = tf_device(device)
+        self.compile = bool(compile)
+        self.models: dict[str, Any] = {}
+        self.params: dict[str, list] = {}  # name -> [(torch key, variable, transposed)]
+        self.optimizers: dict[str, list] = {}  # name -> [optimizer, params, lr]
+
+    # -- building --------------------------------------------------------------------------------------
+    def mlp(self, name: str, weights: Mapping[str, np.ndarray], activation: str):
+        """Register and return the Keras MLP ``name`` built from ``weights``."""
+        with tf.device(self.device):
+            model, params = keras_mlp(name, weights, activation)
+        self.models[name], self.params[name] = model, params
+        return model
+
+    def variables(self, name: str) -> list:
+        return [v for _, v, _ in self.params[name]]
+
+    def adam(self, name: str, models: Iterable[str], lr: float, eps: float = 1e-8) -> Adam:
+        """Register and return an Adam (PyTorch's update rule) over the variables of ``models``."""
+        params = [p for m in models for p in self.params[m]]
+        with tf.device(self.device):
+            opt = Adam(learning_rate=lr, epsilon=eps)
+            opt.build([v for _, v, _ in params])
+        self.optimizers[name] = [opt, params, float(lr)]
+        return opt
+
+    def function(self, fn, signature):
+        """``tf.function`` with a fixed signature (no retracing); XLA when ``compile=True``."""
+        return tf.function(fn, input_signature=signature, jit_compile=True if self.compile else None,
+                           reduce_retracing=True)
+
+    @property
+    def weight_names(self) -> tuple[str, ...]:
+        return tuple(self.params)
+
+    # -- graph helpers ---------------------------------------------------------------------------------
+    def apply(self, optimizer: str, tape, loss, max_grad_norm: float | None, ok=True):
+        """Graph code: apply ``loss``'s gradients with ``optimizer`` unless anything is non-finite.
+
+        Returns ``(ok, checks)`` as :func:`~marl_note.agents.tf.common.guarded_apply` does; pass
+        the checks to :meth:`check` outside the graph.
+        """
+        opt, params, _ = self.optimizers[optimizer]
+        variables = [v for _, v, _ in params]
+        grads = tape.gradient(loss, variables)
+        return guarded_apply(opt, grads, variables, loss, max_grad_norm, ok)
+
+    @staticmethod
+    def check(who: str, update: int, names: list[str], checks: Any) -> None:
+        """Raise :class:`~marl_note.types.NonFiniteError` if a guarded step was refused."""
+        check_finite_update(who, update, names, checks)
+
+    def sync(self, target: str, source: str, tau=None) -> None:
+        """Graph or eager code: copy ``source`` into ``target``, or move it ``tau`` of the way."""
+        for (_, t, _), (_, s, _) in zip(self.params[target], self.params[source], strict=True):
+            t.assign(s if tau is None else t + tau * (s - t))
+
+    # -- numpy state -----------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, np.ndarray]:
+        out: dict[str, np.ndarray] = {}
+        for params in self.params.values():
+            out.update(params_to_numpy(params))
+        for name, (opt, params, lr) in self.optimizers.items():
+            out.update(optimizer_to_numpy(name, opt, lr, params))
+        return out
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        for params in self.params.values():
+            params_from_numpy(params, state)
+        for name, entry in self.optimizers.items():
+            opt, params, _ = entry
+            lr = optimizer_from_numpy(name, opt, params, state)
+            if lr is not None:
+                entry[2] = lr
+                opt.learning_rate.assign(lr)
+
+    def optimizer_slot_shapes(self) -> dict[str, list[tuple[int, ...]]]:
+        return optimizer_slot_shapes(self.optimizers)

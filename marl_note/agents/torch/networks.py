@@ -1,0 +1,135 @@
+"""The PyTorch side of an agent: modules built from numpy weights, Adam optimisers, numpy state.
+
+:class:`TorchNetworks` is the base of every algorithm's networks class (``DQNNetworks``, ...). An
+algorithm's subclass builds its modules from the numpy weights its core drew
+(:mod:`marl_note.agents.networks`), and adds forward passes that take and return numpy and a
+``train_step`` on a numpy batch; this base keeps the names, the optimisers and the numpy state.
+
+Example:
+    >>> import numpy as np
+    >>> from marl_note.agents.networks import mlp_weights
+    >>> nets = TorchNetworks()
+    >>> q = nets.mlp("q_net", mlp_weights("q_net", 3, (4,), 2, np.random.default_rng(0)), "relu")
+    >>> opt = nets.adam("optimizer", ["q_net"], lr=1e-3)
+    >>> sorted(nets.state_dict())[:3], nets.weight_names
+    (['optimizer.lr', 'q_net.0.bias', 'q_net.0.weight'], ('q_net',))
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+import torch
+from torch import nn
+
+from marl_note.agents.networks import ACTIVATIONS
+from marl_note.agents.torch.common import checked_step, module_from_numpy, module_to_numpy, optimizer_from_numpy, \
+    optimizer_to_numpy
+
+__all__ = ["TorchNetworks", "ACTIVATION_MODULES"]
+
+ACTIVATION_MODULES = {"relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU, "gelu": nn.GELU}
+assert set(ACTIVATION_MODULES) == set(ACTIVATIONS)
+
+
+def sequential_from_numpy(prefix: str, weights: Mapping[str, np.ndarray], activation: str) -> nn.Sequential:
+    """``Linear -> act -> ... -> Linear`` holding the arrays ``{prefix}.{2j}.weight/bias`` of ``weights``."""
+    if activation not in ACTIVATION_MODULES:
+        raise ValueError(f"unknown activation {activation!r}; choose one of {sorted(ACTIVATION_MODULES)}")
+    layers: list[nn.Module] = []
+    j = 0
+    while f"{prefix}.{2 * j}.weight" in weights:
+        if j:
+            layers.append(ACTIVATION_MODULES[activation]())
+        w = np.asarray(weights[f"{prefix}.{2 * j}.weight"], np.float32)
+        b = np.asarray(weights[f"{prefix}.{2 * j}.bias"], np.float32)
+        layer = nn.utils.skip_init(nn.Linear, w.shape[1], w.shape[0])
+        with torch.no_grad():
+            layer.weight.copy_(torch.from_numpy(w))
+            layer.bias.copy_(torch.from_numpy(b))
+        layers.append(layer)
+        j += 1
+    if not layers:
+        raise KeyError(f"no layers named {prefix}.0.weight in the weights")
+    return nn.Sequential(*layers)
+
+
+class TorchNetworks:
+    """Named modules and optimisers of one agent; numpy in, numpy out.
+
+    ``weight_names`` are the modules whose arrays are weights (``save_param``); target networks
+    are modules too. ``state_dict()`` is every module's arrays under its name and every optimiser's
+    slots under its name, in PyTorch's layout (the TF networks write the same keys).
+    """
+
+    def __init__(self, device: Any = "cpu", compile: bool = False):
+        self.device = torch.device(device)
+        self.compile = bool(compile)
+        self.modules: dict[str, nn.Module] = {}
+        self.optimizers: dict[str, torch.optim.Optimizer] = {}
+
+    # -- building --------------------------------------------------------------------------------------
+    def mlp(self, name: str, weights: Mapping[str, np.ndarray], activation: str, trainable: bool = True
+            ) -> nn.Sequential:
+        """Register and return the MLP ``name`` built from ``weights`` (a target net: ``trainable=False``)."""
+        net = sequential_from_numpy(name, weights, activation).to(self.device)
+        net.requires_grad_(trainable)
+        self.modules[name] = net
+        return net
+
+    def adam(self, name: str, modules: Iterable[str], lr: float, eps: float = 1e-8) -> torch.optim.Adam:
+        """Register and return an Adam optimiser over the parameters of ``modules``."""
+        params = [p for m in modules for p in self.modules[m].parameters()]
+        opt = torch.optim.Adam(params, lr=lr, eps=eps)
+        self.optimizers[name] = opt
+        return opt
+
+    def tensor(self, x: Any, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return torch.as_tensor(np.asarray(x), device=self.device).to(dtype)
+
+    @property
+    def weight_names(self) -> tuple[str, ...]:
+        return tuple(self.modules)
+
+    # -- one checked optimiser step ------------------------------------------------------------------
+    def step(self, optimizer: str, loss: torch.Tensor, max_grad_norm: float | None, who: str, update: int,
+             name: str = "loss") -> None:
+        """Backward, clip, and step ``optimizer`` unless the loss or gradient norm is not finite.
+
+        Raises :class:`~marl_note.types.NonFiniteError` naming ``who`` and ``update`` before any
+        weight is written.
+        """
+        opt = self.optimizers[optimizer]
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        params = [p for group in opt.param_groups for p in group["params"]]
+        checked_step(opt, params, loss, max_grad_norm, who, update, name)
+
+    @torch.no_grad()
+    def sync(self, target: str, source: str, tau: float | None = None) -> None:
+        """Copy ``source`` into ``target`` (``tau=None``) or move it ``tau`` of the way (Polyak)."""
+        for t, s in zip(self.modules[target].parameters(), self.modules[source].parameters(), strict=True):
+            if tau is None:
+                t.copy_(s)
+            else:
+                t.lerp_(s, tau)
+
+    # -- numpy state -----------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, np.ndarray]:
+        out: dict[str, np.ndarray] = {}
+        for name, module in self.modules.items():
+            out.update(module_to_numpy(name, module))
+        for name, opt in self.optimizers.items():
+            out.update(optimizer_to_numpy(name, opt))
+        return out
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        for name, module in self.modules.items():
+            module_from_numpy(name, module, state)
+        for name, opt in self.optimizers.items():
+            optimizer_from_numpy(name, opt, state)
+
+    def optimizer_slot_shapes(self) -> dict[str, list[tuple[int, ...]]]:
+        """Optimiser name -> the shapes of its parameters, in order (what its saved slots must have)."""
+        return {name: [tuple(p.shape) for group in opt.param_groups for p in group["params"]]
+                for name, opt in self.optimizers.items()}
