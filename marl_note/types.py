@@ -6,8 +6,8 @@ numpy array.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Mapping
 
 import gymnasium as gym
 import numpy as np
@@ -88,7 +88,7 @@ class Transitions:
     def __len__(self) -> int:
         return int(self.rew.shape[0])
 
-    def __getitem__(self, index) -> "Transitions":
+    def __getitem__(self, index) -> Transitions:
         return Transitions(**{f.name: index_obs(getattr(self, f.name), index) for f in fields(self)})
 
     @property
@@ -96,7 +96,7 @@ class Transitions:
         return np.logical_or(self.terminated, self.truncated)
 
     @staticmethod
-    def concatenate(parts: "list[Transitions]") -> "Transitions":
+    def concatenate(parts: list[Transitions]) -> Transitions:
         if not parts:
             raise ValueError("cannot concatenate an empty list of Transitions")
         out = {}
@@ -111,7 +111,7 @@ class Transitions:
         return Transitions(**out)
 
 
-def stack_obs(items: list) -> "np.ndarray | dict[str, np.ndarray]":
+def stack_obs(items: list) -> np.ndarray | dict[str, np.ndarray]:
     """Stack per-agent observations into a batch; dict observations are stacked key-wise."""
     if isinstance(items[0], dict):
         return {k: np.stack([o[k] for o in items]) for k in items[0]}

@@ -24,9 +24,10 @@ Wire protocol (parent <-> one worker process, over a ``multiprocessing`` pipe)::
     worker -> ("error", (env_index, exception | None, traceback_text))   instead of any answer
 
 With shared memory, observations of agents whose (mask-stripped) observation space is a ``Box`` or
-``Discrete`` (or ``MultiBinary``/``MultiDiscrete``) are written into preallocated slots (one per env and agent, for ``obs`` and for
-``final_obs``) and replaced in the pickled :class:`StepResult` by a marker; the parent copies them
-out of the slot. Anything that does not fit its slot exactly (dtype/shape) travels through the pipe.
+``Discrete`` (or ``MultiBinary``/``MultiDiscrete``) are written into preallocated slots (one per env
+and agent, for ``obs`` and for ``final_obs``) and replaced in the pickled :class:`StepResult` by a
+marker; the parent copies them out of the slot. Anything that does not fit its slot exactly
+(dtype/shape) travels through the pipe.
 
 The slots live in :mod:`marl_note.envs.shared_memory`, the worker-process loop in
 :mod:`marl_note.envs.subproc_worker`, the errors in :mod:`marl_note.envs.subproc_errors`; this
@@ -38,17 +39,23 @@ import multiprocessing as mp
 import os
 import time
 import weakref
+from collections.abc import Callable, Sequence
 from multiprocessing import connection as mp_connection
 from multiprocessing import shared_memory as _shm
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import cloudpickle
 import numpy as np
 
 import marl_note.envs.shared_memory as shm_slots
 from marl_note.envs.adapters import StepResult
-from marl_note.envs.main_guard import (GUARD_ADVICE, GUARD_EXIT_CODE, WORKER_NAME_PREFIX, MissingMainGuardError,
-                                       check_not_reimporting_main)
+from marl_note.envs.main_guard import (
+    GUARD_ADVICE,
+    GUARD_EXIT_CODE,
+    WORKER_NAME_PREFIX,
+    MissingMainGuardError,
+    check_not_reimporting_main,
+)
 from marl_note.envs.subproc_errors import EnvTimeoutError, Expired, RemoteError, WorkerError, check_timeout
 from marl_note.envs.subproc_worker import worker_main
 
@@ -78,7 +85,7 @@ def _preload_forkserver(ctx: Any) -> None:
     if wanted != current:
         try:
             ctx.set_forkserver_preload(wanted)
-        except Exception:  # noqa: BLE001 - an optimisation only
+        except Exception:  # an optimisation only
             pass
 
 
@@ -98,7 +105,7 @@ def _shutdown(state: dict) -> None:
         elif proc.is_alive():
             try:
                 conn.send(("close", None))
-            except Exception:  # noqa: BLE001 - broken pipe: terminate below
+            except Exception:  # broken pipe: terminate below
                 pass
     deadline = time.monotonic() + 2.0
     for proc, conn in zip(procs, conns):
@@ -128,8 +135,8 @@ class SubprocVectorEnv:
 
     Envs are split into ``processes`` contiguous groups (default ``min(num_envs, os.cpu_count())``);
     each process hosts one :class:`~marl_note.envs.vector.AutoResetWorker` per env of its group.
-    ``reset(seed)`` seeds env ``i`` with ``seed + i``; ``step({env_index: actions})`` advances only the listed envs. Results
-    equal those of ``SyncVectorEnv`` for the same factories, seeds and actions.
+    ``reset(seed)`` seeds env ``i`` with ``seed + i``; ``step({env_index: actions})`` advances only the
+    listed envs. Results equal those of ``SyncVectorEnv`` for the same factories, seeds and actions.
 
     Factories of any form (``tictactoe_v3.env``, ``simple_spread_v3.parallel_env``, lambdas,
     closures, partials) reach the workers through cloudpickle. A script that creates one must keep
@@ -230,7 +237,7 @@ class SubprocVectorEnv:
             for i in group:
                 try:
                     cloudpickle.dumps(env_fns[i])
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:
                     raise TypeError(
                         f"env factory #{i} ({env_fns[i]!r}) cannot be sent to a worker process: cloudpickle "
                         f"failed with {type(exc).__name__}: {exc}. Everything the factory refers to (arguments, "
@@ -387,7 +394,7 @@ class SubprocVectorEnv:
         """Close every env and stop the worker processes (safe to call more than once)."""
         self._finalizer()
 
-    def __enter__(self) -> "SubprocVectorEnv":
+    def __enter__(self) -> SubprocVectorEnv:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -1,13 +1,19 @@
 """Uniform experience replay over preallocated numpy ring arrays."""
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import gymnasium as gym
 import numpy as np
 
-from marl_note.replay.storage import (RingStorage, check_batch_size, check_rng_state_array, as_column,
-                                      rng_state_array, set_rng_state)
+from marl_note.replay.storage import (
+    RingStorage,
+    as_column,
+    check_batch_size,
+    check_rng_state_array,
+    rng_state_array,
+    set_rng_state,
+)
 from marl_note.types import Transitions, space_shape_dtype
 
 REQUIRED_FIELDS = ("obs", "act", "rew", "next_obs", "terminated", "truncated")

@@ -11,8 +11,8 @@ sampling.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping
 
 import gymnasium as gym
 import numpy as np

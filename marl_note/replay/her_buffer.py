@@ -1,15 +1,29 @@
 """Replay buffer for goal envs: whole episodes in a ring, goals relabelled at sample time."""
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import gymnasium as gym
 import numpy as np
 
-from marl_note.replay.her import (GOAL_KEYS, HERSample, HindsightRelabeler, RewardFn, check_goal_space,
-                                  goal_observation, goal_observation_space)
-from marl_note.replay.storage import (RingStorage, as_column, check_batch_size, check_rng_state_array,
-                                      rng_state_array, set_rng_state, state_int)
+from marl_note.replay.her import (
+    GOAL_KEYS,
+    HERSample,
+    HindsightRelabeler,
+    RewardFn,
+    check_goal_space,
+    goal_observation,
+    goal_observation_space,
+)
+from marl_note.replay.storage import (
+    RingStorage,
+    as_column,
+    check_batch_size,
+    check_rng_state_array,
+    rng_state_array,
+    set_rng_state,
+    state_int,
+)
 from marl_note.types import Transitions, space_shape_dtype
 
 # transition columns (also what an in-progress episode holds) and per-item episode bookkeeping
@@ -69,7 +83,7 @@ class HERReplayBuffer:
 
     @classmethod
     def from_env(cls, env: gym.Env, capacity: int, strategy: str = "future", k: int = 4,
-                 seed: int | None = None) -> "HERReplayBuffer":
+                 seed: int | None = None) -> HERReplayBuffer:
         """Spaces and ``compute_reward`` taken from a goal env (ValueError if it has none)."""
         base = getattr(env, "unwrapped", env)
         reward_fn = getattr(base, "compute_reward", None)

@@ -10,13 +10,19 @@ Numpy only.
 """
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import gymnasium as gym
 import numpy as np
 
-from marl_note.replay.storage import (RingStorage, as_column, check_batch_size, check_rng_state_array,
-                                      rng_state_array, set_rng_state)
+from marl_note.replay.storage import (
+    RingStorage,
+    as_column,
+    check_batch_size,
+    check_rng_state_array,
+    rng_state_array,
+    set_rng_state,
+)
 from marl_note.types import JointTransitions, space_shape_dtype
 
 __all__ = ["JointReplayBuffer"]

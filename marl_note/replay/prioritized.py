@@ -1,7 +1,7 @@
 """Proportional prioritized replay: ReplayBuffer storage + a SumTree sampler."""
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import gymnasium as gym
 import numpy as np
@@ -88,7 +88,8 @@ class PrioritizedReplayBuffer:
         return len(self._buffer)
 
     def __repr__(self) -> str:
-        return f"PrioritizedReplayBuffer(len={len(self)}, capacity={self.capacity}, alpha={self.alpha}, beta={self.beta:.3f})"
+        return (f"PrioritizedReplayBuffer(len={len(self)}, capacity={self.capacity}, alpha={self.alpha}, "
+                f"beta={self.beta:.3f})")
 
     def get(self, indices) -> Transitions:
         return self._buffer.get(indices)
@@ -222,7 +223,8 @@ class PrioritizedReplayBuffer:
             if arr.dtype.kind not in "iuf" or arr.ndim != (1 if k == "tree_leaves" else 0):
                 raise ValueError(f"state_dict[{_PREFIX + k!r}] must be {want}, got {arr.dtype} {arr.shape}")
         if float(ours["alpha"]) != self.alpha:
-            raise ValueError(f"state_dict was saved with alpha={float(ours['alpha'])}, this buffer has alpha={self.alpha}")
+            raise ValueError(f"state_dict was saved with alpha={float(ours['alpha'])}, "
+                             f"this buffer has alpha={self.alpha}")
         max_p = float(ours["max_priority"])
         if not (np.isfinite(max_p) and max_p >= 0):
             raise ValueError(f"state_dict max_priority must be finite and >= 0, got {max_p}")

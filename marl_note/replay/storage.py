@@ -6,7 +6,7 @@ reads rows back by index. Valid rows are always ``0 .. len(storage) - 1``.
 """
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 

@@ -1,7 +1,7 @@
 """A vectorized sum tree: O(log n) batched priority updates and proportional sampling."""
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 
