@@ -8,9 +8,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
+
+#: A batch of observations: one array, or one array per key for Dict observation spaces (goal envs).
+Obs = np.ndarray | dict[str, np.ndarray]
+
+#: What ``state_dict()`` of a numpy-side object (replay buffers, sum tree) returns: named numpy
+#: arrays and numpy scalars, ``np.savez``-able without pickle.
+NumpyState = dict[str, np.ndarray | np.generic]
 
 
 @dataclass(frozen=True)
@@ -72,10 +80,10 @@ class Transitions:
         (2, [True])
     """
 
-    obs: np.ndarray
+    obs: Obs
     act: np.ndarray
     rew: np.ndarray
-    next_obs: np.ndarray
+    next_obs: Obs
     terminated: np.ndarray
     truncated: np.ndarray
     mask: np.ndarray | None = None
@@ -99,7 +107,7 @@ class Transitions:
     def concatenate(parts: list[Transitions]) -> Transitions:
         if not parts:
             raise ValueError("cannot concatenate an empty list of Transitions")
-        out = {}
+        out: dict[str, Any] = {}
         for f in fields(Transitions):
             values = [getattr(p, f.name) for p in parts]
             if any(v is None for v in values):

@@ -23,7 +23,7 @@ from marl_note.types import EnvSpec
 try:  # pettingzoo is a core dependency, but keep the import error readable
     from pettingzoo import AECEnv, ParallelEnv
 except ImportError:  # pragma: no cover
-    AECEnv = ParallelEnv = ()  # type: ignore[assignment]
+    AECEnv = ParallelEnv = ()
 
 GYM_AGENT = "agent_0"
 

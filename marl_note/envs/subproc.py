@@ -174,7 +174,10 @@ class SubprocVectorEnv:
             raise ValueError(f"processes must be >= 1, got {processes}")
         self.timeout = check_timeout("timeout", timeout)
         processes = min(processes, len(env_fns))
-        ctx = mp.get_context(context or _DEFAULT_CONTEXT) if context is None or isinstance(context, str) else context
+        # Any: typeshed's BaseContext, which get_context returns, declares no Process (every real context has one)
+        ctx: Any = context
+        if context is None or isinstance(context, str):
+            ctx = mp.get_context(context or _DEFAULT_CONTEXT)
         method = ctx.get_start_method()
         if method == "forkserver":
             _preload_forkserver(ctx)
@@ -315,7 +318,8 @@ class SubprocVectorEnv:
                 out[p] = self._recv(p, expect, deadline)
             except RemoteError as exc:
                 error = error or exc
-            except Expired:
+            except Expired:  # (raised only against a deadline, so bound is not None)
+                assert bound is not None
                 stuck = [q for q in procs[k:] if q == p or not conns[q].poll(0)]
                 self._timed_out(call, stuck, bound)
         if error is not None:

@@ -26,11 +26,12 @@ __all__ = ["worker_main", "pack_error"]
 
 def pack_error(env_index: int | None, exc: BaseException) -> tuple:
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    sent: BaseException | None = exc
     try:  # send the exception itself when it survives pickling, so the parent can re-raise its type
         pickle.loads(pickle.dumps(exc))
     except Exception:
-        exc = None
-    return "error", (env_index, exc, text)
+        sent = None
+    return "error", (env_index, sent, text)
 
 
 def worker_main(conn: Any, parent_conn: Any, payload: Any, env_indices: list[int], progress: Any) -> None:
