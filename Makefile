@@ -1,4 +1,4 @@
-# Two set-up commands (see README): `make demo` and `make test`.
+# Two set-up commands (see README): `make demo` and `make test`; `make lint` runs ruff and mypy.
 # Both create .venv if it is missing and install what they need into it.
 PYTHON ?= python3
 VENV ?= .venv
@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 # The CPU build of torch: a plain `pip install torch` on Linux x86_64 pulls multi-gigabyte CUDA wheels.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: demo test install install-test bench clean
+.PHONY: demo test lint install install-test bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,11 @@ demo: install
 
 test: install-test
 	$(PY) -m pytest
+
+# ruff (rules in pyproject.toml [tool.ruff]) and mypy (files and options in [tool.mypy])
+lint: install-test
+	$(PY) -m ruff check marl_note tests bench examples
+	$(PY) -m mypy
 
 bench: install-test
 	$(PY) bench/bench_collect.py

@@ -118,8 +118,9 @@ def main() -> None:
             med = float(np.median(rates))
             print(f"{name:28s} {med:10.0f} agent-steps/s   {med / base:5.2f}x raw loop")
     cartpole = lambda: gym.make("CartPole-v1")  # noqa: E731
+    cartpole_agents = [RandomAgent(gym.spaces.Discrete(2), seed=0)]
     for name, env_fn, agents in (("tic-tac-toe (rewards)", tictactoe_v3.env, randoms),
-                                 ("CartPole-v1 (rewards + obs)", cartpole, [RandomAgent(gym.spaces.Discrete(2), seed=0)])):
+                                 ("CartPole-v1 (rewards + obs)", cartpole, cartpole_agents)):
         ratio, micros, share = check_cost(env_fn, agents, args.steps, args.repeats)
         print(f"check_finite, {name:28s} checked / unchecked {ratio:5.3f} (CPU time); the check alone "
               f"{micros:5.1f} us per 16-env step = {100 * share:4.1f}% of the collector's CPU time")

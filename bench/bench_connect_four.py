@@ -2,9 +2,10 @@
 
 Runs the recipe of ``examples/connect_four_selfplay.py`` (DQN; an opponent pool of snapshots plus
 two fixed opponents, a random player and a random player that takes wins; Elo; the weights with
-the best worst-seat win rate kept) for a fixed budget of games per seed, then prints the win/draw/loss rates of the kept learner against a random legal-move player
-in each seat (500 fresh games per seat), the learner's Elo against its first snapshot, and the
-wall time. Target: >= 0.95 wins in each seat within a few minutes on 2 cores.
+the best worst-seat win rate kept) for a fixed budget of games per seed, then prints the
+win/draw/loss rates of the kept learner against a random legal-move player in each seat (500 fresh
+games per seat), the learner's Elo against its first snapshot, and the wall time. Target: >= 0.95
+wins in each seat within a few minutes on 2 cores.
 
 Run:  python bench/bench_connect_four.py [--episodes 15000] [--seeds 0,1,2]
 """
@@ -41,7 +42,8 @@ def main() -> None:
     mins = []
     for seed in (int(s) for s in args.seeds.split(",")):
         out = example.train(args.episodes, seed, fixed_fraction=args.fixed_fraction, progress=False)
-        seats = "; ".join(f"{seat}: win {w:.1%} draw {d:.1%} loss {lo:.1%}" for seat, (w, d, lo) in out["vs_random"].items())
+        seats = "; ".join(f"{seat}: win {w:.1%} draw {d:.1%} loss {lo:.1%}"
+                          for seat, (w, d, lo) in out["vs_random"].items())
         first = out["first_snapshot"]
         elo = f"Elo {out['elo']['learner']:.0f} vs first snapshot {out['elo'][first]:.0f}" if first else ""
         print(f"seed {seed}: {seats}; {elo}; {out['seconds']:.0f} s, {out['gradient_steps']} gradient steps",

@@ -66,7 +66,7 @@ def train(agent, make_env, env_steps: int, n_envs: int, batch_size: int, seed: i
     while steps < env_steps:
         act = agent.act(stack(obs), explore=True)
         next_obs, final, rew, term, trunc = [], [], [], [], []
-        for i, (e, a) in enumerate(zip(envs, act)):
+        for e, a in zip(envs, act):
             o, r, te, tr, _ = e.step(a if a.shape else int(a))
             final.append(o)
             rew.append(r), term.append(te), trunc.append(tr)

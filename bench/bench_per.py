@@ -68,7 +68,8 @@ def bench_marl_note(capacity: int, batch: int, add: int, seconds: float) -> tupl
 
 def bench_tianshou(capacity: int, batch: int, add: int, seconds: float) -> float | None:
     try:
-        from tianshou.data import Batch, PrioritizedReplayBuffer as TSBuffer
+        from tianshou.data import Batch
+        from tianshou.data import PrioritizedReplayBuffer as TSBuffer
     except Exception:  # not installed (or incompatible): skip the comparison
         return None
     rng = np.random.default_rng(0)

@@ -4,8 +4,9 @@
 
 Workloads: CartPole behind a wrapper that burns ``--burn-ms`` of CPU per step (where processes
 should pay off, up to the number of *idle* cores), the same with a sleep instead of CPU work (an
-env waiting on an external simulator: overlaps even on a busy machine), plain tic-tac-toe (a ~20 us env step, so the pipe
-round trip dominates), and an env with a 84x84x3 uint8 observation (where shared memory matters).
+env waiting on an external simulator: overlaps even on a busy machine), plain tic-tac-toe (a ~20 us
+env step, so the pipe round trip dominates), and an env with a 84x84x3 uint8 observation (where
+shared memory matters).
 Every env acts on every step; action choice happens in the parent and costs the same for both.
 """
 from __future__ import annotations

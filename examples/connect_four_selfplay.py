@@ -31,7 +31,6 @@ from marl_note.agents.torch import DQN
 from marl_note.trainers import DecentralizedTrainer, OpponentPool
 from marl_note.types import Transitions
 
-
 # the 69 lines of four cells on the 6 x 7 board, as flat cell indices
 LINES = np.array([[(r + k * dr) * 7 + c + k * dc for k in range(4)]
                   for r in range(6) for c in range(7) for dr, dc in ((0, 1), (1, 0), (1, 1), (1, -1))
@@ -41,8 +40,11 @@ LINES = np.array([[(r + k * dr) * 7 + c + k * dc for k in range(4)]
 def mirror(t: Transitions) -> Transitions:
     """The same moves on the left-right mirrored board (columns reversed): connect four is symmetric,
     so every stored transition teaches its mirror image too (``DQN(augment=mirror)``)."""
-    flip = (lambda m: None if m is None else np.asarray(m)[:, ::-1].copy())
-    return dataclasses.replace(t, obs=np.asarray(t.obs)[:, :, ::-1].copy(), next_obs=np.asarray(t.next_obs)[:, :, ::-1].copy(),
+    def flip(m):
+        return None if m is None else np.asarray(m)[:, ::-1].copy()
+
+    return dataclasses.replace(t, obs=np.asarray(t.obs)[:, :, ::-1].copy(),
+                               next_obs=np.asarray(t.next_obs)[:, :, ::-1].copy(),
                                act=6 - np.asarray(t.act), mask=flip(t.mask), next_mask=flip(t.next_mask))
 
 

@@ -6,11 +6,19 @@ numpy array.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Mapping
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
+
+#: A batch of observations: one array, or one array per key for Dict observation spaces (goal envs).
+Obs = np.ndarray | dict[str, np.ndarray]
+
+#: What ``state_dict()`` of a numpy-side object (replay buffers, sum tree) returns: named numpy
+#: arrays and numpy scalars, ``np.savez``-able without pickle.
+NumpyState = dict[str, np.ndarray | np.generic]
 
 
 @dataclass(frozen=True)
@@ -72,10 +80,10 @@ class Transitions:
         (2, [True])
     """
 
-    obs: np.ndarray
+    obs: Obs
     act: np.ndarray
     rew: np.ndarray
-    next_obs: np.ndarray
+    next_obs: Obs
     terminated: np.ndarray
     truncated: np.ndarray
     mask: np.ndarray | None = None
@@ -88,7 +96,7 @@ class Transitions:
     def __len__(self) -> int:
         return int(self.rew.shape[0])
 
-    def __getitem__(self, index) -> "Transitions":
+    def __getitem__(self, index) -> Transitions:
         return Transitions(**{f.name: index_obs(getattr(self, f.name), index) for f in fields(self)})
 
     @property
@@ -96,10 +104,10 @@ class Transitions:
         return np.logical_or(self.terminated, self.truncated)
 
     @staticmethod
-    def concatenate(parts: "list[Transitions]") -> "Transitions":
+    def concatenate(parts: list[Transitions]) -> Transitions:
         if not parts:
             raise ValueError("cannot concatenate an empty list of Transitions")
-        out = {}
+        out: dict[str, Any] = {}
         for f in fields(Transitions):
             values = [getattr(p, f.name) for p in parts]
             if any(v is None for v in values):
@@ -111,7 +119,7 @@ class Transitions:
         return Transitions(**out)
 
 
-def stack_obs(items: list) -> "np.ndarray | dict[str, np.ndarray]":
+def stack_obs(items: list) -> np.ndarray | dict[str, np.ndarray]:
     """Stack per-agent observations into a batch; dict observations are stacked key-wise."""
     if isinstance(items[0], dict):
         return {k: np.stack([o[k] for o in items]) for k in items[0]}

@@ -1,8 +1,6 @@
 """Tiny scripted PettingZoo envs whose correct per-agent transitions are known by hand."""
 from __future__ import annotations
 
-import functools
-
 import gymnasium as gym
 import numpy as np
 from pettingzoo import AECEnv, ParallelEnv
@@ -78,14 +76,21 @@ class RaceEnv(ParallelEnv):
 
     def __init__(self):
         self.possible_agents = ["a", "b"]
+        # one space object per agent, built once (PettingZoo asks for the same space on every call)
+        self.observation_spaces = {a: self._make_observation_space() for a in self.possible_agents}
+        self.action_spaces = {a: self._make_action_space() for a in self.possible_agents}
 
-    @functools.lru_cache(maxsize=None)
-    def observation_space(self, agent):
+    def _make_observation_space(self):
         return gym.spaces.Box(0, 10, (1,), np.float32)
 
-    @functools.lru_cache(maxsize=None)
-    def action_space(self, agent):
+    def _make_action_space(self):
         return gym.spaces.Discrete(2)
+
+    def observation_space(self, agent):
+        return self.observation_spaces[agent]
+
+    def action_space(self, agent):
+        return self.action_spaces[agent]
 
     def reset(self, seed=None, options=None):
         self.agents = self.possible_agents[:]
@@ -112,13 +117,11 @@ class MaskedRaceEnv(RaceEnv):
 
     metadata = {"name": "masked_race_v0"}
 
-    @functools.lru_cache(maxsize=None)
-    def observation_space(self, agent):
+    def _make_observation_space(self):
         return gym.spaces.Dict({"observation": gym.spaces.Box(0, 10, (1,), np.float32),
                                 "action_mask": gym.spaces.Box(0, 1, (3,), np.int8)})
 
-    @functools.lru_cache(maxsize=None)
-    def action_space(self, agent):
+    def _make_action_space(self):
         return gym.spaces.Discrete(3)
 
     @staticmethod
@@ -152,14 +155,14 @@ class BoxRaceEnv(ParallelEnv):
         self.possible_agents = ["a", "b"]
         self.length = length
         self.actions = []
+        self.observation_spaces = {a: gym.spaces.Box(0, 100, (1,), np.float32) for a in self.possible_agents}
+        self.action_spaces = {a: gym.spaces.Box(-1, 1, (2,), np.float32) for a in self.possible_agents}
 
-    @functools.lru_cache(maxsize=None)
     def observation_space(self, agent):
-        return gym.spaces.Box(0, 100, (1,), np.float32)
+        return self.observation_spaces[agent]
 
-    @functools.lru_cache(maxsize=None)
     def action_space(self, agent):
-        return gym.spaces.Box(-1, 1, (2,), np.float32)
+        return self.action_spaces[agent]
 
     def reset(self, seed=None, options=None):
         self.agents, self.t = self.possible_agents[:], 0

@@ -1,6 +1,5 @@
 """Env adapters (Gymnasium, PettingZoo AEC and Parallel) to one contract, and vector envs."""
-from marl_note.envs.adapters import (AECAdapter, GymAdapter, ParallelAdapter, StepResult, adapt, env_factory,
-                                     make_spec)
+from marl_note.envs.adapters import AECAdapter, GymAdapter, ParallelAdapter, StepResult, adapt, env_factory, make_spec
 from marl_note.envs.goal_envs import BitFlippingEnv, PointReachEnv
 from marl_note.envs.main_guard import MissingMainGuardError
 from marl_note.envs.subproc import SubprocVectorEnv

@@ -11,8 +11,9 @@ observation in ``final_obs``. Dead-agent ``None`` steps of AEC envs are consumed
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -22,7 +23,7 @@ from marl_note.types import EnvSpec
 try:  # pettingzoo is a core dependency, but keep the import error readable
     from pettingzoo import AECEnv, ParallelEnv
 except ImportError:  # pragma: no cover
-    AECEnv = ParallelEnv = ()  # type: ignore[assignment]
+    AECEnv = ParallelEnv = ()
 
 GYM_AGENT = "agent_0"
 
@@ -107,8 +108,9 @@ class GymAdapter:
         obs, mask = _split(raw, info)
         a = self.agent
         if terminated or truncated:
-            return StepResult({}, {}, {a: float(reward)}, {a: bool(terminated)}, {a: bool(truncated) and not terminated},
-                              {a: obs}, {} if mask is None else {a: mask}, True, {a: info})
+            return StepResult({}, {}, {a: float(reward)}, {a: bool(terminated)},
+                              {a: bool(truncated) and not terminated}, {a: obs}, {} if mask is None else {a: mask},
+                              True, {a: info})
         return StepResult({a: obs}, {} if mask is None else {a: mask}, {a: float(reward)}, infos={a: info})
 
     def close(self) -> None:
@@ -201,7 +203,8 @@ class AECAdapter:
         env = self.env
         agent = self._base.agent_selection
         if len(actions) != 1 or agent not in actions:
-            raise ValueError(f"turn-based env expects exactly one action, for {agent!r}; got actions for {list(actions)}")
+            raise ValueError(f"turn-based env expects exactly one action, for {agent!r}; "
+                             f"got actions for {list(actions)}")
         env.step(actions[agent])
         return self._advance(StepResult({}, {}))
 

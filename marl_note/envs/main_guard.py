@@ -13,6 +13,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import sys
+from types import FrameType
 
 __all__ = ["MissingMainGuardError", "check_not_reimporting_main", "reimporting_main", "GUARD_EXIT_CODE",
            "WORKER_NAME_PREFIX", "GUARD_ADVICE"]
@@ -44,7 +45,7 @@ def reimporting_main() -> bool:
     # imports the main script; the frame check also covers a main script run as `__mp_main__` anywhere
     if getattr(mp.process.current_process(), "_inheriting", False):
         return True
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         if frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") == "__mp_main__":
             return True

@@ -24,9 +24,10 @@ Wire protocol (parent <-> one worker process, over a ``multiprocessing`` pipe)::
     worker -> ("error", (env_index, exception | None, traceback_text))   instead of any answer
 
 With shared memory, observations of agents whose (mask-stripped) observation space is a ``Box`` or
-``Discrete`` (or ``MultiBinary``/``MultiDiscrete``) are written into preallocated slots (one per env and agent, for ``obs`` and for
-``final_obs``) and replaced in the pickled :class:`StepResult` by a marker; the parent copies them
-out of the slot. Anything that does not fit its slot exactly (dtype/shape) travels through the pipe.
+``Discrete`` (or ``MultiBinary``/``MultiDiscrete``) are written into preallocated slots (one per env
+and agent, for ``obs`` and for ``final_obs``) and replaced in the pickled :class:`StepResult` by a
+marker; the parent copies them out of the slot. Anything that does not fit its slot exactly
+(dtype/shape) travels through the pipe.
 
 The slots live in :mod:`marl_note.envs.shared_memory`, the worker-process loop in
 :mod:`marl_note.envs.subproc_worker`, the errors in :mod:`marl_note.envs.subproc_errors`; this
@@ -38,17 +39,23 @@ import multiprocessing as mp
 import os
 import time
 import weakref
+from collections.abc import Callable, Sequence
 from multiprocessing import connection as mp_connection
 from multiprocessing import shared_memory as _shm
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import cloudpickle
 import numpy as np
 
 import marl_note.envs.shared_memory as shm_slots
 from marl_note.envs.adapters import StepResult
-from marl_note.envs.main_guard import (GUARD_ADVICE, GUARD_EXIT_CODE, WORKER_NAME_PREFIX, MissingMainGuardError,
-                                       check_not_reimporting_main)
+from marl_note.envs.main_guard import (
+    GUARD_ADVICE,
+    GUARD_EXIT_CODE,
+    WORKER_NAME_PREFIX,
+    MissingMainGuardError,
+    check_not_reimporting_main,
+)
 from marl_note.envs.subproc_errors import EnvTimeoutError, Expired, RemoteError, WorkerError, check_timeout
 from marl_note.envs.subproc_worker import worker_main
 
@@ -78,7 +85,7 @@ def _preload_forkserver(ctx: Any) -> None:
     if wanted != current:
         try:
             ctx.set_forkserver_preload(wanted)
-        except Exception:  # noqa: BLE001 - an optimisation only
+        except Exception:  # an optimisation only
             pass
 
 
@@ -98,7 +105,7 @@ def _shutdown(state: dict) -> None:
         elif proc.is_alive():
             try:
                 conn.send(("close", None))
-            except Exception:  # noqa: BLE001 - broken pipe: terminate below
+            except Exception:  # broken pipe: terminate below
                 pass
     deadline = time.monotonic() + 2.0
     for proc, conn in zip(procs, conns):
@@ -128,8 +135,8 @@ class SubprocVectorEnv:
 
     Envs are split into ``processes`` contiguous groups (default ``min(num_envs, os.cpu_count())``);
     each process hosts one :class:`~marl_note.envs.vector.AutoResetWorker` per env of its group.
-    ``reset(seed)`` seeds env ``i`` with ``seed + i``; ``step({env_index: actions})`` advances only the listed envs. Results
-    equal those of ``SyncVectorEnv`` for the same factories, seeds and actions.
+    ``reset(seed)`` seeds env ``i`` with ``seed + i``; ``step({env_index: actions})`` advances only the
+    listed envs. Results equal those of ``SyncVectorEnv`` for the same factories, seeds and actions.
 
     Factories of any form (``tictactoe_v3.env``, ``simple_spread_v3.parallel_env``, lambdas,
     closures, partials) reach the workers through cloudpickle. A script that creates one must keep
@@ -167,7 +174,10 @@ class SubprocVectorEnv:
             raise ValueError(f"processes must be >= 1, got {processes}")
         self.timeout = check_timeout("timeout", timeout)
         processes = min(processes, len(env_fns))
-        ctx = mp.get_context(context or _DEFAULT_CONTEXT) if context is None or isinstance(context, str) else context
+        # Any: typeshed's BaseContext, which get_context returns, declares no Process (every real context has one)
+        ctx: Any = context
+        if context is None or isinstance(context, str):
+            ctx = mp.get_context(context or _DEFAULT_CONTEXT)
         method = ctx.get_start_method()
         if method == "forkserver":
             _preload_forkserver(ctx)
@@ -230,7 +240,7 @@ class SubprocVectorEnv:
             for i in group:
                 try:
                     cloudpickle.dumps(env_fns[i])
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:
                     raise TypeError(
                         f"env factory #{i} ({env_fns[i]!r}) cannot be sent to a worker process: cloudpickle "
                         f"failed with {type(exc).__name__}: {exc}. Everything the factory refers to (arguments, "
@@ -308,7 +318,8 @@ class SubprocVectorEnv:
                 out[p] = self._recv(p, expect, deadline)
             except RemoteError as exc:
                 error = error or exc
-            except Expired:
+            except Expired:  # (raised only against a deadline, so bound is not None)
+                assert bound is not None
                 stuck = [q for q in procs[k:] if q == p or not conns[q].poll(0)]
                 self._timed_out(call, stuck, bound)
         if error is not None:
@@ -387,7 +398,7 @@ class SubprocVectorEnv:
         """Close every env and stop the worker processes (safe to call more than once)."""
         self._finalizer()
 
-    def __enter__(self) -> "SubprocVectorEnv":
+    def __enter__(self) -> SubprocVectorEnv:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -8,7 +8,8 @@ turn. No sub-env idles waiting for the slowest game.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from marl_note.envs.adapters import Adapter, StepResult, adapt
 

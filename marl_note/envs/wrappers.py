@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -20,6 +21,8 @@ def _id_space(space: gym.Space, n: int, agent: str) -> gym.spaces.Box:
 
 
 class _AgentIdMixin:
+    env: Any  # the wrapped PettingZoo env (the wrapper base class this mixin is combined with sets it)
+
     def _setup_ids(self) -> None:
         agents = list(self.env.possible_agents)
         self._onehot = {a: np.eye(len(agents), dtype=np.float32)[i] for i, a in enumerate(agents)}

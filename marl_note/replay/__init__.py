@@ -3,8 +3,7 @@
 Numpy only; nothing here imports torch or tensorflow.
 """
 from marl_note.replay.buffer import ReplayBuffer
-from marl_note.replay.her import (HERSample, HindsightRelabeler, goal_observation,
-                                  goal_observation_space)
+from marl_note.replay.her import HERSample, HindsightRelabeler, goal_observation, goal_observation_space
 from marl_note.replay.her_buffer import HERReplayBuffer
 from marl_note.replay.joint import JointReplayBuffer
 from marl_note.replay.nstep import NStepAccumulator
@@ -13,6 +12,6 @@ from marl_note.replay.rollout import RolloutBuffer, compute_gae
 from marl_note.replay.storage import RingStorage
 from marl_note.replay.sum_tree import SumTree
 
-__all__ = ["ReplayBuffer", "PrioritizedReplayBuffer", "SumTree", "NStepAccumulator", "RolloutBuffer", "compute_gae", "RingStorage",
-           "HERReplayBuffer", "HindsightRelabeler", "HERSample", "goal_observation", "goal_observation_space",
-           "JointReplayBuffer"]
+__all__ = ["ReplayBuffer", "PrioritizedReplayBuffer", "SumTree", "NStepAccumulator", "RolloutBuffer", "compute_gae",
+           "RingStorage", "HERReplayBuffer", "HindsightRelabeler", "HERSample", "goal_observation",
+           "goal_observation_space", "JointReplayBuffer"]

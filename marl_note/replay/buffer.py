@@ -1,20 +1,27 @@
 """Uniform experience replay over preallocated numpy ring arrays."""
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import gymnasium as gym
 import numpy as np
 
-from marl_note.replay.storage import (RingStorage, check_batch_size, check_rng_state_array, as_column,
-                                      rng_state_array, set_rng_state)
-from marl_note.types import Transitions, space_shape_dtype
+from marl_note.replay.storage import (
+    RingStorage,
+    Spec,
+    as_column,
+    check_batch_size,
+    check_rng_state_array,
+    rng_state_array,
+    set_rng_state,
+)
+from marl_note.types import NumpyState, Transitions, space_shape_dtype
 
 REQUIRED_FIELDS = ("obs", "act", "rew", "next_obs", "terminated", "truncated")
 OPTIONAL_FIELDS = ("mask", "next_mask", "discount")
 
 
-def transition_specs(observation_space: gym.Space, action_space: gym.Space) -> dict:
+def transition_specs(observation_space: gym.Space, action_space: gym.Space) -> dict[str, Spec]:
     """Item shape and dtype of each always-present Transitions field."""
     obs_shape, obs_dtype = space_shape_dtype(observation_space)
     act_shape, act_dtype = space_shape_dtype(action_space)
@@ -23,7 +30,7 @@ def transition_specs(observation_space: gym.Space, action_space: gym.Space) -> d
             "truncated": ((), np.dtype(bool))}
 
 
-def transition_columns(t: Transitions, specs: Mapping, action_space: gym.Space,
+def transition_columns(t: Transitions, specs: Mapping[str, Spec], action_space: gym.Space,
                        known: Mapping | None = None, extra: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
     """Validate ``t`` and return its non-None fields as cast numpy columns.
 
@@ -168,7 +175,7 @@ class ReplayBuffer:
         return self._storage.column(name)
 
     # -- persistence -----------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, np.ndarray]:
+    def state_dict(self) -> NumpyState:
         """Numpy arrays and scalars only (``np.savez``-able, no pickle)."""
         state = self._storage.state_dict()
         state["rng_state"] = rng_state_array(self._rng)

@@ -11,8 +11,8 @@ sampling.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping
 
 import gymnasium as gym
 import numpy as np
@@ -114,7 +114,7 @@ class HindsightRelabeler:
         ``first_step`` is the earliest step of the episode still stored, ``length`` the
         episode length; ``step`` the sampled transitions' own steps.
         """
-        n = step.shape[0]
+        n = int(step.shape[0])
         relabel = rng.random(n) < self.relabel_probability
         last = length - 1
         if self.strategy == "final":

@@ -1,16 +1,30 @@
 """Replay buffer for goal envs: whole episodes in a ring, goals relabelled at sample time."""
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import gymnasium as gym
 import numpy as np
 
-from marl_note.replay.her import (GOAL_KEYS, HERSample, HindsightRelabeler, RewardFn, check_goal_space,
-                                  goal_observation, goal_observation_space)
-from marl_note.replay.storage import (RingStorage, as_column, check_batch_size, check_rng_state_array,
-                                      rng_state_array, set_rng_state, state_int)
-from marl_note.types import Transitions, space_shape_dtype
+from marl_note.replay.her import (
+    GOAL_KEYS,
+    HERSample,
+    HindsightRelabeler,
+    RewardFn,
+    check_goal_space,
+    goal_observation,
+    goal_observation_space,
+)
+from marl_note.replay.storage import (
+    RingStorage,
+    as_column,
+    check_batch_size,
+    check_rng_state_array,
+    rng_state_array,
+    set_rng_state,
+    state_int,
+)
+from marl_note.types import NumpyState, Transitions, space_shape_dtype
 
 # transition columns (also what an in-progress episode holds) and per-item episode bookkeeping
 _DATA = ("observation", "desired_goal", "next_observation", "next_achieved_goal", "act", "rew", "terminated",
@@ -51,12 +65,12 @@ class HERReplayBuffer:
 
     def __init__(self, capacity: int, observation_space: gym.Space, action_space: gym.Space,
                  compute_reward: RewardFn | None, strategy: str = "future", k: int = 4, seed: int | None = None):
-        self.observation_space = check_goal_space(observation_space)
+        self.observation_space = space = check_goal_space(observation_space)
         self.action_space = action_space
         self.relabeler = HindsightRelabeler(compute_reward, strategy, k)
-        self.flat_observation_space = goal_observation_space(observation_space)
-        obs_spec = space_shape_dtype(observation_space["observation"])
-        goal_spec = space_shape_dtype(observation_space["desired_goal"])
+        self.flat_observation_space = goal_observation_space(space)
+        obs_spec = space_shape_dtype(space["observation"])
+        goal_spec = space_shape_dtype(space["desired_goal"])
         self._specs = {"observation": obs_spec, "desired_goal": goal_spec, "next_observation": obs_spec,
                        "next_achieved_goal": goal_spec, "act": space_shape_dtype(action_space),
                        "rew": ((), np.dtype(np.float32)), "terminated": ((), np.dtype(bool)),
@@ -69,7 +83,7 @@ class HERReplayBuffer:
 
     @classmethod
     def from_env(cls, env: gym.Env, capacity: int, strategy: str = "future", k: int = 4,
-                 seed: int | None = None) -> "HERReplayBuffer":
+                 seed: int | None = None) -> HERReplayBuffer:
         """Spaces and ``compute_reward`` taken from a goal env (ValueError if it has none)."""
         base = getattr(env, "unwrapped", env)
         reward_fn = getattr(base, "compute_reward", None)
@@ -127,7 +141,7 @@ class HERReplayBuffer:
                   "next_observation": t.next_obs["observation"], "next_achieved_goal": t.next_obs["achieved_goal"],
                   "act": t.act, "rew": t.rew, "terminated": t.terminated, "truncated": t.truncated}
         cols = {name: np.array(as_column(name, source[name], *self._specs[name], n)) for name in _DATA}
-        stream = np.zeros(n, np.int64) if t.stream is None else as_column("stream", t.stream, (), np.int64, n)
+        stream = np.zeros(n, np.int64) if t.stream is None else as_column("stream", t.stream, (), np.dtype(np.int64), n)
         return cols, stream
 
     def add(self, transitions: Transitions) -> None:
@@ -142,7 +156,7 @@ class HERReplayBuffer:
                 queue.append({k: v[idx[start:end]] for k, v in cols.items()})
                 self._write_episode(queue)
                 queue.clear()
-                start = end
+                start = int(end)
             if start < idx.size:
                 queue.append({k: v[idx[start:]] for k, v in cols.items()})
         self._pending = {s: q for s, q in self._pending.items() if q}
@@ -183,7 +197,7 @@ class HERReplayBuffer:
         return self.sample_relabeled(batch_size).transitions
 
     # -- persistence -----------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, np.ndarray]:
+    def state_dict(self) -> NumpyState:
         """Stored episodes, in-progress episodes (``pending_*``), counters and generator state; numpy only."""
         state = self._storage.state_dict()
         state["added"] = np.int64(self._added)

@@ -10,14 +10,21 @@ Numpy only.
 """
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import gymnasium as gym
 import numpy as np
 
-from marl_note.replay.storage import (RingStorage, as_column, check_batch_size, check_rng_state_array,
-                                      rng_state_array, set_rng_state)
-from marl_note.types import JointTransitions, space_shape_dtype
+from marl_note.replay.storage import (
+    RingStorage,
+    Spec,
+    as_column,
+    check_batch_size,
+    check_rng_state_array,
+    rng_state_array,
+    set_rng_state,
+)
+from marl_note.types import JointTransitions, NumpyState, space_shape_dtype
 
 __all__ = ["JointReplayBuffer"]
 
@@ -59,7 +66,7 @@ class JointReplayBuffer:
         if missing:
             raise ValueError(f"no observation/action space for agents {missing}")
         n = len(self.agents)
-        specs: dict[str, tuple] = {}
+        specs: dict[str, Spec] = {}
         for a in self.agents:
             obs_spec = space_shape_dtype(observation_spaces[a])
             specs[f"obs.{a}"] = obs_spec
@@ -68,9 +75,10 @@ class JointReplayBuffer:
         for name, dtype in JOINT_FIELDS.items():
             specs[name] = ((n,), np.dtype(dtype))
         self._specs = specs
-        self._mask_specs = {f"{field}.{a}": ((int(action_spaces[a].n),), np.dtype(bool))
-                            for field in MASK_FIELDS for a in self.agents
-                            if isinstance(action_spaces[a], gym.spaces.Discrete)}
+        num_actions = {a: int(space.n) for a, space in ((a, action_spaces[a]) for a in self.agents)
+                       if isinstance(space, gym.spaces.Discrete)}
+        self._mask_specs: dict[str, Spec] = {f"{field}.{a}": ((n_act,), np.dtype(bool))
+                                             for field in MASK_FIELDS for a, n_act in num_actions.items()}
         self._maskable = len(self._mask_specs) == len(MASK_FIELDS) * n
         self._storage = RingStorage(capacity, specs)
         self._rng = np.random.default_rng(seed)
@@ -118,7 +126,7 @@ class JointReplayBuffer:
                              f"without them")
         return cols
 
-    def _per_agent_columns(self, jt: JointTransitions, field: str, specs: Mapping, n: int,
+    def _per_agent_columns(self, jt: JointTransitions, field: str, specs: Mapping[str, Spec], n: int,
                            cols: dict[str, np.ndarray]) -> None:
         per_agent = getattr(jt, field)
         if not isinstance(per_agent, Mapping) or set(per_agent) != set(self.agents):
@@ -135,7 +143,7 @@ class JointReplayBuffer:
             raise ValueError("mask and next_mask come together: give both or neither")
         if not self._maskable:
             raise ValueError("action masks need Discrete action spaces for every agent")
-        cols = {}
+        cols: dict[str, np.ndarray] = {}
         for field in MASK_FIELDS:
             self._per_agent_columns(jt, field, self._mask_specs, n, cols)
         return cols
@@ -158,8 +166,9 @@ class JointReplayBuffer:
         cols = self._storage.read(indices)
         fields = PER_AGENT_FIELDS + (MASK_FIELDS if self.has_masks else ())
         per = {f: {a: cols[f"{f}.{a}"] for a in self.agents} for f in fields}
-        return JointTransitions(self.agents, **per, rew=cols["rew"], terminated=cols["terminated"],
-                                truncated=cols["truncated"], alive=cols["alive"])
+        return JointTransitions(self.agents, obs=per["obs"], act=per["act"], rew=cols["rew"], next_obs=per["next_obs"],
+                                terminated=cols["terminated"], truncated=cols["truncated"], alive=cols["alive"],
+                                mask=per.get("mask"), next_mask=per.get("next_mask"))
 
     def sample_indices(self, batch_size: int) -> np.ndarray:
         batch_size = check_batch_size(batch_size)
@@ -172,7 +181,7 @@ class JointReplayBuffer:
         return self.get(self.sample_indices(batch_size))
 
     # -- persistence -----------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, np.ndarray]:
+    def state_dict(self) -> NumpyState:
         """Numpy arrays only: the valid rows of every column (``obs.<agent>``, ``rew``, ...), ring
         position, capacity and the sampling rng."""
         state = self._storage.state_dict()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections import deque
+from typing import Any
 
 import numpy as np
 
@@ -81,12 +82,12 @@ class NStepAccumulator:
         """Feed one-step transitions; return the n-step transitions that became ready (maybe none)."""
         self._check(transitions)
         t = transitions
-        if self._template is None:
-            self._template = Transitions(**{k: (None if v is None else np.asarray(v)[:0].copy())
-                                            for k, v in vars(t).items()})
+        if self._template is None:  # (Any: None exactly where t has None, which Transitions allows)
+            empty: dict[str, Any] = {k: (None if v is None else np.asarray(v)[:0].copy()) for k, v in vars(t).items()}
+            self._template = Transitions(**empty)
         arrays = {k: (None if v is None else np.asarray(v)) for k, v in vars(t).items()}
         streams = np.zeros(len(t), np.int64) if t.stream is None else np.asarray(t.stream).astype(np.int64)
-        done = np.logical_or(arrays["terminated"], arrays["truncated"])
+        done = np.logical_or(np.asarray(t.terminated), np.asarray(t.truncated))
         ready = []
         for i in range(len(t)):
             row = {k: (None if v is None else v[i].copy()) for k, v in arrays.items()}
@@ -136,7 +137,7 @@ class NStepAccumulator:
             return Transitions(obs=empty, act=empty, rew=empty.astype(np.float32), next_obs=empty,
                                terminated=np.zeros(0, bool), truncated=np.zeros(0, bool),
                                discount=empty.astype(np.float32))
-        fields = {}
+        fields: dict[str, Any] = {}  # (Any: None exactly where the template has None)
         for name in _FIRST + _LAST + ("stream",):
             ref = getattr(tpl, name)
             if ref is None or (name == "stream" and not has_stream):

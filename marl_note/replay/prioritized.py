@@ -1,16 +1,20 @@
 """Proportional prioritized replay: ReplayBuffer storage + a SumTree sampler."""
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
+from typing import TypeVar
 
 import gymnasium as gym
 import numpy as np
 
 from marl_note.replay.buffer import ReplayBuffer
 from marl_note.replay.sum_tree import SumTree
-from marl_note.types import Transitions
+from marl_note.types import NumpyState, Transitions
 
 _PREFIX = "per_"
+
+
+_Raw = TypeVar("_Raw", np.ndarray, float)  # a batch of raw priorities, or one
 
 
 def _check_unit(name: str, value: float) -> float:
@@ -88,7 +92,8 @@ class PrioritizedReplayBuffer:
         return len(self._buffer)
 
     def __repr__(self) -> str:
-        return f"PrioritizedReplayBuffer(len={len(self)}, capacity={self.capacity}, alpha={self.alpha}, beta={self.beta:.3f})"
+        return (f"PrioritizedReplayBuffer(len={len(self)}, capacity={self.capacity}, alpha={self.alpha}, "
+                f"beta={self.beta:.3f})")
 
     def get(self, indices) -> Transitions:
         return self._buffer.get(indices)
@@ -109,7 +114,7 @@ class PrioritizedReplayBuffer:
     def max_priority(self) -> float:
         return self._max_priority
 
-    def _to_tree(self, raw: np.ndarray) -> np.ndarray:
+    def _to_tree(self, raw: _Raw) -> _Raw:
         return (raw + self.eps) ** self.alpha
 
     def priorities(self) -> np.ndarray:
@@ -157,7 +162,7 @@ class PrioritizedReplayBuffer:
         raw = np.abs(td)
         if (ratios is None) != (lambda_ is None):
             raise ValueError("the PPO priority needs both ratios and lambda_ (or neither)")
-        if ratios is not None:
+        if ratios is not None and lambda_ is not None:  # (both or neither, checked above)
             lam = _check_unit("lambda_", lambda_)
             r = np.asarray(ratios, dtype=np.float64)
             if r.shape != indices.shape:
@@ -186,7 +191,7 @@ class PrioritizedReplayBuffer:
             self._max_priority = max(self._max_priority, float(raw.max()))
 
     # -- persistence -----------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, np.ndarray]:
+    def state_dict(self) -> NumpyState:
         """Storage state plus the tree's priorities, the max priority, alpha and the beta schedule position."""
         state = self._buffer.state_dict()
         state[_PREFIX + "tree_leaves"] = np.asarray(self._tree.leaves).copy()
@@ -222,7 +227,8 @@ class PrioritizedReplayBuffer:
             if arr.dtype.kind not in "iuf" or arr.ndim != (1 if k == "tree_leaves" else 0):
                 raise ValueError(f"state_dict[{_PREFIX + k!r}] must be {want}, got {arr.dtype} {arr.shape}")
         if float(ours["alpha"]) != self.alpha:
-            raise ValueError(f"state_dict was saved with alpha={float(ours['alpha'])}, this buffer has alpha={self.alpha}")
+            raise ValueError(f"state_dict was saved with alpha={float(ours['alpha'])}, "
+                             f"this buffer has alpha={self.alpha}")
         max_p = float(ours["max_priority"])
         if not (np.isfinite(max_p) and max_p >= 0):
             raise ValueError(f"state_dict max_priority must be finite and >= 0, got {max_p}")

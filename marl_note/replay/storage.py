@@ -6,11 +6,15 @@ reads rows back by index. Valid rows are always ``0 .. len(storage) - 1``.
 """
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
+from numpy.typing import DTypeLike
+
+from marl_note.types import NumpyState
 
 Shape = tuple[int, ...]
+Spec = tuple[Shape, np.dtype]  # item shape and dtype of one column
 
 
 def check_capacity(capacity) -> int:
@@ -50,7 +54,7 @@ class RingStorage:
         (3, [[6.0, 7.0]])
     """
 
-    def __init__(self, capacity: int, specs: Mapping[str, tuple[Shape, np.dtype]]):
+    def __init__(self, capacity: int, specs: Mapping[str, Spec]):
         self.capacity = check_capacity(capacity)
         self._arrays: dict[str, np.ndarray] = {}
         for name, (shape, dtype) in specs.items():
@@ -73,7 +77,7 @@ class RingStorage:
     def has(self, name: str) -> bool:
         return name in self._arrays
 
-    def spec(self, name: str) -> tuple[Shape, np.dtype]:
+    def spec(self, name: str) -> Spec:
         arr = self._arrays[name]
         return arr.shape[1:], arr.dtype
 
@@ -127,17 +131,17 @@ class RingStorage:
         self._size = 0
 
     # -- persistence -------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, np.ndarray]:
+    def state_dict(self) -> NumpyState:
         """Valid rows of every column plus ``ptr``/``size``/``capacity`` as numpy scalars."""
-        state = {name: arr[: self._size].copy() for name, arr in self._arrays.items()}
+        state: NumpyState = {name: arr[: self._size].copy() for name, arr in self._arrays.items()}
         state["ptr"] = np.int64(self._ptr)
         state["size"] = np.int64(self._size)
         state["capacity"] = np.int64(self.capacity)
         return state
 
     def check_state_dict(self, state: Mapping[str, np.ndarray],
-                         optional: Mapping[str, tuple[Shape | None, np.dtype]] | None = None
-                         ) -> dict[str, tuple[Shape, np.dtype]]:
+                         optional: Mapping[str, tuple[Shape | None, DTypeLike]] | None = None
+                         ) -> dict[str, Spec]:
         """Validate ``state`` without touching anything; return the optional columns it brings.
 
         ``optional`` names columns that may be present (allocated lazily); their item
@@ -176,7 +180,7 @@ class RingStorage:
         return brought
 
     def load_state_dict(self, state: Mapping[str, np.ndarray],
-                        optional: Mapping[str, tuple[Shape | None, np.dtype]] | None = None) -> None:
+                        optional: Mapping[str, tuple[Shape | None, DTypeLike]] | None = None) -> None:
         optional = optional or {}
         brought = self.check_state_dict(state, optional)
         for name in [n for n in self._arrays if n in optional]:

@@ -1,11 +1,12 @@
 """A vectorized sum tree: O(log n) batched priority updates and proportional sampling."""
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 
 from marl_note.replay.storage import check_batch_size, check_capacity
+from marl_note.types import NumpyState
 
 
 class SumTree:
@@ -124,7 +125,7 @@ class SumTree:
         return self.find(rng.random(batch_size) * self.total)
 
     # -- persistence -----------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, np.ndarray]:
+    def state_dict(self) -> NumpyState:
         return {"leaves": self.leaves.copy(), "ptr": np.int64(self._ptr)}
 
     def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:

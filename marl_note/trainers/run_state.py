@@ -10,8 +10,9 @@ replay buffer's contents before it assigns anything (see :mod:`marl_note.agents.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -43,7 +44,7 @@ class RunState:
         return d
 
     @classmethod
-    def from_json(cls, d: Any) -> "RunState":
+    def from_json(cls, d: Any) -> RunState:
         """The counters of a run checkpoint; CheckpointError naming the first one of the wrong type."""
         if not isinstance(d, dict):
             raise CheckpointError(f"run checkpoint counters are {type(d).__name__}, expected an object")
@@ -156,7 +157,7 @@ def load_run(path: str, agents: Sequence[Any]) -> RunState:
                 before = None if callable(getattr(replay, "check_state_dict", None)) else replay.state_dict()
                 load_checked(replay, replay_state, before, f"{what} replay")
     except CheckpointError:
-        for what, agent, previous in reversed(done):
+        for _what, agent, previous in reversed(done):
             agent.load_state_dict(previous)
         raise
     return state

@@ -1,3 +1,4 @@
+import functools
 import io
 
 import gymnasium as gym
@@ -104,7 +105,7 @@ def test_episodes_are_held_until_they_end_and_stored_contiguously():
 
 
 def test_ring_wraparound_keeps_future_goals_inside_surviving_episodes():
-    make = lambda: BitFlippingEnv(8)
+    make = functools.partial(BitFlippingEnv, 8)
     buf = HERReplayBuffer.from_env(make(), capacity=23, strategy="episode", k=8, seed=3)
     collect(buf, make, n_envs=3, steps=80)
     assert len(buf) == 23
@@ -117,7 +118,7 @@ def test_ring_wraparound_keeps_future_goals_inside_surviving_episodes():
 
 
 def test_state_dict_roundtrip_with_pending_episodes():
-    make = lambda: PointReachEnv(max_steps=7)
+    make = functools.partial(PointReachEnv, max_steps=7)
     buf = HERReplayBuffer.from_env(make(), capacity=40, seed=2)
     collect(buf, make, n_envs=2, steps=25)
     assert buf.num_pending > 0
@@ -163,7 +164,7 @@ def test_bad_spaces_and_reward_functions():
 
 
 def test_bad_batches_are_rejected_before_anything_changes():
-    make = lambda: BitFlippingEnv(4)
+    make = functools.partial(BitFlippingEnv, 4)
     buf = HERReplayBuffer.from_env(make(), capacity=100, seed=0)
     collect(buf, make, steps=6)
     before, pending = storage_snapshot(buf), buf.num_pending

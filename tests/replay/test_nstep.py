@@ -38,7 +38,8 @@ def nstep_reference(t: Transitions, n: int, gamma: float, flushed: bool) -> dict
                 rew=sum(gamma ** k * float(t.rew[j]) for k, j in enumerate(window)),
                 next_obs=t.next_obs[last], terminated=bool(t.terminated[last]), truncated=bool(t.truncated[last]),
                 discount=gamma ** len(window), act=int(t.act[i]), stream=int(streams[i]),
-                mask=None if t.mask is None else t.mask[i], next_mask=None if t.next_mask is None else t.next_mask[last])
+                mask=None if t.mask is None else t.mask[i],
+                next_mask=None if t.next_mask is None else t.next_mask[last])
     return out
 
 
@@ -77,9 +78,10 @@ def test_matches_brute_force_reference(n, gamma, n_streams, chunk, seed):
 
 
 def test_interleaved_streams_do_not_mix():
-    mk = lambda s, r, term=False: Transitions(obs=np.array([[r]]), act=np.array([0]), rew=np.array([r]),
-                                              next_obs=np.array([[r + 0.5]]), terminated=np.array([term]),
-                                              truncated=np.array([False]), stream=np.array([s]))
+    def mk(s, r, term=False):
+        return Transitions(obs=np.array([[r]]), act=np.array([0]), rew=np.array([r]), next_obs=np.array([[r + 0.5]]),
+                           terminated=np.array([term]), truncated=np.array([False]), stream=np.array([s]))
+
     acc = NStepAccumulator(2, 1.0)
     assert len(acc.add(Transitions.concatenate([mk(0, 1.0), mk(1, 10.0)]))) == 0
     out = acc.add(Transitions.concatenate([mk(1, 20.0), mk(0, 2.0, term=True)]))

@@ -63,7 +63,7 @@ def test_importance_weights_match_naive_reference_and_beta_anneals():
     buf.update_priorities(np.arange(10), td)
     p = (td + buf.eps) ** 0.6
     probs = p / p.sum()
-    for call, beta in enumerate([0.4, 0.55, 0.7, 0.85, 1.0, 1.0]):
+    for beta in [0.4, 0.55, 0.7, 0.85, 1.0, 1.0]:
         assert buf.beta == pytest.approx(beta)
         batch = buf.sample(64)
         w = (10 * probs[batch.indices]) ** -beta
