@@ -9,8 +9,9 @@ their Polyak targets and optimisers, and take one gradient step on a :class:`DDP
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping, NamedTuple
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -21,8 +22,15 @@ from marl_note.agents.core import AgentCore
 from marl_note.agents.networks import ACTIVATIONS, check_hidden_sizes, mlp_weights
 from marl_note.agents.replay_options import ReplayFeed, check_num_steps, check_prioritized_options, network_space
 from marl_note.types import Transitions
-from marl_note.validation import (non_negative_float, non_negative_int, open_unit_interval, optional,
-                                  positive_float, positive_int, unit_interval)
+from marl_note.validation import (
+    non_negative_float,
+    non_negative_int,
+    open_unit_interval,
+    optional,
+    positive_float,
+    positive_int,
+    unit_interval,
+)
 
 __all__ = ["DDPGConfig", "DDPGBatch", "DDPGCore"]
 
@@ -162,14 +170,14 @@ class DDPGCore(AgentCore):
                  her=None, compute_reward=None, replay=None, augment=None, seed: int | None = None,
                  device: Any = "cpu", compile: bool = False):
         super().__init__(observation_space, action_space, seed=seed, device=device, compile=compile)
-        check_box_action_space(action_space)
+        box = check_box_action_space(action_space)
         self.encoder = ObsEncoder(network_space(observation_space))
         self.cfg = cfg = DDPGConfig(
             hidden_sizes=hidden_sizes, activation=activation, actor_lr=actor_lr, critic_lr=critic_lr, gamma=gamma,
             tau=tau, buffer_size=buffer_size, learning_starts=learning_starts, replay_ratio=replay_ratio,
             update_steps=update_steps, action_l2=action_l2, target_clip=target_clip, max_grad_norm=max_grad_norm,
             PR=PR, alpha=alpha, beta=beta, initial_TD=initial_TD, num_steps=num_steps)
-        self.scaler = ActionScaler(action_space)
+        self.scaler = ActionScaler(box)
         self._feed = ReplayFeed(observation_space, action_space, buffer_size=cfg.buffer_size, gamma=cfg.gamma,
                                 PR=cfg.PR, alpha=cfg.alpha, beta=cfg.beta, initial_TD=cfg.initial_TD,
                                 num_steps=cfg.num_steps, her=her, compute_reward=compute_reward, replay=replay,

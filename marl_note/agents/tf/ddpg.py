@@ -5,7 +5,8 @@ The state has the PyTorch agent's keys and layouts, so checkpoints move between 
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import tensorflow as tf

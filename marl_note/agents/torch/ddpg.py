@@ -4,7 +4,8 @@ Acting, replay, exploration and the update schedule are numpy, in :mod:`marl_not
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import torch
