@@ -1,4 +1,4 @@
-"""Backend-neutral constructor settings for DQN, PPO and DDPG (numpy only).
+"""Backend-neutral constructor settings for DQN and PPO (numpy only).
 
 The PyTorch and TensorFlow agents take the same arguments; each ``apply_*_config`` function here
 checks those arguments and sets the resulting hyperparameters (and numpy-side helpers such as the
@@ -19,18 +19,17 @@ Example:
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
-from marl_note.agents.continuous import ActionScaler, ExplorationNoise
 from marl_note.agents.policies import EpsGreedyQPolicy
 from marl_note.agents.replay_options import ReplayFeed, check_prioritized_options
 from marl_note.agents.rl_common import run_update_schedule
 
-__all__ = ["apply_dqn_config", "ppo_action_output", "apply_ppo_config", "apply_ppo_priority_config",
-           "apply_ddpg_config"]
+__all__ = ["apply_dqn_config", "ppo_action_output", "apply_ppo_config", "apply_ppo_priority_config"]
 
 
 def apply_dqn_config(agent, observation_space: gym.Space, action_space: gym.Space, *, gamma, buffer_size,
@@ -109,38 +108,6 @@ def apply_ppo_priority_config(agent, *, PR, alpha, beta, initial_TD, lambda_, in
     agent.lambda_, agent.initial_ratio = float(lambda_), float(initial_ratio)
     if agent.lambda_ * agent.initial_TD + (1 - agent.lambda_) * agent.initial_ratio <= 0:
         raise ValueError("the initial priority lambda_ * initial_TD + (1 - lambda_) * initial_ratio must be > 0")
-
-
-def apply_ddpg_config(agent, observation_space: gym.Space, action_space: gym.Space, *, gamma, tau, buffer_size,
-                      learning_starts, replay_ratio, update_steps, noise, action_l2, target_clip,
-                      max_grad_norm, PR, alpha, beta, initial_TD, num_steps, her, compute_reward,
-                      replay, augment=None) -> None:
-    """Check DDPG's arguments and set its hyperparameters, action scaler, replay feed and noise."""
-    if not 0.0 <= gamma <= 1.0:
-        raise ValueError(f"gamma must be in [0, 1], got {gamma}")
-    if not 0.0 < tau <= 1.0:
-        raise ValueError(f"tau must be in (0, 1], got {tau}")
-    if replay_ratio < 0 or (update_steps is not None and int(update_steps) < 0) or int(learning_starts) < 0:
-        raise ValueError("replay_ratio, update_steps and learning_starts must be non-negative")
-    if action_l2 < 0:
-        raise ValueError(f"action_l2 must be >= 0, got {action_l2}")
-    if target_clip is not None and not (len(target_clip) == 2 and target_clip[0] <= target_clip[1]):
-        raise ValueError(f"target_clip must be a (low, high) pair with low <= high, got {target_clip!r}")
-    agent.gamma, agent.tau = float(gamma), float(tau)
-    agent.learning_starts = int(learning_starts)
-    agent.replay_ratio = float(replay_ratio)
-    agent.update_steps = None if update_steps is None else int(update_steps)
-    agent.action_l2 = float(action_l2)
-    agent.target_clip = None if target_clip is None else (float(target_clip[0]), float(target_clip[1]))
-    agent.max_grad_norm = max_grad_norm
-    agent.scaler = ActionScaler(action_space)
-    agent._feed = ReplayFeed(observation_space, action_space, buffer_size=buffer_size, gamma=gamma, PR=PR,
-                             alpha=alpha, beta=beta, initial_TD=initial_TD, num_steps=num_steps, her=her,
-                             compute_reward=compute_reward, replay=replay, augment=augment,
-                             seed=int(agent.rng.integers(0, 2**63 - 1)))
-    agent.replay = agent._feed.replay
-    agent.noise = ExplorationNoise(noise, (agent.scaler.dim,), sigma=0.1,
-                                   seed=int(agent.rng.integers(0, 2**63 - 1)))
 
 
 class DQNSharedMethods:

@@ -1,19 +1,29 @@
-"""DDPG (torch): acting in the bounds, noise, targets, Polyak updates, state, a short learning check, HER."""
+"""DDPG in both backends: acting in the bounds, noise, targets, Polyak updates, state, learning, HER, parity."""
+import importlib
 
 import gymnasium as gym
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-
-from marl_note.agents.noise import GaussianWhiteNoiseProcess, OrnsteinUhlenbeckProcess  # noqa: E402
-from marl_note.agents.torch import DDPG  # noqa: E402
-from marl_note.envs.goal_envs import PointReachEnv  # noqa: E402
-from marl_note.replay import HERReplayBuffer, PrioritizedReplayBuffer  # noqa: E402
-from marl_note.types import Transitions  # noqa: E402
+from marl_note.agents.ddpg import DDPGConfig, DDPGCore
+from marl_note.agents.networks import mlp_forward
+from marl_note.agents.noise import GaussianWhiteNoiseProcess, OrnsteinUhlenbeckProcess
+from marl_note.envs.goal_envs import PointReachEnv
+from marl_note.replay import HERReplayBuffer, PrioritizedReplayBuffer
+from marl_note.types import Transitions
 
 OBS = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
 ACT = gym.spaces.Box(np.array([0.0, -2.0], np.float32), np.array([1.0, 2.0], np.float32))
+
+
+def backend(name):
+    pytest.importorskip("torch" if name == "torch" else "tensorflow")
+    return importlib.import_module(f"marl_note.agents.{name}")
+
+
+@pytest.fixture(params=["torch", "tf"])
+def DDPG(request):
+    return backend(request.param).DDPG
 
 
 def batch(n, rng, **over):
@@ -24,7 +34,7 @@ def batch(n, rng, **over):
     return Transitions(**t)
 
 
-def test_rejects_bad_spaces_and_options():
+def test_rejects_bad_spaces_and_options(DDPG):
     with pytest.raises(TypeError, match="Box action space"):
         DDPG(OBS, gym.spaces.Discrete(2))
     with pytest.raises(ValueError, match="finite"):
@@ -37,9 +47,35 @@ def test_rejects_bad_spaces_and_options():
         DDPG(OBS, ACT, noise=GaussianWhiteNoiseProcess(size=3))
     with pytest.raises(TypeError, match="sample"):
         DDPG(OBS, ACT, noise=object())
+    with pytest.raises(ValueError, match="beta"):
+        DDPG(OBS, ACT, PR=True, beta=3.0)
 
 
-def test_actions_are_squashed_into_asymmetric_bounds():
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(actor_lr=0.0), "actor_lr must be a positive"), (dict(critic_lr=-1e-3), "critic_lr must be a positive"),
+    (dict(learning_starts=-1), "learning_starts must be a non-negative integer"),
+    (dict(update_steps=1.5), "update_steps must be a non-negative integer"),
+    (dict(replay_ratio=-0.5), "replay_ratio must be a finite number >= 0"),
+    (dict(max_grad_norm=0.0), "max_grad_norm must be a positive"), (dict(action_l2=-1.0), "action_l2"),
+    (dict(activation="sigmoid"), "unknown activation"), (dict(hidden_sizes=(8, 0)), "hidden_sizes"),
+    (dict(target_clip=(1.0,)), "target_clip must be a"), (dict(gamma=1.5), r"gamma must be in \[0, 1\]"),
+])
+def test_config_checks_every_hyperparameter_once(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        DDPGConfig(**kwargs)
+    with pytest.raises(ValueError, match=match):
+        backend("torch").DDPG(OBS, ACT, **kwargs)
+
+
+def test_the_core_needs_a_backend_and_matches_the_config_defaults():
+    with pytest.raises(TypeError, match="no backend"):
+        DDPGCore(OBS, ACT)
+    agent = backend("torch").DDPG(OBS, ACT, hidden_sizes=[16], target_clip=[-1, 0], seed=0)
+    assert agent.cfg == DDPGConfig(hidden_sizes=(16,), target_clip=(-1.0, 0.0))
+    assert agent.config["gamma"] == DDPGConfig.gamma and agent.config["hidden_sizes"] == [16]
+
+
+def test_actions_are_squashed_into_asymmetric_bounds(DDPG):
     agent = DDPG(OBS, ACT, hidden_sizes=(16,), seed=0)
     obs = np.random.default_rng(0).uniform(-1, 1, (64, 3)).astype(np.float32)
     greedy = agent.act(obs)
@@ -47,14 +83,15 @@ def test_actions_are_squashed_into_asymmetric_bounds():
     np.testing.assert_array_equal(greedy, agent.act(obs))  # deterministic without exploration
     unit = agent.unit_actions(obs)
     np.testing.assert_allclose(greedy, np.stack([(unit[:, 0] + 1) / 2, 2 * unit[:, 1]], 1), rtol=1e-6, atol=1e-6)
-    with torch.no_grad():  # saturate the actor: actions hit the bounds exactly, never beyond
-        agent.actor[-2].bias.fill_(100.0)
+    state = agent.state_dict()
+    state["actor.2.bias"][:] = 100.0  # saturate the actor: actions hit the bounds exactly, never beyond
+    agent.load_state_dict(state)
     np.testing.assert_allclose(agent.act(obs), np.tile(ACT.high, (64, 1)))
     noisy = agent.act(obs, explore=True)
     assert np.all(noisy >= ACT.low) and np.all(noisy <= ACT.high)
 
 
-def test_default_noise_is_ten_percent_of_half_range():
+def test_default_noise_is_ten_percent_of_half_range(DDPG):
     agent = DDPG(OBS, ACT, hidden_sizes=(16,), seed=1)
     obs = np.zeros((4000, 3), np.float32)
     diff = agent.act(obs, explore=True) - agent.act(obs)
@@ -62,7 +99,7 @@ def test_default_noise_is_ten_percent_of_half_range():
     np.testing.assert_allclose(std, [0.1 * 0.5, 0.1 * 2.0], rtol=0.1)
 
 
-def test_batched_ou_noise_restarts_rows_whose_episodes_ended():
+def test_batched_ou_noise_restarts_rows_whose_episodes_ended(DDPG):
     ou = OrnsteinUhlenbeckProcess(theta=0.15, sigma=0.3, size=(3, 2), seed=0)
     agent = DDPG(OBS, ACT, noise=ou, hidden_sizes=(8,), seed=2)
     rng = np.random.default_rng(2)
@@ -74,26 +111,28 @@ def test_batched_ou_noise_restarts_rows_whose_episodes_ended():
         agent.act(np.zeros((2, 3), np.float32), explore=True)
 
 
-def test_td_target_and_polyak_targets():
+def test_td_target_and_polyak_targets(DDPG):
     rng = np.random.default_rng(3)
     agent = DDPG(OBS, ACT, hidden_sizes=(16,), gamma=0.9, tau=0.1, learning_starts=1, update_steps=1, seed=3)
     b = batch(32, rng)
-    with torch.no_grad():
-        nx = torch.as_tensor(b.next_obs)
-        q_next = agent.critic_target(torch.cat([nx, agent.actor_target(nx)], 1)).squeeze(1).numpy()
-    expected = b.rew + 0.9 * (~b.terminated) * q_next
-    np.testing.assert_allclose(agent.td_target(b).numpy(), expected, rtol=1e-5, atol=1e-6)
+    w = agent.state_dict()
+    nx = np.asarray(b.next_obs)
+    mu = np.tanh(mlp_forward(w, "actor_target", nx, "relu"))
+    q_next = mlp_forward(w, "critic_target", np.concatenate([nx, mu], 1), "relu")[:, 0]
+    np.testing.assert_allclose(agent.td_target(b), b.rew + 0.9 * (~b.terminated) * q_next, rtol=1e-5, atol=1e-5)
     clipped = DDPG(OBS, ACT, hidden_sizes=(16,), target_clip=(-0.01, 0.01), seed=3)
-    assert np.abs(clipped.td_target(b).numpy()).max() <= 0.01 + 1e-7
-    old_targets = [p.detach().clone() for p in agent.actor_target.parameters()]
+    assert np.abs(clipped.td_target(b)).max() <= 0.01 + 1e-7
     agent.observe(b)
     m = agent.update(16)
-    assert m["gradient_steps"] == 1 and {"critic_loss", "actor_loss", "q_mean", "noise_sigma"} <= set(m)
-    for t, s, old in zip(agent.actor_target.parameters(), agent.actor.parameters(), old_targets):
-        torch.testing.assert_close(t, 0.9 * old + 0.1 * s)
+    assert m["gradient_steps"] == 1 and {"critic_loss", "actor_loss", "q_mean", "td_abs", "noise_sigma"} <= set(m)
+    after = agent.state_dict()
+    for key in w:
+        if key.startswith("actor_target."):
+            source = after[key.replace("actor_target", "actor")]
+            np.testing.assert_allclose(after[key], 0.9 * w[key] + 0.1 * source, rtol=1e-5, atol=1e-7)
 
 
-def test_update_schedule_like_dqn():
+def test_update_schedule_like_dqn(DDPG):
     rng = np.random.default_rng(4)
     agent = DDPG(OBS, ACT, hidden_sizes=(8,), learning_starts=20, replay_ratio=0.5, seed=4)
     agent.observe(batch(10, rng))
@@ -101,9 +140,10 @@ def test_update_schedule_like_dqn():
     agent.observe(batch(30, rng))
     assert agent.update(8)["gradient_steps"] == 15
     assert agent.update(8)["gradient_steps"] == 1
+    assert agent.updates == 16
 
 
-def test_prioritized_ddpg_feeds_back_td():
+def test_prioritized_ddpg_feeds_back_td(DDPG):
     rng = np.random.default_rng(5)
     agent = DDPG(OBS, ACT, PR=True, hidden_sizes=(8,), learning_starts=1, update_steps=2, seed=5)
     assert isinstance(agent.replay, PrioritizedReplayBuffer) and agent.prioritized
@@ -120,7 +160,7 @@ def _run(agent, seed):
     return agent
 
 
-def test_seeded_runs_identical_and_state_round_trip():
+def test_seeded_runs_identical_and_state_round_trip(DDPG):
     kw = dict(hidden_sizes=(16,), learning_starts=10, seed=6)
     a, b = _run(DDPG(OBS, ACT, **kw), 0), _run(DDPG(OBS, ACT, **kw), 0)
     sa, sb = a.state_dict(), b.state_dict()
@@ -138,7 +178,7 @@ def test_seeded_runs_identical_and_state_round_trip():
     np.testing.assert_array_equal(a.q_values(obs, a.act(obs)), c.q_values(obs, c.act(obs)))
 
 
-def test_learns_a_contextual_bandit():
+def test_learns_a_contextual_bandit(DDPG):
     """One-step task: reward -(a - target(obs))^2; the greedy action must track the target."""
     obs_space = gym.spaces.Box(-1, 1, (1,), np.float32)
     act_space = gym.spaces.Box(-1, 1, (1,), np.float32)
@@ -158,11 +198,12 @@ def test_learns_a_contextual_bandit():
     assert err.mean() < 0.1, err
 
 
-def test_her_on_point_reach_takes_goal_dicts():
+def test_her_on_point_reach_takes_goal_dicts(DDPG):
     env = PointReachEnv(max_steps=10)
     agent = DDPG(env.observation_space, env.action_space, her=dict(strategy="future", k=4),
                  compute_reward=env.compute_reward, hidden_sizes=(16,), learning_starts=10, seed=8)
     assert isinstance(agent.replay, HERReplayBuffer) and agent.encoder.dim == 4
+    assert agent.observation_space is env.observation_space
     for ep in range(3):
         obs, _ = env.reset(seed=ep)
         done = False
@@ -187,13 +228,44 @@ def test_trainer_runs_ddpg_her_on_goal_env():
     trainer = DecentralizedTrainer(lambda: PointReachEnv(max_steps=10), num_train_envs=2, num_test_envs=2,
                                    episodes_per_train=6, test_freq=6, episodes_per_test=2, update_freq=10, seed=0)
     env = PointReachEnv()
-    agent = DDPG(trainer.observation_space("agent_0"), trainer.action_space("agent_0"),
-                 her=dict(strategy="future", k=4), compute_reward=env.compute_reward, hidden_sizes=(8,),
-                 learning_starts=10, seed=0)
+    agent = backend("torch").DDPG(trainer.observation_space("agent_0"), trainer.action_space("agent_0"),
+                                  her=dict(strategy="future", k=4), compute_reward=env.compute_reward,
+                                  hidden_sizes=(8,), learning_starts=10, seed=0)
     stats = trainer.train([agent], learning_mask=[1], plot=False, progress=False)
     trainer.close()
     assert stats["num_collected_episodes"] >= 6 and stats["num_gradient_steps"] > 0
     assert len(agent.replay) == agent.agent_steps
+
+
+def test_augment_stores_mirrored_transitions(DDPG):
+    def mirror(t):  # a symmetry of a made-up task: negate observations and the second action number
+        act = np.array(t.act, copy=True)
+        act[:, 1] = -act[:, 1]
+        return Transitions(obs=-t.obs, act=act, rew=t.rew, next_obs=-t.next_obs, terminated=t.terminated,
+                           truncated=t.truncated)
+
+    real = batch(6, np.random.default_rng(3))
+    agent = DDPG(OBS, ACT, seed=0, augment=mirror)
+    agent.observe(real)
+    assert len(agent.replay) == 12 and agent.agent_steps == 6
+    stored = agent.replay.get(np.arange(12))
+    np.testing.assert_allclose(stored.obs[6:], -real.obs)
+    np.testing.assert_allclose(stored.act[6:, 1], -np.asarray(real.act)[:, 1], rtol=1e-6)
+
+
+def test_torch_compile_option_falls_back_to_the_eager_step(monkeypatch):
+    torch = pytest.importorskip("torch")
+    DDPG = backend("torch").DDPG
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: (_ for _ in ()).throw(RuntimeError("nope")))
+    b = batch(16, np.random.default_rng(9))
+    with pytest.warns(RuntimeWarning, match="DDPG critic loss"):
+        agents = [DDPG(OBS, ACT, hidden_sizes=(8,), learning_starts=1, update_steps=2, seed=0, compile=c)
+                  for c in (False, True)]
+        for agent in agents:
+            agent.observe(b)
+            agent.update(8)
+    a, c = (agent.state_dict() for agent in agents)
+    assert all(np.array_equal(a[k], c[k]) for k in a)
 
 
 # --------------------------------------------------------------------------- TF backend at parity
@@ -218,75 +290,43 @@ class FixedReplay:
 
 
 def test_tf_ddpg_matches_torch_step_for_step():
-    tf_agents = pytest.importorskip("marl_note.agents.tf")
+    torch_agents, tf_agents = backend("torch"), backend("tf")
     rng = np.random.default_rng(10)
     batches = [batch(32, rng) for _ in range(3)]
     batches[1].weights, batches[1].indices = rng.uniform(0.2, 1, 32).astype(np.float32), np.arange(32)
     kw = dict(hidden_sizes=(16, 16), learning_starts=0, update_steps=1, gamma=0.9, tau=0.2, action_l2=0.5,
               target_clip=(-5.0, 5.0), max_grad_norm=1.0, seed=11)
-    pt = DDPG(OBS, ACT, replay=FixedReplay(batches), **kw)
+    pt = torch_agents.DDPG(OBS, ACT, replay=FixedReplay(batches), **kw)
     tfa = tf_agents.DDPG(OBS, ACT, replay=FixedReplay(batches), **kw)
     st, sf = pt.state_dict(), tfa.state_dict()
-    assert st.keys() == sf.keys() and all(np.shape(st[k]) == np.shape(sf[k]) for k in st)
-    tfa.load_state_dict(st)
+    assert st.keys() == sf.keys()  # and the same seed draws the same weights and generators in both backends
+    assert all(np.array_equal(st[k], sf[k]) for k in st), [k for k in st if not np.array_equal(st[k], sf[k])]
     obs = rng.uniform(-1, 1, (20, 3)).astype(np.float32)
     np.testing.assert_allclose(tfa.act(obs), pt.act(obs), atol=1e-5)
     np.testing.assert_allclose(tfa.act(obs, explore=True), pt.act(obs, explore=True), atol=1e-5)  # same noise rng
-    np.testing.assert_allclose(tfa.td_target(batches[0]).numpy(), pt.td_target(batches[0]).numpy(), atol=1e-5)
+    np.testing.assert_allclose(tfa.td_target(batches[0]), pt.td_target(batches[0]), atol=1e-5)
     for _ in range(3):
         mt, mf = pt.update(32), tfa.update(32)
         assert mt["critic_loss"] == pytest.approx(mf["critic_loss"], rel=1e-4, abs=1e-6)
         assert mt["actor_loss"] == pytest.approx(mf["actor_loss"], rel=1e-4, abs=1e-6)
     st, sf = pt.state_dict(), tfa.state_dict()
     for k in st:
-        if k not in ("rng", "torch_rng", "noise.rng"):
+        if k not in ("rng", "noise.rng"):
             np.testing.assert_allclose(np.asarray(sf[k], np.float64), np.asarray(st[k], np.float64),
                                        rtol=1e-4, atol=1e-5, err_msg=k)
     assert len(pt.replay.calls) == len(tfa.replay.calls) == 1  # the weighted batch fed back |TD|
     np.testing.assert_allclose(np.abs(tfa.replay.calls[0]), np.abs(pt.replay.calls[0]), rtol=1e-4, atol=1e-5)
-    back = DDPG(OBS, ACT, **{**kw, "seed": 99})
+    back = torch_agents.DDPG(OBS, ACT, **{**kw, "seed": 99})
     back.load_state_dict(tfa.state_dict())  # and back into torch
     np.testing.assert_allclose(back.act(obs), tfa.act(obs), atol=1e-5)
 
 
-def test_tf_ddpg_her_and_options():
-    tf_agents = pytest.importorskip("marl_note.agents.tf")
-    env = PointReachEnv(max_steps=5)
-    agent = tf_agents.DDPG(env.observation_space, env.action_space, her=dict(strategy="final", k=2),
-                           compute_reward=env.compute_reward, hidden_sizes=(8,), learning_starts=5, seed=0)
-    assert isinstance(agent.replay, HERReplayBuffer) and agent.observation_space is env.observation_space
-    obs, _ = env.reset(seed=0)
-    for _ in range(5):
-        one = {k: v[None] for k, v in obs.items()}
-        a = agent.act(one, explore=True)
-        nxt, r, term, trunc, _ = env.step(a[0])
-        agent.observe(Transitions(obs=one, act=a, rew=np.array([r], np.float32),
-                                  next_obs={k: v[None] for k, v in nxt.items()}, terminated=np.array([term]),
-                                  truncated=np.array([trunc])))
-        obs = nxt
-        if term or trunc:
-            break
-    assert agent.update(8)["gradient_steps"] >= 1
-    with pytest.raises(ValueError, match="beta"):
-        tf_agents.DDPG(OBS, ACT, PR=True, beta=3.0)
-    with pytest.raises(TypeError, match="Box action space"):
-        tf_agents.DDPG(OBS, gym.spaces.Discrete(2))
-
-
-def test_augment_stores_mirrored_transitions_in_both_backends():
-    def mirror(t):  # a symmetry of a made-up task: negate observations and the second action number
-        act = np.array(t.act, copy=True)
-        act[:, 1] = -act[:, 1]
-        return Transitions(obs=-t.obs, act=act, rew=t.rew, next_obs=-t.next_obs, terminated=t.terminated,
-                           truncated=t.truncated)
-
-    real = batch(6, np.random.default_rng(3))
-    agents = [DDPG(OBS, ACT, seed=0, augment=mirror)]
-    tf_agents = pytest.importorskip("marl_note.agents.tf")
-    agents.append(tf_agents.DDPG(OBS, ACT, seed=0, augment=mirror))
-    for agent in agents:
-        agent.observe(real)
-        assert len(agent.replay) == 12 and agent.agent_steps == 6
-        stored = agent.replay.get(np.arange(12))
-        np.testing.assert_allclose(stored.obs[6:], -real.obs)
-        np.testing.assert_allclose(stored.act[6:, 1], -np.asarray(real.act)[:, 1], rtol=1e-6)
+def test_a_checkpoint_moves_between_backends(tmp_path):
+    torch_agents, tf_agents = backend("torch"), backend("tf")
+    agent = _run(tf_agents.DDPG(OBS, ACT, hidden_sizes=(8,), learning_starts=10, seed=12), 1)
+    path = agent.save(tmp_path / "ddpg.zip")
+    restored = torch_agents.DDPG.restore(path)
+    assert type(restored) is torch_agents.DDPG and restored.updates == agent.updates
+    obs = np.random.default_rng(2).uniform(-1, 1, (8, 3)).astype(np.float32)
+    np.testing.assert_allclose(restored.act(obs), agent.act(obs), atol=1e-5)
+    np.testing.assert_allclose(restored.act(obs, explore=True), agent.act(obs, explore=True), atol=1e-5)
