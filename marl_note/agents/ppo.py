@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -162,7 +163,7 @@ class PPOCore(AgentCore):
                              log_std_init=log_std_init, PR=PR, alpha=alpha, beta=beta, initial_TD=initial_TD,
                              lambda_=lambda_, initial_ratio=initial_ratio)
         self.encoder = ObsEncoder(observation_space)
-        self.action_start = 0 if self.continuous else int(action_space.start)
+        self.action_start = 0 if self.continuous else int(action_space.start)  # type: ignore[attr-defined]
         self.rollout = RolloutBuffer(observation_space, action_space)
         self.nets = self.Networks(self._initial_weights(), self.cfg, self.continuous, device=self.device,
                                   compile=self.compile)
@@ -197,7 +198,7 @@ class PPOCore(AgentCore):
         if self.continuous:
             if explore:
                 out = out + np.exp(self.nets.log_std().astype(np.float64)) * self.rng.standard_normal(out.shape)
-            return out.reshape(len(out), *self.action_space.shape).astype(self.action_space.dtype)
+            return out.reshape((len(out), *self.action_space.shape)).astype(self.action_space.dtype)  # type: ignore[misc]
         mask = check_mask(mask, len(out), self.out_dim)
         a = sample_categorical(masked_softmax(out, mask), self.rng) if explore else masked_argmax(out, mask)
         return a + self.action_start
@@ -261,8 +262,8 @@ class PPOCore(AgentCore):
                     per.update_priorities(idx, out["td"], ratios=ratio, lambda_=cfg.lambda_)
                 kl = float(np.mean((ratio - 1.0) - log_ratio))
                 epoch_kl.append(kl)
-                sums += (out["policy_loss"], out["value_loss"], out["entropy"], kl,
-                         float(np.mean(np.abs(ratio - 1.0) > cfg.clip_range)))
+                sums += np.array([out["policy_loss"], out["value_loss"], out["entropy"], kl,
+                                  np.mean(np.abs(ratio - 1.0) > cfg.clip_range)])
             if cfg.target_kl is not None and np.mean(epoch_kl) > 1.5 * cfg.target_kl:
                 break
         self.rollout.clear()

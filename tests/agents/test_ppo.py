@@ -39,7 +39,8 @@ def rollout(agent, n, rng, masks=False, streams=4):
 def sharpen(agent, factor):
     """Scale the policy head's last layer (through the numpy state) so the logits really matter."""
     state = agent.state_dict()
-    key = max((k for k in state if k.startswith("net.pi.") and k.endswith(".weight")), key=lambda k: int(k.split(".")[2]))
+    heads = [k for k in state if k.startswith("net.pi.") and k.endswith(".weight")]
+    key = max(heads, key=lambda k: int(k.split(".")[2]))
     state[key] = state[key] * factor
     agent.load_state_dict(state)
 

@@ -6,7 +6,8 @@ Everything else (acting, rollout, GAE, minibatches, priorities, epochs) is
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import keras
 import numpy as np
@@ -24,15 +25,15 @@ _LOG_2PI = math.log(2 * math.pi)
 class PPONetworks(TFNetworks):
     """The actor-critic ``net`` (``log_std``, ``trunk``, ``pi``, ``v``) and its Adam ``optimizer``.
 
-    Example:
+    Example (a shared trunk and a Gaussian policy over 2 action dimensions):
         >>> import numpy as np
         >>> from marl_note.agents.networks import mlp_weights
-        >>> rng = np.random.default_rng(0)
-        >>> w = {**mlp_weights("net.pi", 3, (8,), 2, rng), **mlp_weights("net.v", 3, (8,), 1, rng)}
-        >>> nets = PPONetworks(w, PPOConfig(), continuous=False)
-        >>> [a.shape for a in nets.evaluate(np.zeros((4, 3), np.float32), np.zeros(4, np.int64),
-        ...                                 np.ones((4, 2), bool))]
-        [(4,), (4,)]
+        >>> g = np.random.default_rng(0)
+        >>> w = {"net.log_std": np.zeros(2, np.float32), **mlp_weights("net.trunk", 3, (8,), None, g),
+        ...      **mlp_weights("net.pi", 8, (), 2, g), **mlp_weights("net.v", 8, (), 1, g)}
+        >>> nets = PPONetworks(w, PPOConfig(shared=True), continuous=True)
+        >>> nets.policy(np.zeros((4, 3), np.float32)).shape, nets.log_std().tolist()
+        ((4, 2), [0.0, 0.0])
     """
 
     def __init__(self, weights: Mapping[str, np.ndarray], cfg: PPOConfig, continuous: bool, device: Any = "cpu",
@@ -94,7 +95,8 @@ class PPONetworks(TFNetworks):
             logp, entropies, v = self._evaluate(x, act, mask)
             log_ratio = logp - old_logp
             ratio = tf.exp(log_ratio)
-            surrogate = tf.minimum(ratio * adv, tf.clip_by_value(ratio, 1.0 - cfg.clip_range, 1.0 + cfg.clip_range) * adv)
+            clipped = tf.clip_by_value(ratio, 1.0 - cfg.clip_range, 1.0 + cfg.clip_range)
+            surrogate = tf.minimum(ratio * adv, clipped * adv)
             terms = [-tf.reduce_mean(w * surrogate), tf.reduce_mean(w * tf.square(v - ret)), tf.reduce_mean(entropies)]
             loss = terms[0] + cfg.vf_coef * terms[1] - cfg.ent_coef * terms[2]
         _, checks = self.apply("optimizer", tape, loss, cfg.max_grad_norm)
@@ -106,6 +108,7 @@ class PPONetworks(TFNetworks):
         return self._policy_fn(x).numpy()
 
     def log_std(self) -> np.ndarray:
+        assert self.std_log is not None, "a categorical policy has no log-std"
         return self.std_log.numpy()
 
     def values(self, x: np.ndarray) -> np.ndarray:

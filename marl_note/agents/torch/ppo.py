@@ -6,7 +6,8 @@ Everything else (acting, rollout, GAE, minibatches, priorities, epochs) is
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -87,7 +88,7 @@ class PPONetworks(TorchNetworks):
     def _evaluate(self, x: torch.Tensor, act: torch.Tensor, mask: torch.Tensor):
         """Log-probabilities of ``act``, entropies and values (``mask``: bool ``[B, n]``, unused for Box)."""
         out, values = self.net(x)
-        if self.continuous:
+        if self.net.log_std is not None:  # a Gaussian policy
             log_std = self.net.log_std.expand_as(out)
             z = (act - out) / log_std.exp()
             logp = (-0.5 * z.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
@@ -102,6 +103,7 @@ class PPONetworks(TorchNetworks):
         return self.net.policy_out(self.tensor(x)).cpu().numpy()
 
     def log_std(self) -> np.ndarray:
+        assert self.net.log_std is not None, "a categorical policy has no log-std"
         return self.net.log_std.detach().cpu().numpy()
 
     @torch.inference_mode()
