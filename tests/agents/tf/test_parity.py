@@ -161,15 +161,17 @@ def ppo_rollout(agent, n, rng, space):
 
 
 @pytest.mark.parametrize("space,shared,epochs,batch,pr", [
-    (ACT, False, 1, 64, False), (ACT, True, 2, 32, False), (gym.spaces.Box(-1, 1, (2, 1), np.float32), False, 2, 32, False),
-    (ACT, False, 2, 32, True)], ids=["masked-1x1", "masked-shared-2x2", "box-2x2", "prioritized-2x2"])
+    (ACT, False, 1, 64, False), (ACT, True, 2, 32, False),
+    (gym.spaces.Box(-1, 1, (2, 1), np.float32), False, 2, 32, False), (ACT, False, 2, 32, True)], ids=["masked-1x1", "masked-shared-2x2", "box-2x2", "prioritized-2x2"])
 def test_ppo_update_parity(space, shared, epochs, batch, pr):
     cfg = dict(hidden_sizes=(16, 16), shared=shared, n_steps=64, n_epochs=epochs, ent_coef=0.01, lr=1e-2,
                log_std_init=-0.5, seed=2, PR=pr)
     pt = torch_agents.PPO(OBS, space, **cfg)
     tfa = tf_agents.PPO(OBS, space, **cfg)
-    with torch.no_grad():  # a sharper policy than the 0.01-gain init, so logits really matter
-        (pt.net.pi[-1] if not shared else pt.net.pi[0]).weight.mul_(100.0)
+    state = pt.state_dict()  # a sharper policy than the 0.01-gain init, so logits really matter
+    head = "net.pi.0.weight" if shared else "net.pi.4.weight"
+    state[head] = state[head] * 100.0
+    pt.load_state_dict(state)
     tfa.load_state_dict(pt.state_dict())
     rng = np.random.default_rng(2)
     data = ppo_rollout(pt, 64, rng, space)
@@ -189,6 +191,17 @@ def test_ppo_update_parity(space, shared, epochs, batch, pr):
                                 abs(m_pt["value_loss"] - m_tf["value_loss"]))
     assert_states_close(pt.state_dict(), tfa.state_dict(), "ppo update")
     np.testing.assert_allclose(tfa.act(obs, mask), pt.act(obs, mask), atol=TOL)  # equal for ints
+
+
+@pytest.mark.parametrize("shared", [False, True])
+@pytest.mark.parametrize("space", [ACT, gym.spaces.Box(-1, 1, (2, 1), np.float32)], ids=["discrete", "box"])
+def test_ppo_same_seed_same_initial_weights_in_both_backends(space, shared):
+    """Weights are drawn in numpy from the agent's seed, so both backends start from the same ones."""
+    cfg = dict(hidden_sizes=(8, 8), shared=shared, log_std_init=-0.3, seed=5)
+    sa, sb = torch_agents.PPO(OBS, space, **cfg).state_dict(), tf_agents.PPO(OBS, space, **cfg).state_dict()
+    assert list(sa) == list(sb)
+    for k in sa:
+        np.testing.assert_array_equal(sa[k], sb[k], err_msg=k)
 
 
 @pytest.mark.parametrize("name", ["DQN", "PPO"])

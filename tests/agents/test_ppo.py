@@ -1,17 +1,23 @@
+"""PPO in both backends: masked categorical and Gaussian policies, the rollout schedule, seeding and state."""
+import importlib
+
+import gymnasium as gym
 import numpy as np
 import pytest
 
-tf = pytest.importorskip("tensorflow")
-
-import gymnasium as gym  # noqa: E402
-
-from marl_note.agents.tf import PPO  # noqa: E402
-from marl_note.types import Transitions  # noqa: E402
+from marl_note.agents.ppo import PPOConfig
+from marl_note.types import Transitions
 
 OBS = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
 ACT = gym.spaces.Discrete(4)
 BOX = gym.spaces.Box(-1.0, 1.0, (2, 1), np.float32)
 SMALL = dict(hidden_sizes=(16,))
+
+
+@pytest.fixture(params=["torch", "tf"])
+def PPO(request):
+    pytest.importorskip("torch" if request.param == "torch" else "tensorflow")
+    return importlib.import_module(f"marl_note.agents.{request.param}").PPO
 
 
 def random_masks(n, k, rng):
@@ -31,19 +37,27 @@ def rollout(agent, n, rng, masks=False, streams=4):
 
 
 def sharpen(agent, factor):
-    layer = agent.net.pi.layers[-1]
-    layer.kernel.assign(layer.kernel * factor)
+    """Scale the policy head's last layer (through the numpy state) so the logits really matter."""
+    state = agent.state_dict()
+    heads = [k for k in state if k.startswith("net.pi.") and k.endswith(".weight")]
+    key = max(heads, key=lambda k: int(k.split(".")[2]))
+    state[key] = state[key] * factor
+    agent.load_state_dict(state)
 
 
 def logits(agent, obs):
-    return agent.net.policy_out(obs).numpy().astype(np.float64)
+    return agent.nets.policy(agent.encoder(obs)).astype(np.float64)
 
 
-def test_rejects_unsupported_spaces_and_bad_input():
+def test_rejects_unsupported_spaces_and_bad_input(PPO):
     with pytest.raises(TypeError, match="Discrete and Box"):
         PPO(OBS, gym.spaces.MultiDiscrete([2, 2]))
     with pytest.raises(ValueError, match="n_epochs"):
         PPO(OBS, ACT, n_epochs=0)
+    with pytest.raises(ValueError, match="clip_range"):
+        PPO(OBS, ACT, clip_range=0.0)
+    with pytest.raises(ValueError, match="gae_lambda"):
+        PPO(OBS, ACT, gae_lambda=1.5)
     agent = PPO(OBS, ACT, seed=0, **SMALL)
     with pytest.raises(ValueError, match=r"obs has shape \(5, 2\)"):
         agent.act(np.zeros((5, 2)))
@@ -54,7 +68,16 @@ def test_rejects_unsupported_spaces_and_bad_input():
                                   next_obs=np.zeros((2, 3)), terminated=np.zeros(2, bool), truncated=np.zeros(2, bool)))
 
 
-def test_masked_categorical_sampling_and_greedy():
+def test_config_is_checked_once_and_read_back():
+    cfg = PPOConfig(hidden_sizes=[8, 4], n_steps=16)
+    assert cfg.hidden_sizes == (8, 4) and cfg.initial_priority == 0.5 * 1.0 + 0.5 * 1.0
+    with pytest.raises(ValueError, match="initial priority"):
+        PPOConfig(lambda_=0.0, initial_ratio=0.0)
+    with pytest.raises(ValueError, match="activation"):
+        PPOConfig(activation="sigmoid")
+
+
+def test_masked_categorical_sampling_and_greedy(PPO):
     agent = PPO(OBS, ACT, seed=1, **SMALL)
     sharpen(agent, 300.0)
     rng = np.random.default_rng(1)
@@ -75,7 +98,7 @@ def test_masked_categorical_sampling_and_greedy():
     assert many_mask[np.arange(2000), agent.act(many, many_mask)].all()
 
 
-def test_log_prob_matches_reference():
+def test_log_prob_matches_reference(PPO):
     agent = PPO(OBS, ACT, seed=2, **SMALL)
     sharpen(agent, 50.0)
     rng = np.random.default_rng(2)
@@ -90,7 +113,7 @@ def test_log_prob_matches_reference():
     np.testing.assert_allclose(agent.log_prob(obs, act), ref_free, rtol=1e-4, atol=1e-4)
 
 
-def test_gaussian_box_actions():
+def test_gaussian_box_actions(PPO):
     agent = PPO(OBS, BOX, seed=3, log_std_init=np.log(0.5), **SMALL)
     obs = np.repeat(np.random.default_rng(3).normal(size=(1, 3)).astype(np.float32), 20_000, axis=0)
     mean = agent.act(obs[:4])
@@ -107,39 +130,41 @@ def test_gaussian_box_actions():
     agent2 = PPO(OBS, BOX, seed=3, n_steps=32, n_epochs=2, **SMALL)
     agent2.observe(Transitions(obs=obs[:32], act=agent2.act(obs[:32], explore=True), rew=np.ones(32),
                                next_obs=obs[:32], terminated=np.zeros(32, bool), truncated=np.zeros(32, bool)))
-    before = agent2.net.log_std.numpy().copy()
+    before = agent2.state_dict()["net.log_std"]
     assert agent2.update(16)["gradient_steps"] == 4
-    assert not np.array_equal(before, agent2.net.log_std.numpy())  # the log-std learns too
+    assert not np.array_equal(before, agent2.state_dict()["net.log_std"])  # the log-std learns too
 
 
-def test_update_waits_for_n_steps_then_trains_on_all_and_clears():
+def test_update_waits_for_n_steps_then_trains_on_all_and_clears(PPO):
     agent = PPO(OBS, ACT, seed=4, n_steps=100, n_epochs=3, **SMALL)
     rng = np.random.default_rng(4)
     agent.observe(rollout(agent, 60, rng))
     assert agent.update(32) == {"gradient_steps": 0}
     agent.observe(rollout(agent, 60, rng))
     m = agent.update(32)
-    assert m["gradient_steps"] == 3 * 4 == agent.updates
+    assert m["gradient_steps"] == 3 * 4 == agent.updates  # 120 items in minibatches of 32: 4 per epoch
     assert len(agent.rollout) == 0 and agent.agent_steps == 120
     for k in ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "explained_variance"):
         assert np.isfinite(m[k])
     assert agent.update(32) == {"gradient_steps": 0}
+    agent.observe(rollout(agent, 100, rng))
     with pytest.raises(ValueError, match="batch_size"):
-        agent.observe(rollout(agent, 100, rng))
         agent.update(0)
+    assert agent.n_steps == 100 and agent.gamma == 0.99  # hyperparameters read as attributes
 
 
-def test_first_step_sees_behaviour_policy():
+def test_first_step_sees_behaviour_policy(PPO):
+    """Old log-probs are those of the acting network: the first ratio is exactly 1."""
     agent = PPO(OBS, ACT, seed=5, n_steps=64, n_epochs=1, **SMALL)
     agent.observe(rollout(agent, 64, np.random.default_rng(5), masks=True))
-    m = agent.update(64)
+    m = agent.update(64)  # one minibatch, one step
     assert m["gradient_steps"] == 1
     assert m["approx_kl"] == 0.0 and m["clip_fraction"] == 0.0
-    assert abs(m["policy_loss"]) < 1e-6
+    assert abs(m["policy_loss"]) < 1e-6  # -mean(normalised advantages) with ratio 1
 
 
 @pytest.mark.parametrize("shared", [False, True])
-def test_masked_training_stays_finite_and_legal(shared):
+def test_masked_training_stays_finite_and_legal(PPO, shared):
     agent = PPO(OBS, ACT, seed=6, n_steps=128, n_epochs=4, ent_coef=0.01, shared=shared, lr=1e-2, **SMALL)
     rng = np.random.default_rng(6)
     for _ in range(2):
@@ -152,13 +177,20 @@ def test_masked_training_stays_finite_and_legal(shared):
     assert mask[np.arange(500), agent.act(obs, mask, explore=True)].all()
 
 
-def test_target_kl_stops_early():
+def test_shared_trunk_without_hidden_layers_is_the_identity(PPO):
+    agent = PPO(OBS, ACT, seed=6, n_steps=16, n_epochs=1, shared=True, hidden_sizes=())
+    assert not any(k.startswith("net.trunk") for k in agent.state_dict())
+    agent.observe(rollout(agent, 16, np.random.default_rng(6)))
+    assert agent.update(8)["gradient_steps"] == 2
+
+
+def test_target_kl_stops_early(PPO):
     agent = PPO(OBS, ACT, seed=7, n_steps=64, n_epochs=50, lr=0.05, target_kl=1e-4, **SMALL)
     agent.observe(rollout(agent, 64, np.random.default_rng(7)))
     assert 0 < agent.update(16)["gradient_steps"] < 50 * 4
 
 
-def _trained(seed, space=ACT):
+def _trained(PPO, seed, space=ACT):
     agent = PPO(OBS, space, seed=seed, n_steps=64, n_epochs=2, **SMALL)
     rng = np.random.default_rng(0)
     obs = rng.normal(size=(64, 3)).astype(np.float32)
@@ -170,13 +202,13 @@ def _trained(seed, space=ACT):
 
 
 @pytest.mark.parametrize("space", [ACT, BOX], ids=["discrete", "box"])
-def test_seeding_and_state_dict_round_trip(space):
-    a = _trained(11, space)
+def test_seeding_and_state_dict_round_trip(PPO, space):
+    a = _trained(PPO, 11, space)
     sa = a.state_dict()
     assert all(isinstance(v, np.ndarray) for v in sa.values())
-    if space is ACT:  # same seed, same data: the same run (bit for bit)
-        sb = _trained(11, space).state_dict()
-        assert sa.keys() == sb.keys() and all(np.array_equal(sa[k], sb[k]) for k in sa)
+    assert "torch_rng" not in sa
+    sb = _trained(PPO, 11, space).state_dict()  # same seed, same data: the same run (bit for bit)
+    assert sa.keys() == sb.keys() and all(np.array_equal(sa[k], sb[k]) for k in sa)
     other = PPO(OBS, space, seed=12, **SMALL).state_dict()["net.pi.0.weight"]
     assert not np.array_equal(PPO(OBS, space, seed=11, **SMALL).state_dict()["net.pi.0.weight"], other)
     clone = PPO(OBS, space, seed=0, n_steps=64, n_epochs=2, **SMALL)

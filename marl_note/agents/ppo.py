@@ -1,0 +1,307 @@
+"""Proximal policy optimisation, the numpy half: configuration, acting, rollout, GAE and the epoch loop.
+
+The backend networks (:mod:`marl_note.agents.torch.ppo`, :mod:`marl_note.agents.tf.ppo`) only
+evaluate the actor-critic and take one clipped-objective step on a numpy minibatch. No act-time
+extras are stored: collection never changes the network, so at the start of ``update()`` one
+batched forward pass over the stored (obs, act) gives exactly the behaviour policy's
+log-probabilities and the value estimates GAE needs.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from marl_note.agents.checks import ObsEncoder, check_mask, check_transitions
+from marl_note.agents.core import AgentCore
+from marl_note.agents.networks import ACTIVATIONS, check_hidden_sizes, mlp_weights
+from marl_note.agents.policies import masked_argmax, masked_softmax, sample_categorical
+from marl_note.agents.replay_options import check_prioritized_options
+from marl_note.replay import PrioritizedReplayBuffer, RolloutBuffer, compute_gae
+from marl_note.types import Transitions
+from marl_note.validation import non_negative_float, optional, positive_float, positive_int, unit_interval
+
+__all__ = ["PPOConfig", "PPOCore", "action_output"]
+
+_METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
+
+
+def action_output(action_space: gym.Space) -> tuple[bool, int]:
+    """``(continuous, policy output size)`` for PPO's action space (Discrete or Box).
+
+    Example:
+        >>> action_output(gym.spaces.Box(-1, 1, (2, 3))), action_output(gym.spaces.Discrete(4))
+        ((True, 6), (False, 4))
+    """
+    if isinstance(action_space, gym.spaces.Discrete):
+        return False, int(action_space.n)
+    if isinstance(action_space, gym.spaces.Box):
+        return True, int(np.prod(action_space.shape, dtype=np.int64))
+    raise TypeError(f"PPO supports Discrete and Box action spaces, got {action_space!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class PPOConfig:
+    """PPO's hyperparameters, defaults written once and checked once.
+
+    Example:
+        >>> PPOConfig(n_steps=4).n_steps, PPOConfig().clip_range
+        (4, 0.2)
+        >>> PPOConfig(n_epochs=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: n_epochs must be a positive integer (passes over each rollout), got 0
+    """
+
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    activation: str = "tanh"
+    shared: bool = False
+    lr: float = 3e-4
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    clip_range: float = 0.2
+    ent_coef: float = 0.0
+    vf_coef: float = 0.5
+    n_epochs: int = 10
+    n_steps: int = 2048
+    max_grad_norm: float | None = 0.5
+    normalize_advantage: bool = True
+    target_kl: float | None = None
+    log_std_init: float = 0.0
+    PR: bool = False
+    alpha: float = 0.6
+    beta: float = 0.4
+    initial_TD: float = 1.0
+    lambda_: float = 0.5
+    initial_ratio: float = 1.0
+
+    def __post_init__(self) -> None:
+        put = object.__setattr__
+        put(self, "hidden_sizes", check_hidden_sizes(self.hidden_sizes))
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"unknown activation {self.activation!r}; choose one of {list(ACTIVATIONS)}")
+        for name in ("shared", "normalize_advantage", "PR"):
+            put(self, name, bool(getattr(self, name)))
+        put(self, "lr", positive_float("lr", self.lr, "the Adam learning rate"))
+        put(self, "gamma", unit_interval("gamma", self.gamma, "the discount"))
+        put(self, "gae_lambda", unit_interval("gae_lambda", self.gae_lambda, "GAE's lambda"))
+        put(self, "clip_range", positive_float("clip_range", self.clip_range, "the ratio's clip range"))
+        put(self, "ent_coef", non_negative_float("ent_coef", self.ent_coef, "the entropy bonus weight"))
+        put(self, "vf_coef", non_negative_float("vf_coef", self.vf_coef, "the value loss weight"))
+        put(self, "n_epochs", positive_int("n_epochs", self.n_epochs, "passes over each rollout"))
+        put(self, "n_steps", positive_int("n_steps", self.n_steps, "transitions per rollout"))
+        put(self, "max_grad_norm", optional(positive_float, "max_grad_norm", self.max_grad_norm))
+        put(self, "target_kl", optional(positive_float, "target_kl", self.target_kl))
+        log_std = float(self.log_std_init)
+        if not math.isfinite(log_std):
+            raise ValueError(f"log_std_init must be a finite number, got {self.log_std_init!r}")
+        put(self, "log_std_init", log_std)
+        alpha, beta, initial_td = check_prioritized_options(self.alpha, self.beta, self.initial_TD)
+        put(self, "alpha", alpha), put(self, "beta", beta), put(self, "initial_TD", initial_td)
+        put(self, "lambda_", unit_interval("lambda_", self.lambda_, "the weight of |TD| against |ratio - 1| "
+                                                                   "in the priority"))
+        put(self, "initial_ratio", non_negative_float("initial_ratio", self.initial_ratio))
+        if self.initial_priority <= 0:
+            raise ValueError("the initial priority lambda_ * initial_TD + (1 - lambda_) * initial_ratio must be > 0")
+
+    @property
+    def initial_priority(self) -> float:
+        return self.lambda_ * self.initial_TD + (1.0 - self.lambda_) * self.initial_ratio
+
+
+class PPOCore(AgentCore):
+    """PPO with a clipped surrogate, GAE(lambda), advantage normalisation and gradient clipping.
+
+    Discrete actions use a masked categorical (illegal logits are ``-inf``; exploring samples,
+    ``explore=False`` takes the best legal logit). Box actions use a diagonal Gaussian with a
+    state-independent log-std; ``act`` returns the raw sample (the caller clips to the bounds).
+    ``update(batch_size)`` does nothing until ``n_steps`` transitions are stored, then runs
+    ``n_epochs`` passes of minibatches of ``batch_size`` over all of them and clears the rollout;
+    ``target_kl`` stops after an epoch whose mean approximate KL exceeds ``1.5 * target_kl``.
+    Weights are orthogonal (gain sqrt(2) hidden, 0.01 policy head, 1 value head), drawn in numpy
+    so both backends start from the same ones. ``compile=True`` compiles the minibatch step
+    (``torch.compile``, eager with a warning where that fails; XLA in TensorFlow).
+
+    ``PR=True`` draws each epoch's minibatches (as many as a plain epoch has) with replacement
+    from a :class:`~marl_note.replay.PrioritizedReplayBuffer` over the rollout instead of a
+    permutation: priorities ``lambda_ * |return - V(s)| + (1 - lambda_) * |ratio - 1|`` are fed
+    back after every minibatch, items start at ``lambda_ * initial_TD + (1 - lambda_) *
+    initial_ratio``, ``alpha`` is the prioritization exponent and the importance weights'
+    ``beta`` anneals linearly to 1 over 100k gradient steps; both loss terms are weighted.
+
+    Example:
+        >>> import gymnasium as gym, numpy as np
+        >>> from marl_note.agents.torch import PPO
+        >>> from marl_note.types import Transitions
+        >>> agent = PPO(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), n_steps=4, n_epochs=2, seed=0)
+        >>> a = agent.act(np.zeros((4, 3)), explore=True)
+        >>> agent.observe(Transitions(obs=np.zeros((4, 3)), act=a, rew=np.ones(4), next_obs=np.zeros((4, 3)),
+        ...     terminated=np.array([0, 0, 0, 1], bool), truncated=np.zeros(4, bool), stream=np.zeros(4, int)))
+        >>> agent.update(batch_size=2)["gradient_steps"]
+        4
+    """
+
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, *,
+                 hidden_sizes: tuple[int, ...] = (64, 64), activation: str = "tanh", shared: bool = False,
+                 lr: float = 3e-4, gamma: float = 0.99, gae_lambda: float = 0.95, clip_range: float = 0.2,
+                 ent_coef: float = 0.0, vf_coef: float = 0.5, n_epochs: int = 10, n_steps: int = 2048,
+                 max_grad_norm: float | None = 0.5, normalize_advantage: bool = True,
+                 target_kl: float | None = None, log_std_init: float = 0.0,
+                 seed: int | None = None, device: Any = "cpu", compile: bool = False,
+                 PR: bool = False, alpha: float = 0.6, beta: float = 0.4, initial_TD: float = 1.0,
+                 lambda_: float = 0.5, initial_ratio: float = 1.0):
+        self.continuous, self.out_dim = action_output(action_space)
+        super().__init__(observation_space, action_space, seed=seed, device=device, compile=compile)
+        self.cfg = PPOConfig(hidden_sizes=hidden_sizes, activation=activation, shared=shared, lr=lr, gamma=gamma,
+                             gae_lambda=gae_lambda, clip_range=clip_range, ent_coef=ent_coef, vf_coef=vf_coef,
+                             n_epochs=n_epochs, n_steps=n_steps, max_grad_norm=max_grad_norm,
+                             normalize_advantage=normalize_advantage, target_kl=target_kl,
+                             log_std_init=log_std_init, PR=PR, alpha=alpha, beta=beta, initial_TD=initial_TD,
+                             lambda_=lambda_, initial_ratio=initial_ratio)
+        self.encoder = ObsEncoder(observation_space)
+        self.action_start = 0 if self.continuous else int(action_space.start)  # type: ignore[attr-defined]
+        self.rollout = RolloutBuffer(observation_space, action_space)
+        self.nets = self.Networks(self._initial_weights(), self.cfg, self.continuous, device=self.device,
+                                  compile=self.compile)
+
+    def __getattr__(self, name: str) -> Any:
+        """The hyperparameters read as attributes too (``agent.gamma``, ``agent.n_steps``, ...)."""
+        cfg = self.__dict__.get("cfg")
+        if cfg is not None and name in PPOConfig.__dataclass_fields__:
+            return getattr(cfg, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def _initial_weights(self) -> dict[str, np.ndarray]:
+        """``net.log_std`` (Box actions), ``net.trunk`` (shared), ``net.pi`` and ``net.v``, drawn from ``init_rng``."""
+        cfg, rng, dim = self.cfg, self.init_rng, self.encoder.dim
+        weights: dict[str, np.ndarray] = {}
+        if self.continuous:
+            weights["net.log_std"] = np.full(self.out_dim, cfg.log_std_init, np.float32)
+        if cfg.shared:
+            weights.update(mlp_weights("net.trunk", dim, cfg.hidden_sizes, None, rng, "orthogonal"))
+            last = cfg.hidden_sizes[-1] if cfg.hidden_sizes else dim
+            weights.update(mlp_weights("net.pi", last, (), self.out_dim, rng, "orthogonal", out_gain=0.01))
+            weights.update(mlp_weights("net.v", last, (), 1, rng, "orthogonal", out_gain=1.0))
+        else:
+            weights.update(mlp_weights("net.pi", dim, cfg.hidden_sizes, self.out_dim, rng, "orthogonal",
+                                       out_gain=0.01))
+            weights.update(mlp_weights("net.v", dim, cfg.hidden_sizes, 1, rng, "orthogonal", out_gain=1.0))
+        return weights
+
+    # -- acting ------------------------------------------------------------------------------------
+    def act(self, obs: np.ndarray, mask: np.ndarray | None = None, explore: bool = False) -> np.ndarray:
+        out = self.nets.policy(self.encoder(obs)).astype(np.float64)
+        if self.continuous:
+            if explore:
+                out = out + np.exp(self.nets.log_std().astype(np.float64)) * self.rng.standard_normal(out.shape)
+            return out.reshape((len(out), *self.action_space.shape)).astype(self.action_space.dtype)  # type: ignore[misc]
+        mask = check_mask(mask, len(out), self.out_dim)
+        a = sample_categorical(masked_softmax(out, mask), self.rng) if explore else masked_argmax(out, mask)
+        return a + self.action_start
+
+    def _act_array(self, act: Any) -> np.ndarray:
+        act = np.asarray(act)
+        if self.continuous:
+            return act.reshape(len(act), -1).astype(np.float32)
+        return act.astype(np.int64) - self.action_start
+
+    def _mask_array(self, mask: Any, n: int) -> np.ndarray:
+        """A bool ``[n, out_dim]`` mask: all legal without one (and always for Box actions)."""
+        if mask is None or self.continuous:
+            return np.ones((n, self.out_dim), bool)
+        return check_mask(mask, n, self.out_dim)  # type: ignore[return-value]
+
+    def log_prob(self, obs: np.ndarray, act: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+        """Log-probabilities of ``act`` under the current policy (numpy in, numpy out)."""
+        x = self.encoder(obs)
+        return self.nets.evaluate(x, self._act_array(act), self._mask_array(mask, len(x)))[0]
+
+    # -- storing -----------------------------------------------------------------------------------
+    def observe(self, transitions: Transitions) -> None:
+        check_transitions(transitions, self.encoder)
+        self.rollout.add(transitions)
+        self.agent_steps += len(transitions)
+
+    # -- learning ----------------------------------------------------------------------------------
+    def update(self, batch_size: int) -> dict[str, Any]:
+        """Train on the stored rollout once it holds ``n_steps`` transitions, then clear it."""
+        cfg = self.cfg
+        if len(self.rollout) < cfg.n_steps:
+            return {"gradient_steps": 0}
+        batch_size = int(batch_size)
+        if batch_size <= 0:
+            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        data = self.rollout.get()
+        n = len(data)
+        x = self.encoder(data.obs)
+        act, mask = self._act_array(data.act), self._mask_array(data.mask, n)
+        old_logp, values = self.nets.evaluate(x, act, mask)
+        next_values = self.nets.values(self.encoder(data.next_obs, "next_obs"))
+        adv, ret = compute_gae(data.rew, values, next_values, data.terminated, data.truncated, data.stream,
+                               cfg.gamma, cfg.gae_lambda)
+        sums = np.zeros(len(_METRICS))
+        steps = 0
+        per = self._prioritized_rollout(data) if cfg.PR else None
+        for _ in range(cfg.n_epochs):
+            epoch_kl = []
+            for idx, w in self._minibatches(n, batch_size, per):
+                a = adv[idx]
+                if cfg.normalize_advantage and len(idx) > 1:
+                    a = (a - a.mean()) / (a.std(ddof=1) + np.float32(1e-8))
+                out = self.nets.train_step(x[idx], act[idx], mask[idx], old_logp[idx], a, ret[idx], w,
+                                           who=type(self).__name__, update=self.updates + 1)
+                self.updates += 1
+                steps += 1
+                log_ratio = np.asarray(out["log_ratio"], np.float64)
+                ratio = np.exp(log_ratio)
+                if per is not None:
+                    per.update_priorities(idx, out["td"], ratios=ratio, lambda_=cfg.lambda_)
+                kl = float(np.mean((ratio - 1.0) - log_ratio))
+                epoch_kl.append(kl)
+                sums += np.array([out["policy_loss"], out["value_loss"], out["entropy"], kl,
+                                  np.mean(np.abs(ratio - 1.0) > cfg.clip_range)])
+            if cfg.target_kl is not None and np.mean(epoch_kl) > 1.5 * cfg.target_kl:
+                break
+        self.rollout.clear()
+        metrics: dict[str, Any] = {k: float(v) / steps for k, v in zip(_METRICS, sums, strict=True)}
+        var = float(np.var(ret, ddof=1)) if n > 1 else float("nan")
+        metrics["explained_variance"] = (float("nan") if not var or math.isnan(var)
+                                         else 1.0 - float(np.var(ret - values, ddof=1)) / var)
+        if per is not None:
+            metrics["per_ess"] = per.effective_sample_size()
+            metrics["per_beta"] = per.beta
+        metrics["gradient_steps"] = steps
+        return metrics
+
+    # -- minibatches -------------------------------------------------------------------------------
+    def _prioritized_rollout(self, data: Transitions) -> PrioritizedReplayBuffer:
+        """A prioritized buffer holding this rollout in order (storage index == row)."""
+        cfg = self.cfg
+        beta = cfg.beta + (1.0 - cfg.beta) * min(1.0, self.updates / 100_000)
+        per = PrioritizedReplayBuffer(len(data), self.observation_space, self.action_space, alpha=cfg.alpha,
+                                      beta=beta, beta_final=beta, beta_annealing_steps=0,
+                                      initial_TD=cfg.initial_priority, seed=int(self.rng.integers(0, 2**63 - 1)))
+        per.add(data)
+        return per
+
+    def _minibatches(self, n: int, batch_size: int, per: PrioritizedReplayBuffer | None
+                     ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """``(indices, importance weights)`` for one epoch (weights are ones without ``PR``)."""
+        if per is None:
+            perm = self.rng.permutation(n)
+            for start in range(0, n, batch_size):
+                idx = perm[start:start + batch_size]
+                yield idx, np.ones(len(idx), np.float32)
+            return
+        for _ in range(-(-n // batch_size)):
+            b = per.sample(batch_size)
+            yield np.asarray(b.indices), np.asarray(b.weights, np.float32)
+
+    def __repr__(self) -> str:
+        kind = "gaussian" if self.continuous else "categorical"
+        return (f"PPO(obs_dim={self.encoder.dim}, {kind}[{self.out_dim}], agent_steps={self.agent_steps}, "
+                f"updates={self.updates})")
