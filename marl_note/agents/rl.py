@@ -162,8 +162,9 @@ class RLCore(AgentCore):
         self.learning_starts, self.update_steps = self.cfg.learning_starts, self.cfg.update_steps
         self.encoder = ObsEncoder(observation_space)
         self.obs_dim = self.encoder.dim
-        self.policy = self.noise = None
-        if self.discrete:
+        self.policy: Any = None
+        self.noise: Any = None
+        if isinstance(action_space, gym.spaces.Discrete):
             self.n_actions, self.action_start = int(action_space.n), int(action_space.start)
             self.policy = policy if policy is not None else EpsGreedyQPolicy(1.0, 0.05, n_steps_annealing=10_000)
         else:
@@ -199,6 +200,19 @@ class RLCore(AgentCore):
     def update_param(self) -> None:
         """Called after each gradient step (target network sync); nothing by default."""
 
+    # -- helpers for subclasses ------------------------------------------------------------------------
+    @classmethod
+    def hard_update(cls, target: Any, source: Any) -> None:
+        """Copy the network ``source``'s weights into the network ``target``."""
+        networks: Any = cls.Networks
+        networks.blend(target, source, None)
+
+    @classmethod
+    def soft_update(cls, target: Any, source: Any, tau: float) -> None:
+        """``target <- (1 - tau) * target + tau * source`` (Polyak averaging)."""
+        networks: Any = cls.Networks
+        networks.blend(target, source, float(tau))
+
     # -- construction checks ---------------------------------------------------------------------------
     def _after_init(self) -> None:
         name = type(self).__name__
@@ -229,10 +243,11 @@ class RLCore(AgentCore):
 
     def batch_arrays(self, batch: Transitions) -> tuple[np.ndarray, ...]:
         """``(s, a, next_s, r, d)`` of a replay batch as the numpy arrays ``__call__`` receives as tensors."""
+        a: np.ndarray
         if self.discrete:
             a = np.asarray(batch.act, np.int64) - self.action_start
         else:
-            a = np.asarray(batch.act, np.float32).reshape(len(batch), *self.action_space.shape)
+            a = np.asarray(batch.act, np.float32).reshape(len(batch), *self._box.shape)
         return (self.obs_array(batch.obs), a, self.obs_array(batch.next_obs, "next_obs"),
                 np.asarray(batch.rew, np.float32), np.asarray(batch.terminated, np.float32))
 
@@ -251,7 +266,7 @@ class RLCore(AgentCore):
             mask = check_mask(mask, batch, self.n_actions)
             a = self.policy.select(out, mask, self.rng) if explore else masked_argmax(out, mask)
             return a + self.action_start
-        space = self.action_space
+        space = self._box
         if out.size != batch * math.prod(space.shape):
             raise ValueError(f"{name}.action returned shape {out.shape}; expected {(batch, *space.shape)} for {space}")
         out = out.reshape(batch, *space.shape).astype(np.float64)
@@ -267,6 +282,12 @@ class RLCore(AgentCore):
             out = np.clip(out, np.where(np.isfinite(space.low), space.low, -np.inf),
                           np.where(np.isfinite(space.high), space.high, np.inf))
         return out.astype(space.dtype)
+
+    @property
+    def _box(self) -> gym.spaces.Box:
+        """The action space of a continuous-action agent."""
+        assert isinstance(self.action_space, gym.spaces.Box)
+        return self.action_space
 
     # -- storing ---------------------------------------------------------------------------------------
     def observe(self, transitions: Transitions) -> None:

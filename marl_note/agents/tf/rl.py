@@ -60,7 +60,7 @@ class RLNetworks:
     def setup(self, agent: RLCore) -> None:
         """Build models that have no weights yet by one call of ``action``; refuse those still without."""
         if not all(net.built and net.weights for net in self.models.values()):
-            agent.action(agent.obs_tensor(np.zeros((1, *agent.encoder.shape), np.float32)))
+            agent.action(tf.convert_to_tensor(agent.obs_array(np.zeros((1, *agent.encoder.shape)))))
         unbuilt = [k for k, net in self.models.items() if not (net.built and net.weights)]
         if unbuilt:
             raise TypeError(f"{type(agent).__name__}: networks {unbuilt} have no weights yet; give them an input "
@@ -74,6 +74,12 @@ class RLNetworks:
         if groups is not None:
             self.groups = [list(g.trainable_variables) if isinstance(g, keras.layers.Layer) else list(g)
                            for g in groups]
+
+    @staticmethod
+    def blend(target: keras.layers.Layer, source: keras.layers.Layer, tau: float | None) -> None:
+        """Copy ``source``'s weights into ``target`` (``tau=None``) or move them ``tau`` of the way."""
+        for t, s in zip(target.weights, source.weights, strict=True):
+            t.assign(s if tau is None else t * (1.0 - tau) + s * tau)
 
     def weights(self) -> list[tuple[str, Any]]:
         """``(state key, variable)`` of every network weight, in a fixed order."""
@@ -235,10 +241,13 @@ class RL(RLCore):
         >>> agent.act(np.zeros((3, 4)), mask=np.array([[1, 0], [0, 1], [1, 1]], bool))[:2].tolist()
         [0, 1]
         >>> from marl_note.types import Transitions
-        >>> agent.observe(Transitions(obs=np.zeros((8, 4)), act=np.zeros(8, int), rew=np.ones(8),
-        ...     next_obs=np.zeros((8, 4)), terminated=np.ones(8, bool), truncated=np.zeros(8, bool)))
-        >>> agent.update(batch_size=4)["gradient_steps"], sorted(agent._nets)
-        (1, ['q', 'target'])
+        >>> rng = np.random.default_rng(0)
+        >>> batch = Transitions(obs=rng.uniform(-1, 1, (8, 4)), act=rng.integers(0, 2, 8), rew=np.ones(8),
+        ...                     next_obs=rng.uniform(-1, 1, (8, 4)), terminated=np.ones(8, bool),
+        ...                     truncated=np.zeros(8, bool))
+        >>> agent.observe(batch); metrics = agent.update(batch_size=4)
+        >>> metrics["gradient_steps"], sorted(agent._nets), "optimizer.var_index" in agent.state_dict()
+        (1, ['q', 'target'], True)
     """
 
     Networks = RLNetworks
@@ -251,15 +260,3 @@ class RL(RLCore):
     def obs_tensor(self, obs: Any, name: str = "obs") -> tf.Tensor:
         """Observations as float32 ``[B, *obs_shape]`` (one-hot ``[B, n]`` for Discrete observations)."""
         return tf.convert_to_tensor(self.obs_array(obs, name))
-
-    @staticmethod
-    def hard_update(target: keras.layers.Layer, source: keras.layers.Layer) -> None:
-        """Copy ``source``'s weights into ``target``."""
-        for t, s in zip(target.weights, source.weights, strict=True):
-            t.assign(s)
-
-    @staticmethod
-    def soft_update(target: keras.layers.Layer, source: keras.layers.Layer, tau: float) -> None:
-        """``target <- (1 - tau) * target + tau * source`` (Polyak averaging)."""
-        for t, s in zip(target.weights, source.weights, strict=True):
-            t.assign(t * (1.0 - float(tau)) + s * float(tau))

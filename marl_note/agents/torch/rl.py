@@ -48,6 +48,16 @@ class RLNetworks(TorchNetworks):
     def set_groups(self, agent: RLCore) -> None:
         """Nothing to fix: each optimiser knows its parameters (``param_groups`` is read at every step)."""
 
+    @staticmethod
+    @torch.no_grad()
+    def blend(target: nn.Module, source: nn.Module, tau: float | None) -> None:
+        """Copy ``source`` into ``target`` (``tau=None``, buffers included) or move it ``tau`` of the way."""
+        if tau is None:
+            target.load_state_dict(source.state_dict())
+        else:
+            for t, s in zip(target.parameters(), source.parameters()):
+                t.lerp_(s, tau)
+
     def tensor(self, x: Any, dtype: Any = None) -> torch.Tensor:
         """A numpy array on the device, keeping its dtype unless ``dtype`` is given."""
         out = torch.as_tensor(np.asarray(x), device=self.device)
@@ -127,15 +137,3 @@ class RL(RLCore):
     def obs_tensor(self, obs: Any, name: str = "obs") -> torch.Tensor:
         """Observations as float32 ``[B, *obs_shape]`` (one-hot ``[B, n]`` for Discrete observations)."""
         return self.nets.tensor(self.obs_array(obs, name))
-
-    @staticmethod
-    def hard_update(target: nn.Module, source: nn.Module) -> None:
-        """Copy ``source``'s weights into ``target``."""
-        target.load_state_dict(source.state_dict())
-
-    @staticmethod
-    def soft_update(target: nn.Module, source: nn.Module, tau: float) -> None:
-        """``target <- (1 - tau) * target + tau * source`` (Polyak averaging)."""
-        with torch.no_grad():
-            for t, s in zip(target.parameters(), source.parameters()):
-                t.lerp_(s, float(tau))
