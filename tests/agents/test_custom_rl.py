@@ -298,3 +298,73 @@ def test_tf_custom_dqn_save_restore_and_errors(tmp_path):
 
     with pytest.raises(TypeError, match=r"NoLoss must define __call__"):
         NoLoss(OBS, gym.spaces.Discrete(2))
+
+
+# ------------------------------------------------------------------ the shared numpy core
+
+
+class TorchLinear(TorchRL):
+    def __init__(self, observation_space, action_space, seed=None, **options):
+        super().__init__(observation_space, action_space, seed=seed, **options)
+        self.pi = nn.Linear(self.obs_dim, 2)
+        self.optimizer = torch.optim.SGD(self.pi.parameters(), lr=0.1)
+
+    def action(self, s):
+        return self.pi(s)
+
+    def __call__(self, s, a, next_s, r, d):
+        return (self.pi(s) - a).pow(2).mean()
+
+
+def test_core_is_numpy_only():
+    import subprocess
+    import sys
+    code = ("import sys, marl_note.agents.rl as m; "
+            "assert not {'torch', 'tensorflow', 'keras'} & set(sys.modules), sorted(sys.modules); print(m.RLCore)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+
+
+def test_same_seed_same_exploration_state_in_both_backends():
+    """The core draws every generator seed, so the default noise and replay rngs match across backends."""
+    _, keras, TFRL = tf_modules()
+
+    class TFLinear(TFRL):
+        def __init__(self, observation_space, action_space, seed=None):
+            super().__init__(observation_space, action_space, seed=seed)
+            self.pi = keras.Sequential([keras.Input((self.obs_dim,)), keras.layers.Dense(2)])
+            self.optimizer = keras.optimizers.SGD(0.1)
+
+        def action(self, s):
+            return self.pi(s)
+
+        def __call__(self, s, a, next_s, r, d):
+            return keras.ops.mean(keras.ops.square(self.pi(s) - a))
+
+    box = gym.spaces.Box(-1, 1, (2,), np.float32)
+    torch_agent, tf_agent = TorchLinear(OBS, box, seed=4), TFLinear(OBS, box, seed=4)
+    ts, fs = torch_agent.state_dict(), tf_agent.state_dict()
+    assert "torch_rng" not in ts
+    for key in ("rng", "noise.rng", "noise.n_steps", "agent_steps", "updates"):
+        assert np.array_equal(ts[key], fs[key]), key
+    assert np.array_equal(torch_agent.replay.state_dict()["rng_state"], tf_agent.replay.state_dict()["rng_state"])
+
+
+def test_legacy_torch_rng_key_is_ignored_and_backend_options_are_checked():
+    agent = TorchLinear(OBS, gym.spaces.Box(-1, 1, (2,), np.float32), seed=0)
+    state = agent.state_dict()
+    agent.load_state_dict({**state, "torch_rng": np.zeros(5056, np.uint8)})  # written by release 0.1.0
+    with pytest.raises(TypeError, match=r"unexpected argument\(s\) \['tf_function'\]; the torch RL takes \['device'\]"):
+        TorchLinear(OBS, gym.spaces.Box(-1, 1, (2,)), tf_function=False)
+    with pytest.raises(ValueError, match="learning_starts must be a non-negative integer"):
+        TorchLinear(OBS, gym.spaces.Box(-1, 1, (2,)), learning_starts=-1)
+    with pytest.raises(ValueError, match=r"gamma must be in \[0, 1\]"):
+        TorchLinear(OBS, gym.spaces.Box(-1, 1, (2,)), gamma=2.0)
+
+    class Clash(TorchLinear):
+        def __init__(self, observation_space, action_space):
+            super().__init__(observation_space, action_space)
+            self.nets = nn.ModuleList([self.pi])
+
+    with pytest.raises(TypeError, match="self.nets is the RL base class's own attribute"):
+        Clash(OBS, gym.spaces.Box(-1, 1, (2,)))
