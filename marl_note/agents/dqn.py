@@ -95,7 +95,9 @@ class DQNConfig:
         if self.policy is not None and not callable(getattr(self.policy, "select", None)):
             raise TypeError(f"policy must have select(values, mask, rng), got {type(self.policy).__name__}")
         alpha, beta, initial_TD = check_prioritized_options(self.alpha, self.beta, self.initial_TD)
-        put("alpha", alpha), put("beta", beta), put("initial_TD", initial_TD)
+        put("alpha", alpha)
+        put("beta", beta)
+        put("initial_TD", initial_TD)
         put("num_steps", check_num_steps(self.num_steps))
         check_callable("compute_reward", self.compute_reward, "compute_reward(achieved_goal, desired_goal, info)")
         check_callable("augment", self.augment, "transitions -> transitions (or a list of them)")

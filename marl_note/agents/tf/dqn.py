@@ -102,24 +102,29 @@ class DQNNetworks(TFNetworks):
         td_abs = tf.abs(target - q)
         return tf.stack([loss, tf.reduce_mean(q), tf.reduce_mean(td_abs)]), td_abs, checks
 
-    def train_step(self, arrays: Mapping[str, np.ndarray], who: str, update: int
-                   ) -> tuple[dict[str, float], np.ndarray]:
-        """One Adam step on the batch; returns ``(metrics, |TD| per row)``. Non-finite steps raise, unapplied."""
-        inputs = [arrays[k].astype(np.int32) if k == "act" else arrays[k] for k in _STEP_INPUTS]
-        stats, td_abs, checks = self._step_fn(*inputs)
+    def train_step(self, arrays: Mapping[str, np.ndarray], who: str, update: int):
+        """The graph step on the batch, then its finiteness checks (a refused step raises, nothing applied).
+
+        Returns the metrics ``loss``, ``q_mean``, ``td_abs`` and ``|TD|`` per row for the priorities.
+        """
+        stats, td_abs, checks = self._step_fn(*[arrays[k].astype(np.int32) if k == "act" else arrays[k]
+                                                for k in _STEP_INPUTS])
         self.check(who, update, step_names("loss"), checks)
-        loss, q_mean, td_mean = (float(x) for x in stats.numpy())
-        return {"loss": loss, "q_mean": q_mean, "td_abs": td_mean}, td_abs.numpy()
+        return dict(zip(("loss", "q_mean", "td_abs"), stats.numpy().tolist())), td_abs.numpy()
 
 
 class DQN(DQNCore):
     """DQN in TensorFlow/Keras; arguments, behaviour and state as :class:`~marl_note.agents.dqn.DQNCore`.
 
-    Example:
+    Example (the gradient step compiled with XLA):
         >>> import gymnasium as gym, numpy as np
-        >>> agent = DQN(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(3), hidden_sizes=(8,), dueling=True, seed=0)
-        >>> agent.q_values(np.zeros((2, 4))).shape, sorted(agent.state_dict())[-3:]
-        ((2, 3), ['target_net.value.bias', 'target_net.value.weight', 'updates'])
+        >>> from marl_note.types import Transitions
+        >>> agent = DQN(gym.spaces.Discrete(3), gym.spaces.Discrete(2), hidden_sizes=(8,), learning_starts=4,
+        ...             update_steps=1, compile=True, seed=0)
+        >>> agent.observe(Transitions(obs=np.arange(4) % 3, act=np.zeros(4, int), rew=np.ones(4),
+        ...     next_obs=np.arange(4) % 3, terminated=np.ones(4, bool), truncated=np.zeros(4, bool)))
+        >>> sorted(agent.update(batch_size=4)), agent.updates
+        (['eps', 'gradient_steps', 'loss', 'q_mean', 'td_abs'], 1)
     """
 
     Networks = DQNNetworks
