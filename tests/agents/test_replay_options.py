@@ -24,8 +24,22 @@ def batch(n, rng, **over):
     return Transitions(**t)
 
 
-def params(net):
-    return [p.detach().clone() for p in net.parameters()]
+def params(agent):
+    """The online network's weights, from the numpy state."""
+    return {k: v for k, v in agent.state_dict().items() if k.startswith("q_net.")}
+
+
+def same(a, b):
+    return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def net_q(agent, name, obs):
+    """Q-values ``[B, n]`` of ``agent``'s network ``name`` ("q_net" or "target_net"), through a twin."""
+    twin = type(agent)(agent.observation_space, agent.action_space, hidden_sizes=agent.config["hidden_sizes"])
+    state = agent.state_dict()
+    twin.load_state_dict({**twin.state_dict(), **{"q_net" + k[len(name):]: v for k, v in state.items()
+                                                   if k.startswith(name + ".")}})
+    return twin.q_values(obs)
 
 
 # --------------------------------------------------------------------------- prioritized replay
@@ -41,9 +55,9 @@ def test_prioritized_dqn_feeds_back_td_errors_and_uses_weights():
     sample = agent.replay.sample
     # weights are used: zero importance weights give a zero loss and leave the network alone
     agent.replay.sample = lambda n: _with_weights(sample(n), 0.0)
-    before = params(agent.q_net)
+    before = params(agent)
     m = agent.update(32)
-    assert m["loss"] == 0.0 and all(torch.equal(x, y) for x, y in zip(params(agent.q_net), before))
+    assert m["loss"] == 0.0 and same(params(agent), before)
     seen = {}
 
     def spy(n):
@@ -62,7 +76,7 @@ def test_prioritized_dqn_feeds_back_td_errors_and_uses_weights():
     untouched = np.setdiff1d(np.arange(64), b.indices)
     np.testing.assert_array_equal(tree1[untouched], tree0[untouched])  # only the sampled items changed
     assert not np.allclose(tree1[b.indices], tree0[b.indices])
-    assert not all(torch.equal(x, y) for x, y in zip(params(agent.q_net), before))  # real weights: it learns
+    assert not same(params(agent), before)  # real weights: it learns
 
 
 def _with_weights(b, w):
@@ -78,9 +92,9 @@ def test_prioritized_weighted_loss_matches_manual():
     agent.replay.set_priorities(np.arange(16), np.linspace(0.1, 3.0, 16))
     b = agent.replay.sample(8)
     assert b.weights.max() == pytest.approx(1.0) and b.weights.min() < 1.0
-    q = agent.q_net(agent.encoder(b.obs)).gather(1, torch.as_tensor(b.act)[:, None]).squeeze(1)
+    q = agent.q_values(b.obs)[np.arange(8), b.act]
     target = agent.td_target(b)
-    expected = float((torch.as_tensor(b.weights) * (q - target) ** 2).mean().detach())
+    expected = float(np.mean(b.weights * (q - target) ** 2))
     agent.replay.sample = lambda n: b
     assert agent.update(8)["loss"] == pytest.approx(expected, rel=1e-5)
 
@@ -143,10 +157,6 @@ def test_nstep_dqn_target_equals_brute_force():
     assert len(agent.replay) == 9 and len(agent._feed.nstep) == 0  # every window released at the episode ends
     stored = agent.replay.get(np.arange(9))
 
-    def q(net, o):
-        with torch.no_grad():
-            return net(torch.as_tensor(o[None]))[0].numpy()
-
     expected = {}
     for s in lengths:
         for t in range(lengths[s]):
@@ -154,10 +164,10 @@ def test_nstep_dqn_target_equals_brute_force():
             g = sum(gamma ** i * float(rew[s][t + i]) for i in range(k))
             end = t + k
             terminal = end == lengths[s] and ends[s] == "terminated"
-            best = int(np.argmax(q(agent.q_net, obs[s][end])))  # double DQN: online net chooses
-            boot = 0.0 if terminal else gamma ** k * float(q(agent.target_net, obs[s][end])[best])
+            best = int(np.argmax(net_q(agent, "q_net", obs[s][end][None])[0]))  # double DQN: online net chooses
+            boot = 0.0 if terminal else gamma ** k * float(net_q(agent, "target_net", obs[s][end][None])[0, best])
             expected[(s, t)] = (g + boot, gamma ** k, obs[s][t])
-    got = agent.td_target(stored).numpy()
+    got = agent.td_target(stored)
     for i in range(9):
         match = [key for key, (_, _, o) in expected.items() if np.array_equal(o, stored.obs[i])]
         assert len(match) == 1

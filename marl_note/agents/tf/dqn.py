@@ -1,193 +1,130 @@
-"""Deep Q-learning (double DQN by default) with masked actions, in TensorFlow/Keras.
+"""DQN in TensorFlow/Keras: the Q-networks, the TD target and one gradient step; the rest is :class:`DQNCore`.
 
-The same algorithm, arguments and numpy state as :class:`marl_note.agents.torch.DQN`; read top to
-bottom: acting (``act``), storing (``observe``), the TD target (``td_target``), one gradient step
-(``_gradient_step``, a ``tf.function``) and the update schedule (``update``).
+The gradient step is one ``tf.function`` (XLA with ``compile=True``); the state keys and layouts
+are PyTorch's, so checkpoints move between the backends.
 """
 from __future__ import annotations
 
-import gymnasium as gym
+from collections.abc import Mapping
+from typing import Any
+
+import keras
 import numpy as np
 import tensorflow as tf
 
-from marl_note.agents.checks import check_mask, check_transitions
-from marl_note.agents.configs import DQNSharedMethods, apply_dqn_config
-from marl_note.agents.policies import masked_argmax
-from marl_note.agents.replay_options import network_space
-from marl_note.agents.tf.common import Adam, TFAgent, check_finite_update, guarded_apply, mlp, step_names
-from marl_note.types import Transitions
+from marl_note.agents.dqn import DQNConfig, DQNCore
+from marl_note.agents.tf.common import step_names
+from marl_note.agents.tf.networks import TFNetworks, keras_mlp
+
+__all__ = ["DQN", "DQNNetworks", "DuelingQNet"]
+
+# the order of the graph step's inputs (DQNCore.arrays' keys)
+_STEP_INPUTS = ("obs", "act", "next_obs", "rew", "discount", "alive", "legal", "weights")
+_TARGET_INPUTS = ("next_obs", "rew", "discount", "alive", "legal")
 
 
-class DQN(DQNSharedMethods, TFAgent):
-    """DQN over a Discrete action space: MLP Q-network, target network, replay, masked actions.
+def dense_from_numpy(weights: Mapping[str, np.ndarray], key: str):
+    """A built Dense layer holding ``{key}.weight`` (``[out, in]``, stored transposed) and ``{key}.bias``,
+    and its ``(torch key, variable, transposed)`` params."""
+    w, b = (np.asarray(weights[f"{key}.{part}"], np.float32) for part in ("weight", "bias"))
+    layer = keras.layers.Dense(w.shape[0], kernel_initializer="zeros", bias_initializer="zeros", dtype="float32")
+    layer.build((None, w.shape[1]))
+    layer.kernel.assign(w.T)
+    layer.bias.assign(b)
+    return layer, [(f"{key}.weight", layer.kernel, True), (f"{key}.bias", layer.bias, False)]
 
-    Exploration uses any policy from :mod:`marl_note.agents.policies` (default: epsilon-greedy
-    annealed from 1.0 to 0.05 over 10k agent steps); greedy actions are the best legal action.
-    The TD target ``r + discount * (1 - terminated) * Q_target(s', a*)`` takes ``a*`` among the
-    actions legal at ``s'`` (``next_mask``), chosen by the online network when ``double=True``;
-    ``discount`` is ``transitions.discount`` when present (n-step), else ``gamma``. Truncation
-    still bootstraps. Each ``update()`` call does ``update_steps`` gradient steps, or
-    ``max(1, round(replay_ratio * new transitions since the last call))`` when that is None,
-    and none until ``learning_starts`` transitions are stored. With ``tau`` set the target
-    network follows by Polyak averaging after every step; otherwise it is copied every
-    ``target_update`` steps. A ``replay`` with prioritized sampling (batches carrying
-    ``weights``) gets importance-weighted losses and ``update_priorities`` calls. The replay
-    options ``PR, alpha, beta, initial_TD, num_steps, her, compute_reward, augment`` are the PyTorch
-    DQN's (see :class:`~marl_note.agents.replay_options.ReplayFeed`).
 
-    The gradient step is a ``tf.function``; ``compile=True`` compiles it with XLA
-    (``jit_compile=True``). ``state_dict()`` matches the PyTorch DQN key for key.
+class DuelingQNet:
+    """``Q = V(h) + A(h, a) - mean_a A(h, a)`` with ``h = torso(s)`` (every torso layer activated)."""
 
-    Example:
-        >>> import gymnasium as gym, numpy as np
-        >>> from marl_note.types import Transitions
-        >>> agent = DQN(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(3), learning_starts=8, seed=0)
-        >>> agent.act(np.zeros((2, 4)), mask=np.array([[0, 1, 0], [1, 0, 0]], bool)).tolist()
-        [1, 0]
-        >>> agent.observe(Transitions(obs=np.zeros((8, 4)), act=np.zeros(8, int), rew=np.ones(8),
-        ...     next_obs=np.zeros((8, 4)), terminated=np.ones(8, bool), truncated=np.zeros(8, bool)))
-        >>> agent.update(batch_size=4)["gradient_steps"]
-        2
-    """
+    def __init__(self, prefix: str, weights: Mapping[str, np.ndarray], activation: str):
+        self.torso, torso_params = keras_mlp(f"{prefix}.torso", weights, activation)
+        self.activation = keras.activations.get(activation)
+        self.value, value_params = dense_from_numpy(weights, f"{prefix}.value")
+        self.advantage, advantage_params = dense_from_numpy(weights, f"{prefix}.advantage")
+        self.params = torso_params + value_params + advantage_params  # torch's parameter order
 
-    def __init__(self, observation_space: gym.Space, action_space: gym.Space, *,
-                 hidden_sizes: tuple[int, ...] = (128, 128), activation: str = "relu",
-                 lr: float = 1e-3, gamma: float = 0.99, buffer_size: int = 100_000,
-                 learning_starts: int = 1000, double: bool = True, target_update: int = 100,
-                 tau: float | None = None, criterion: str = "huber", max_grad_norm: float | None = 10.0,
-                 replay_ratio: float = 0.25, update_steps: int | None = None, policy=None, replay=None,
-                 seed: int | None = None, device: str = "cpu", compile: bool = False,
-                 PR: bool = False, alpha: float = 0.6, beta: float = 0.4, initial_TD: float = 1.0,
-                 num_steps: int = 1, her=None, compute_reward=None, augment=None):
-        if not isinstance(action_space, gym.spaces.Discrete):
-            raise TypeError(f"DQN needs a Discrete action space, got {action_space!r}; "
-                            f"use a continuous-control agent for Box actions")
-        super().__init__(network_space(observation_space), action_space, seed, device, compile)
-        self.observation_space = observation_space  # a goal env's Dict space; the networks see the flat one
-        apply_dqn_config(self, observation_space, action_space, gamma=gamma, buffer_size=buffer_size,
-                         learning_starts=learning_starts, double=double, target_update=target_update, tau=tau,
-                         criterion=criterion, max_grad_norm=max_grad_norm, replay_ratio=replay_ratio,
-                         update_steps=update_steps, policy=policy, replay=replay, PR=PR, alpha=alpha, beta=beta,
-                         initial_TD=initial_TD, num_steps=num_steps, her=her, compute_reward=compute_reward,
-                         augment=augment)
+    def __call__(self, x, training: bool = False):
+        h = self.activation(self.torso(x, training=training))
+        adv = self.advantage(h)
+        return self.value(h) + adv - tf.reduce_mean(adv, axis=1, keepdims=True)
 
-        dim = self.encoder.dim
+
+class DQNNetworks(TFNetworks):
+    """Online and target Q-networks, Adam, the TD target and one guarded gradient step (numpy in and out)."""
+
+    def __init__(self, weights: Mapping[str, np.ndarray], config: DQNConfig, device: Any = "cpu",
+                 compile: bool = False):
+        super().__init__(device, compile)
+        self.config = config
+        self.q_net = self.q_network("q_net", weights)
+        self.target_net = self.q_network("target_net", weights)
+        self.adam("optimizer", ["q_net"], lr=config.lr)
+        dim, n = self.params["q_net"][0][1].shape[0], self.params["q_net"][-1][1].shape[0]
+        obs, vec = tf.TensorSpec([None, dim], tf.float32), tf.TensorSpec([None], tf.float32)
+        legal = tf.TensorSpec([None, n], tf.bool)
+        self._forward = tf.function(lambda x: self.q_net(x), input_signature=[obs], reduce_retracing=True)
+        self._target_fn = self.function(self._target, [obs, vec, vec, vec, legal])
+        self._step_fn = self.function(self._step, [obs, tf.TensorSpec([None], tf.int32), obs, vec, vec, vec, legal,
+                                                    vec])
+
+    def q_network(self, name: str, weights: Mapping[str, np.ndarray]):
+        if not self.config.dueling:
+            return self.mlp(name, weights, self.config.activation)
         with tf.device(self.device):
-            self.q_net, q_params = mlp("q_net", dim, hidden_sizes, self.n_actions, activation, self.init_rng)
-            self.target_net, t_params = mlp("target_net", dim, hidden_sizes, self.n_actions, activation,
-                                            self.init_rng)
-            for (_, t, _), (_, s, _) in zip(t_params, q_params):
-                t.assign(s)
-            self.optimizer = Adam(learning_rate=lr, epsilon=1e-8)
-            self.optimizer.build([v for _, v, _ in q_params])
-        self._q_vars = [v for _, v, _ in q_params]
-        self._t_vars = [v for _, v, _ in t_params]
-        self._params = {"q_net": q_params, "target_net": t_params}
-        self._optims = {"optimizer": [self.optimizer, q_params, float(lr)]}
-        self._new_transitions = 0
+            net = DuelingQNet(name, weights, self.config.activation)
+        self.models[name], self.params[name] = net, net.params
+        return net
 
-        f32, i32 = tf.float32, tf.int32
-        obs_spec = tf.TensorSpec([None, dim], f32)
-        vec = tf.TensorSpec([None], f32)
-        legal = tf.TensorSpec([None, self.n_actions], tf.bool)
-        self._forward = tf.function(lambda x: self.q_net(x), input_signature=[obs_spec], reduce_retracing=True)
-        self._target_fn = self._function(self._graph_target, [obs_spec, vec, vec, vec, legal])
-        self._train_fn = self._function(self._graph_step, [obs_spec, tf.TensorSpec([None], i32), obs_spec,
-                                                           vec, vec, vec, legal, vec])
-        self._copy_fn = tf.function(self._graph_copy, input_signature=[tf.TensorSpec([], f32)])
-
-    # -- acting ------------------------------------------------------------------------------------
     def q_values(self, obs: np.ndarray) -> np.ndarray:
-        """Online Q-values ``[B, n]`` as float32 numpy."""
-        return self._forward(self.encoder(self._feed.observation(obs))).numpy()
+        return self._forward(obs).numpy()
 
-    def act(self, obs: np.ndarray, mask: np.ndarray | None = None, explore: bool = False) -> np.ndarray:
-        q = self.q_values(obs)
-        mask = check_mask(mask, len(q), self.n_actions)
-        a = self.policy.select(q, mask, self.rng) if explore else masked_argmax(q, mask)
-        return a + self.action_start
+    def _target(self, next_obs, rew, discount, alive, legal):
+        q_next = self.target_net(next_obs)
+        chooser = self.q_net(next_obs) if self.config.double else q_next
+        best = tf.argmax(tf.where(legal, chooser, tf.constant(-np.inf, chooser.dtype)), axis=1, output_type=tf.int32)
+        return tf.stop_gradient(rew + discount * alive * tf.gather(q_next, best, batch_dims=1))
 
-    # -- storing -----------------------------------------------------------------------------------
-    def observe(self, transitions: Transitions) -> None:
-        if not isinstance(transitions, Transitions):
-            raise TypeError(f"observe() expects a marl_note.types.Transitions batch, got {type(transitions).__name__}")
-        flat = check_transitions(self._feed.flat(transitions), self.encoder)
-        self._feed.add(transitions, flat)  # n-step accumulation / HER episode storage happen here
-        n = len(transitions)
-        self.agent_steps += n
-        self._new_transitions += n
-        if hasattr(self.policy, "step"):
-            self.policy.step(n)
+    def td_target(self, arrays: Mapping[str, np.ndarray]) -> np.ndarray:
+        return self._target_fn(*(arrays[k] for k in _TARGET_INPUTS)).numpy()
 
-    # -- learning ----------------------------------------------------------------------------------
-    def _target_inputs(self, batch: Transitions) -> list:
-        n = len(batch)
-        rew = np.asarray(batch.rew, np.float32)
-        alive = (~np.asarray(batch.terminated, bool)).astype(np.float32)
-        discount = (np.full(n, self.gamma, np.float32) if batch.discount is None
-                    else np.asarray(batch.discount, np.float32))
-        legal = (np.ones((n, self.n_actions), bool) if batch.next_mask is None
-                 else check_mask(batch.next_mask, n, self.n_actions, "next_mask"))
-        return [self.encoder(batch.next_obs, "next_obs"), rew, alive, discount, legal]
-
-    def _graph_target(self, next_obs, rew, alive, discount, legal):
-        q_target = self.target_net(next_obs)
-        chooser = self.q_net(next_obs) if self.double else q_target
-        chooser = tf.where(legal, chooser, tf.constant(-np.inf, chooser.dtype))
-        alive = alive * tf.cast(tf.reduce_any(legal, axis=1), alive.dtype)
-        best = tf.argmax(chooser, axis=1, output_type=tf.int32)
-        next_v = tf.gather(q_target, best, batch_dims=1)
-        return tf.stop_gradient(rew + discount * alive * next_v)
-
-    def td_target(self, batch: Transitions) -> tf.Tensor:
-        """``r + discount * (1 - terminated) * Q_target(s', a*)`` with ``a*`` legal at ``s'``.
-
-        Rows whose ``next_mask`` has no legal action do not bootstrap.
-        """
-        return self._target_fn(*self._target_inputs(batch))
-
-    def _graph_step(self, obs, act, next_obs, rew, alive, discount, legal, weights):
-        target = self._graph_target(next_obs, rew, alive, discount, legal)
+    def _step(self, obs, act, next_obs, rew, discount, alive, legal, weights):
+        target = self._target(next_obs, rew, discount, alive, legal)
         with tf.GradientTape() as tape:
             q = tf.gather(self.q_net(obs, training=True), act, batch_dims=1)
             err = q - target
-            if self.criterion == "huber":
-                abs_err = tf.abs(err)
-                losses = tf.where(abs_err < 1.0, 0.5 * tf.square(err), abs_err - 0.5)
+            if self.config.criterion == "huber":
+                losses = tf.where(tf.abs(err) < 1.0, 0.5 * tf.square(err), tf.abs(err) - 0.5)
             else:
                 losses = tf.square(err)
             loss = tf.reduce_mean(weights * losses)
-        _, checks = guarded_apply(self.optimizer, tape.gradient(loss, self._q_vars), self._q_vars, loss,
-                                  self.max_grad_norm)
-        td = tf.abs(target - q)
-        return loss, tf.reduce_mean(q), td, checks
+        _, checks = self.apply("optimizer", tape, loss, self.config.max_grad_norm)
+        td_abs = tf.abs(target - q)
+        return tf.stack([loss, tf.reduce_mean(q), tf.reduce_mean(td_abs)]), td_abs, checks
 
-    def _graph_copy(self, tau):
-        for t, s in zip(self._t_vars, self._q_vars):
-            t.assign(t + tau * (s - t))
+    def train_step(self, arrays: Mapping[str, np.ndarray], who: str, update: int):
+        """The graph step on the batch, then its finiteness checks (a refused step raises, nothing applied).
 
-    def _update_target(self) -> None:
-        if self.tau is not None:
-            self._copy_fn(tf.constant(self.tau, tf.float32))
-        elif self.updates % self.target_update == 0:
-            for t, s in zip(self._t_vars, self._q_vars):
-                t.assign(s)
+        Returns the metrics ``loss``, ``q_mean``, ``td_abs`` and ``|TD|`` per row for the priorities.
+        """
+        stats, td_abs, checks = self._step_fn(*[arrays[k].astype(np.int32) if k == "act" else arrays[k]
+                                                for k in _STEP_INPUTS])
+        self.check(who, update, step_names("loss"), checks)
+        return dict(zip(("loss", "q_mean", "td_abs"), stats.numpy().tolist())), td_abs.numpy()
 
-    def learn(self, batch: Transitions) -> dict[str, float]:
-        """One gradient step on an explicit batch (``_gradient_step`` samples one from replay)."""
-        n = len(batch)
-        weights = (np.ones(n, np.float32) if batch.weights is None else np.asarray(batch.weights, np.float32))
-        act = np.asarray(batch.act, np.int64) - self.action_start
-        next_obs, rew, alive, discount, legal = self._target_inputs(batch)
-        loss, q_mean, td, checks = self._train_fn(self.encoder(batch.obs), act.astype(np.int32), next_obs, rew,
-                                                  alive, discount, legal, weights)
-        check_finite_update(type(self).__name__, self.updates + 1, step_names("loss"), checks)
-        self.updates += 1
-        self._update_target()
-        td = td.numpy()
-        if batch.weights is not None and hasattr(self.replay, "update_priorities"):
-            self.replay.update_priorities(batch.indices, td)
-        return {"loss": float(loss), "q_mean": float(q_mean), "td_abs": float(td.mean())}
 
-    def _gradient_step(self, batch_size: int) -> dict[str, float]:
-        return self.learn(self.replay.sample(batch_size))
+class DQN(DQNCore):
+    """DQN in TensorFlow/Keras; arguments, behaviour and state as :class:`~marl_note.agents.dqn.DQNCore`.
+
+    Example (the gradient step compiled with XLA):
+        >>> import gymnasium as gym, numpy as np
+        >>> from marl_note.types import Transitions
+        >>> agent = DQN(gym.spaces.Discrete(3), gym.spaces.Discrete(2), hidden_sizes=(8,), learning_starts=4,
+        ...             update_steps=1, compile=True, seed=0)
+        >>> agent.observe(Transitions(obs=np.arange(4) % 3, act=np.zeros(4, int), rew=np.ones(4),
+        ...     next_obs=np.arange(4) % 3, terminated=np.ones(4, bool), truncated=np.zeros(4, bool)))
+        >>> sorted(agent.update(batch_size=4)), agent.updates
+        (['eps', 'gradient_steps', 'loss', 'q_mean', 'td_abs'], 1)
+    """
+
+    Networks = DQNNetworks

@@ -79,17 +79,19 @@ def test_torch_rng_blob_is_a_real_torch_generator_state():
         np.testing.assert_array_equal(torch_generator_state(seed), g.get_state().numpy())
 
 
-@pytest.mark.parametrize("double,criterion,tau,weights", [(True, "huber", None, False), (False, "mse", 0.1, True)])
-def test_dqn_update_parity(double, criterion, tau, weights):
+@pytest.mark.parametrize("double,criterion,tau,weights,dueling", [(True, "huber", None, False, False),
+                                                           (False, "mse", 0.1, True, False),
+                                                           (True, "huber", None, True, True)])
+def test_dqn_update_parity(double, criterion, tau, weights, dueling):
     rng = np.random.default_rng(0)
     batches = [dqn_batch(32, rng, weights) for _ in range(3)]
     cfg = dict(hidden_sizes=(16, 16), double=double, criterion=criterion, tau=tau, target_update=2,
-               update_steps=3, learning_starts=0, gamma=0.9, seed=1)
+               update_steps=3, learning_starts=0, gamma=0.9, seed=1, dueling=dueling)
     pt = torch_agents.DQN(OBS, ACT, replay=FixedReplay(batches), **cfg)
     tfa = tf_agents.DQN(OBS, ACT, replay=FixedReplay(batches), **cfg)
-    with torch.no_grad():  # a target net that differs from the online net
-        for p in pt.target_net.parameters():
-            p.add_(0.1 * torch.randn(p.shape, generator=torch.Generator().manual_seed(0)))
+    noise = np.random.default_rng(0)  # a target net that differs from the online net
+    pt.load_state_dict({k: v + 0.1 * noise.normal(size=v.shape).astype(np.float32) if k.startswith("target_net.")
+                        else v for k, v in pt.state_dict().items()})
     tfa.load_state_dict(pt.state_dict())
     assert_states_close(pt.state_dict(), tfa.state_dict(), "dqn load", tol=0)
 
@@ -97,7 +99,7 @@ def test_dqn_update_parity(double, criterion, tau, weights):
     np.testing.assert_allclose(tfa.q_values(b.obs), pt.q_values(b.obs), atol=TOL)
     np.testing.assert_array_equal(tfa.act(b.obs, b.mask), pt.act(b.obs, b.mask))
     np.testing.assert_array_equal(tfa.act(b.obs), pt.act(b.obs))
-    np.testing.assert_allclose(tfa.td_target(b).numpy(), pt.td_target(b).numpy(), atol=TOL)
+    np.testing.assert_allclose(tfa.td_target(b), pt.td_target(b), atol=TOL)
 
     m_pt, m_tf = pt.update(32), tfa.update(32)
     assert m_pt["gradient_steps"] == m_tf["gradient_steps"] == 3
@@ -119,7 +121,7 @@ def test_dqn_full_update_parity_with_real_replay_and_exploration():
     pt = torch_agents.DQN(OBS, ACT, **cfg)
     cfg["policy"] = EpsGreedyQPolicy(0.5, 0.1, 200)
     tfa = tf_agents.DQN(OBS, ACT, **cfg)
-    tfa.load_state_dict(pt.state_dict())
+    assert_states_close(pt.state_dict(), tfa.state_dict(), "dqn init", tol=0)  # the same numpy init
     rng = np.random.default_rng(3)
     for _ in range(3):
         b = dqn_batch(24, rng)
@@ -135,7 +137,7 @@ def test_state_dicts_load_across_backends_both_ways():
     rng = np.random.default_rng(4)
     tfa.observe(dqn_batch(16, rng)), tfa.update(4)
     pt = torch_agents.DQN(OBS, ACT, hidden_sizes=(8,), seed=5)
-    pt.load_state_dict(tfa.state_dict())  # TF -> torch, optimiser moments and torch_rng included
+    pt.load_state_dict(tfa.state_dict())  # TF -> torch, optimiser moments included
     assert_states_close(tfa.state_dict(), pt.state_dict(), "dqn tf->torch", tol=0, skip=())
     fresh = tf_agents.DQN(OBS, ACT, hidden_sizes=(8,), seed=6)
     torch_agents.DQN(OBS, ACT, hidden_sizes=(8,), seed=7).load_state_dict(fresh.state_dict())

@@ -1,0 +1,310 @@
+"""Deep Q-learning, the numpy half: hyperparameters, acting, storing, the update schedule, extra state.
+
+:class:`DQNConfig` holds every hyperparameter (defaults written once, checked once);
+:class:`DQNCore` acts, stores transitions, turns sampled batches into numpy arrays and runs the
+update schedule. The backends (:mod:`marl_note.agents.torch.dqn`, :mod:`marl_note.agents.tf.dqn`)
+add only the networks: forward passes, the TD target, one gradient step and target syncs.
+
+Example:
+    >>> DQNConfig(hidden_sizes=[32], dueling=True).hidden_sizes
+    (32,)
+    >>> DQNConfig(criterion="l1")
+    Traceback (most recent call last):
+    ...
+    ValueError: criterion must be 'huber' or 'mse', got 'l1'
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from marl_note.agents.checks import ObsEncoder, check_mask, check_transitions
+from marl_note.agents.core import AgentCore
+from marl_note.agents.networks import ACTIVATIONS, check_hidden_sizes, init_linear, mlp_weights
+from marl_note.agents.policies import EpsGreedyQPolicy, masked_argmax
+from marl_note.agents.replay_options import ReplayFeed, check_num_steps, check_prioritized_options, network_space
+from marl_note.types import Transitions
+from marl_note.validation import (
+    check_callable,
+    non_negative_float,
+    non_negative_int,
+    open_unit_interval,
+    optional,
+    positive_float,
+    positive_int,
+    unit_interval,
+)
+
+__all__ = ["DQNConfig", "DQNCore", "q_net_weights"]
+
+
+@dataclass(frozen=True)
+class DQNConfig:
+    """DQN's hyperparameters (see :class:`DQNCore` for what each one does), checked on creation."""
+
+    hidden_sizes: tuple[int, ...] = (128, 128)
+    activation: str = "relu"
+    lr: float = 1e-3
+    gamma: float = 0.99
+    buffer_size: int = 100_000
+    learning_starts: int = 1000
+    double: bool = True
+    target_update: int = 100
+    tau: float | None = None
+    criterion: str = "huber"
+    max_grad_norm: float | None = 10.0
+    replay_ratio: float = 0.25
+    update_steps: int | None = None
+    policy: Any = None
+    replay: Any = None
+    PR: bool = False
+    alpha: float = 0.6
+    beta: float = 0.4
+    initial_TD: float = 1.0
+    num_steps: int = 1
+    her: Any = None
+    compute_reward: Callable | None = None
+    augment: Callable | None = None
+    dueling: bool = False
+
+    def __post_init__(self) -> None:
+        def put(name: str, value: Any) -> None:
+            object.__setattr__(self, name, value)
+
+        put("hidden_sizes", check_hidden_sizes(self.hidden_sizes))
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"unknown activation {self.activation!r}; choose one of {list(ACTIVATIONS)}")
+        if self.criterion not in ("huber", "mse"):
+            raise ValueError(f"criterion must be 'huber' or 'mse', got {self.criterion!r}")
+        put("lr", positive_float("lr", self.lr))
+        put("gamma", unit_interval("gamma", self.gamma, "the discount factor"))
+        put("buffer_size", positive_int("buffer_size", self.buffer_size))
+        put("learning_starts", non_negative_int("learning_starts", self.learning_starts,
+                                                "transitions stored before the first gradient step"))
+        put("target_update", positive_int("target_update", self.target_update, "gradient steps between target copies"))
+        put("tau", optional(open_unit_interval, "tau", self.tau, "the Polyak step of the target network"))
+        put("max_grad_norm", optional(positive_float, "max_grad_norm", self.max_grad_norm))
+        put("replay_ratio", non_negative_float("replay_ratio", self.replay_ratio,
+                                               "gradient steps per new transition"))
+        put("update_steps", optional(non_negative_int, "update_steps", self.update_steps,
+                                     "gradient steps per update() call"))
+        if self.policy is not None and not callable(getattr(self.policy, "select", None)):
+            raise TypeError(f"policy must have select(values, mask, rng), got {type(self.policy).__name__}")
+        alpha, beta, initial_TD = check_prioritized_options(self.alpha, self.beta, self.initial_TD)
+        put("alpha", alpha)
+        put("beta", beta)
+        put("initial_TD", initial_TD)
+        put("num_steps", check_num_steps(self.num_steps))
+        check_callable("compute_reward", self.compute_reward, "compute_reward(achieved_goal, desired_goal, info)")
+        check_callable("augment", self.augment, "transitions -> transitions (or a list of them)")
+        for name in ("double", "PR", "dueling"):
+            put(name, bool(getattr(self, name)))
+        if self.dueling and not self.hidden_sizes:
+            raise ValueError("dueling=True needs at least one hidden layer in hidden_sizes (the shared torso "
+                             "under the value and advantage heads)")
+
+
+def q_net_weights(prefix: str, in_dim: int, n_actions: int, config: DQNConfig,
+                  rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Initial weights of a Q-network named ``prefix``, PyTorch names and layouts.
+
+    An MLP ``{prefix}.{2j}.weight/bias``; with ``dueling`` a torso ``{prefix}.torso.{2j}.*`` (every
+    layer followed by the activation) under ``{prefix}.value.*`` (one output) and
+    ``{prefix}.advantage.*`` (one per action).
+
+    Example:
+        >>> w = q_net_weights("q_net", 3, 2, DQNConfig(hidden_sizes=(4,), dueling=True), np.random.default_rng(0))
+        >>> {k: v.shape for k, v in w.items()}  # doctest: +NORMALIZE_WHITESPACE
+        {'q_net.torso.0.weight': (4, 3), 'q_net.torso.0.bias': (4,), 'q_net.value.weight': (1, 4),
+         'q_net.value.bias': (1,), 'q_net.advantage.weight': (2, 4), 'q_net.advantage.bias': (2,)}
+    """
+    if not config.dueling:
+        return mlp_weights(prefix, in_dim, config.hidden_sizes, n_actions, rng)
+    weights = mlp_weights(f"{prefix}.torso", in_dim, config.hidden_sizes, None, rng)
+    last = config.hidden_sizes[-1]
+    for head, units in (("value", 1), ("advantage", n_actions)):
+        weights[f"{prefix}.{head}.weight"], weights[f"{prefix}.{head}.bias"] = init_linear(last, units, rng)
+    return weights
+
+
+class DQNCore(AgentCore):
+    """DQN over a Discrete action space: Q-network, target network, replay, masked actions.
+
+    Exploration uses any policy from :mod:`marl_note.agents.policies` (default: epsilon-greedy
+    annealed from 1.0 to 0.05 over 10k agent steps); greedy actions are the best legal action.
+    The TD target ``r + discount * (1 - terminated) * Q_target(s', a*)`` takes ``a*`` among the
+    actions legal at ``s'`` (``next_mask``), chosen by the online network when ``double=True``;
+    ``discount`` is ``transitions.discount`` when present (n-step), else ``gamma``. Truncation
+    still bootstraps; a row with no legal next action does not. Each ``update()`` call does
+    ``update_steps`` gradient steps, or ``max(1, round(replay_ratio * new transitions since the
+    last call))`` when that is None, and none until ``learning_starts`` transitions are stored.
+    With ``tau`` set the target network follows by Polyak averaging after every step; otherwise it
+    is copied every ``target_update`` steps. A ``replay`` with prioritized sampling (batches
+    carrying ``weights``) gets importance-weighted losses and ``update_priorities`` calls.
+    ``criterion`` is ``"huber"`` or ``"mse"``; gradients are clipped to ``max_grad_norm``.
+
+    The Q-network is an MLP (``hidden_sizes``, ``activation``); ``dueling=True`` makes it a
+    dueling network: a shared torso of ``hidden_sizes`` under a value head ``V(s)`` and an
+    advantage head ``A(s, a)``, ``Q = V + A - mean_a A`` (state keys ``q_net.torso.*``,
+    ``q_net.value.*``, ``q_net.advantage.*``).
+
+    Replay options (shared with DDPG, see :class:`~marl_note.agents.replay_options.ReplayFeed`):
+    ``PR=True, alpha, beta, initial_TD`` builds a prioritized buffer (``|TD|`` fed back after each
+    gradient step); ``num_steps=n`` stores n-step transitions (their ``discount`` is ``gamma**k``);
+    for goal envs (Dict observations with ``observation``/``achieved_goal``/``desired_goal``)
+    ``her=dict(strategy="future", k=4), compute_reward=env.compute_reward`` (or
+    ``replay=HERReplayBuffer(...)``) relabels goals, and ``act`` takes the dict of batched arrays.
+    ``augment=fn`` also stores ``fn(transitions)`` (a batch or a list of batches: e.g. mirrored
+    boards with mirrored actions and masks) next to every stored batch; ``agent_steps`` and the
+    ``replay_ratio`` schedule still count only the real transitions.
+
+    ``compile=True`` compiles the gradient step (``torch.compile`` of the loss, falling back to
+    eager mode with a warning where that fails; XLA in TensorFlow). Both backends start from the
+    same weights for the same ``seed`` and write the same ``state_dict()`` keys and layouts.
+
+    Example:
+        >>> import gymnasium as gym, numpy as np
+        >>> from marl_note.agents.torch import DQN
+        >>> from marl_note.types import Transitions
+        >>> agent = DQN(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(3), learning_starts=8, seed=0)
+        >>> agent.act(np.zeros((2, 4)), mask=np.array([[0, 1, 0], [1, 0, 0]], bool)).tolist()
+        [1, 0]
+        >>> agent.observe(Transitions(obs=np.zeros((8, 4)), act=np.zeros(8, int), rew=np.ones(8),
+        ...     next_obs=np.zeros((8, 4)), terminated=np.ones(8, bool), truncated=np.zeros(8, bool)))
+        >>> agent.update(batch_size=4)["gradient_steps"]
+        2
+        >>> agent.td_target(Transitions(obs=np.zeros((1, 4)), act=np.zeros(1, int), rew=np.ones(1),
+        ...     next_obs=np.zeros((1, 4)), terminated=np.ones(1, bool), truncated=np.zeros(1, bool))).tolist()
+        [1.0]
+    """
+
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, *,
+                 hidden_sizes: tuple[int, ...] = DQNConfig.hidden_sizes, activation: str = DQNConfig.activation,
+                 lr: float = DQNConfig.lr, gamma: float = DQNConfig.gamma, buffer_size: int = DQNConfig.buffer_size,
+                 learning_starts: int = DQNConfig.learning_starts, double: bool = DQNConfig.double,
+                 target_update: int = DQNConfig.target_update, tau: float | None = DQNConfig.tau,
+                 criterion: str = DQNConfig.criterion, max_grad_norm: float | None = DQNConfig.max_grad_norm,
+                 replay_ratio: float = DQNConfig.replay_ratio, update_steps: int | None = DQNConfig.update_steps,
+                 policy: Any = None, replay: Any = None, seed: int | None = None, device: Any = "cpu",
+                 compile: bool = False, PR: bool = DQNConfig.PR, alpha: float = DQNConfig.alpha,
+                 beta: float = DQNConfig.beta, initial_TD: float = DQNConfig.initial_TD,
+                 num_steps: int = DQNConfig.num_steps, her: Any = None, compute_reward: Callable | None = None,
+                 augment: Callable | None = None, dueling: bool = DQNConfig.dueling):
+        if not isinstance(action_space, gym.spaces.Discrete):
+            raise TypeError(f"DQN needs a Discrete action space, got {action_space!r}; "
+                            f"use a continuous-control agent for Box actions")
+        super().__init__(observation_space, action_space, seed=seed, device=device, compile=compile)
+        self.encoder = ObsEncoder(network_space(observation_space))  # a goal env's dict, flattened
+        self.cfg = cfg = DQNConfig(
+            hidden_sizes=hidden_sizes, activation=activation, lr=lr, gamma=gamma, buffer_size=buffer_size,
+            learning_starts=learning_starts, double=double, target_update=target_update, tau=tau,
+            criterion=criterion, max_grad_norm=max_grad_norm, replay_ratio=replay_ratio, update_steps=update_steps,
+            policy=policy, replay=replay, PR=PR, alpha=alpha, beta=beta, initial_TD=initial_TD, num_steps=num_steps,
+            her=her, compute_reward=compute_reward, augment=augment, dueling=dueling)
+        self.n_actions, self.action_start = int(action_space.n), int(action_space.start)
+        self.gamma = cfg.gamma
+        self.policy = cfg.policy if cfg.policy is not None else EpsGreedyQPolicy(1.0, 0.05, n_steps_annealing=10_000)
+        self._feed = ReplayFeed(observation_space, action_space, buffer_size=cfg.buffer_size, gamma=cfg.gamma,
+                                PR=cfg.PR, alpha=cfg.alpha, beta=cfg.beta, initial_TD=cfg.initial_TD,
+                                num_steps=cfg.num_steps, her=cfg.her, compute_reward=cfg.compute_reward,
+                                replay=cfg.replay, augment=cfg.augment,
+                                seed=None if cfg.replay is not None else int(self.rng.integers(0, 2**63 - 1)))
+        self.replay = self._feed.replay
+        self._new_transitions = 0
+        q = q_net_weights("q_net", self.encoder.dim, self.n_actions, cfg, self.init_rng)
+        target = {"target_net" + k[len("q_net"):]: v.copy() for k, v in q.items()}
+        self.nets = self.Networks({**q, **target}, cfg, device=self.device, compile=self.compile)
+
+    # -- acting ------------------------------------------------------------------------------------
+    def q_values(self, obs: Any) -> np.ndarray:
+        """Online Q-values ``[B, n]`` as float32 numpy."""
+        return self.nets.q_values(self.encoder(self._feed.observation(obs)))
+
+    def act(self, obs: Any, mask: np.ndarray | None = None, explore: bool = False) -> np.ndarray:
+        q = self.q_values(obs)
+        legal = check_mask(mask, len(q), self.n_actions)
+        a = self.policy.select(q, legal, self.rng) if explore else masked_argmax(q, legal)
+        return a + self.action_start
+
+    # -- storing -----------------------------------------------------------------------------------
+    def observe(self, transitions: Transitions) -> None:
+        if not isinstance(transitions, Transitions):
+            raise TypeError(f"observe() expects a marl_note.types.Transitions batch, got {type(transitions).__name__}")
+        flat = check_transitions(self._feed.flat(transitions), self.encoder)
+        self._feed.add(transitions, flat)  # n-step accumulation / HER episode storage happen here
+        n = len(transitions)
+        self.agent_steps += n
+        self._new_transitions += n
+        if hasattr(self.policy, "step"):
+            self.policy.step(n)
+
+    # -- learning ----------------------------------------------------------------------------------
+    def arrays(self, batch: Transitions) -> dict[str, np.ndarray]:
+        """What the networks train on: encoded observations, 0-based actions, float32 rewards,
+        discounts, ``alive`` (0 where the episode terminated or no next action is legal), the legal
+        next actions and importance weights (ones without prioritized replay)."""
+        n = len(batch)
+        legal = check_mask(batch.next_mask, n, self.n_actions, "next_mask")
+        if legal is None:
+            legal = np.ones((n, self.n_actions), bool)
+        alive = ~np.asarray(batch.terminated, bool) & legal.any(axis=1)
+        discount = np.full(n, self.cfg.gamma) if batch.discount is None else batch.discount
+        weights = np.ones(n) if batch.weights is None else batch.weights
+        return {"obs": self.encoder(batch.obs), "act": np.asarray(batch.act, np.int64) - self.action_start,
+                "next_obs": self.encoder(batch.next_obs, "next_obs"), "rew": np.asarray(batch.rew, np.float32),
+                "discount": np.asarray(discount, np.float32), "alive": alive.astype(np.float32),
+                "legal": np.ascontiguousarray(legal), "weights": np.asarray(weights, np.float32)}
+
+    def td_target(self, batch: Transitions) -> np.ndarray:
+        """``r + discount * (1 - terminated) * Q_target(s', a*)`` with ``a*`` legal at ``s'`` (numpy ``[B]``)."""
+        return self.nets.td_target(self.arrays(batch))
+
+    def learn(self, batch: Transitions) -> dict[str, float]:
+        """One gradient step on ``batch``, then the target update and the priority feedback."""
+        metrics, td_abs = self.nets.train_step(self.arrays(batch), who=type(self).__name__, update=self.updates + 1)
+        self.updates += 1
+        if self.cfg.tau is not None:
+            self.nets.sync("target_net", "q_net", self.cfg.tau)
+        elif self.updates % self.cfg.target_update == 0:
+            self.nets.sync("target_net", "q_net")
+        if batch.weights is not None and hasattr(self.replay, "update_priorities"):
+            self.replay.update_priorities(batch.indices, td_abs)
+        return metrics
+
+    def update(self, batch_size: int) -> dict[str, Any]:
+        """Run this call's gradient steps; returns mean metrics, policy metrics and ``gradient_steps``."""
+        batch_size = positive_int("batch_size", batch_size)
+        new, self._new_transitions = self._new_transitions, 0
+        if len(self.replay) == 0 or len(self.replay) < self.cfg.learning_starts:
+            return {"gradient_steps": 0}
+        steps = self.cfg.update_steps
+        if steps is None:
+            steps = max(1, round(self.cfg.replay_ratio * new))
+        totals: dict[str, float] = {}
+        for _ in range(steps):
+            for k, v in self.learn(self.replay.sample(batch_size)).items():
+                totals[k] = totals.get(k, 0.0) + v
+        metrics: dict[str, Any] = {k: v / steps for k, v in totals.items()}
+        metrics.update({k: float(v) for k, v in getattr(self.policy, "metrics", dict)().items()})
+        metrics["gradient_steps"] = steps
+        return metrics
+
+    # -- state -------------------------------------------------------------------------------------
+    def _extra_state(self) -> dict[str, np.ndarray]:
+        state = {"new_transitions": np.asarray(self._new_transitions, np.int64)}
+        if hasattr(self.policy, "state_dict"):
+            state.update({f"policy.{k}": np.asarray(v) for k, v in self.policy.state_dict().items()})
+        return state
+
+    def _load_extra_state(self, state: Mapping[str, Any]) -> None:
+        self._new_transitions = int(np.asarray(state.get("new_transitions", 0)))
+        if hasattr(self.policy, "load_state_dict"):
+            self.policy.load_state_dict({k[len("policy."):]: v for k, v in state.items() if k.startswith("policy.")})
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(obs_dim={self.encoder.dim}, n_actions={self.n_actions}, "
+                f"policy={self.policy!r}, agent_steps={self.agent_steps}, updates={self.updates})")
