@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -23,8 +24,16 @@ from marl_note.agents.noise import GaussianWhiteNoiseProcess
 from marl_note.agents.policies import GumbelSoftmaxPolicy, masked_argmax
 from marl_note.replay.joint import JointReplayBuffer
 from marl_note.types import JointTransitions
-from marl_note.validation import (check_callable, non_negative_float, non_negative_int, open_unit_interval,
-                                  optional, positive_float, positive_int, unit_interval)
+from marl_note.validation import (
+    check_callable,
+    non_negative_float,
+    non_negative_int,
+    open_unit_interval,
+    optional,
+    positive_float,
+    positive_int,
+    unit_interval,
+)
 
 __all__ = ["MADDPGConfig", "MADDPGCore", "MADDPGSeat"]
 
@@ -168,8 +177,8 @@ class MADDPGCore(AgentCore):
         self.encoders = {a: ObsEncoder(self.observation_spaces[a]) for a in self.agents}
         self.obs_dim = {a: self.encoders[a].dim for a in self.agents}
         self.discrete = {a: isinstance(self.action_spaces[a], gym.spaces.Discrete) for a in self.agents}
-        self.scalers = {a: BoxScaler(s) for a, s in self.action_spaces.items() if not self.discrete[a]}
-        self.act_dim = {a: int(s.n) if self.discrete[a] else self.scalers[a].dim  # type: ignore[attr-defined]
+        self.scalers = {a: BoxScaler(s) for a, s in self.action_spaces.items() if isinstance(s, gym.spaces.Box)}
+        self.act_dim = {a: int(s.n) if isinstance(s, gym.spaces.Discrete) else self.scalers[a].dim
                         for a, s in self.action_spaces.items()}
         super().__init__(gym.spaces.Dict(OrderedDict(self.observation_spaces)),
                          gym.spaces.Dict(OrderedDict(self.action_spaces)), seed=seed, device=device, compile=compile)
@@ -235,7 +244,7 @@ class MADDPGCore(AgentCore):
         if self.discrete[agent]:
             mask = check_mask(mask, len(out), self.act_dim[agent])
             a = self.policies[agent].select(out, mask, self.rng) if explore else masked_argmax(out, mask)
-            return a + int(self.action_spaces[agent].start)  # type: ignore[attr-defined]
+            return a + int(self.action_spaces[agent].start)  # type: ignore[attr-defined, operator]
         unit = out.astype(np.float64)
         if explore:  # one sample of the row's env process per row, in half-range units
             ids = np.arange(len(unit)) if env_ids is None else np.asarray(env_ids, np.int64).reshape(-1)

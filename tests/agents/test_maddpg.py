@@ -294,7 +294,7 @@ def test_save_restore_across_backends(tmp_path, source):
         np.testing.assert_array_equal(back.state_dict()[k], v, err_msg=k)
 
 
-def test_compile_is_xla_in_tf_and_a_warning_in_torch(MADDPG, backend):
+def test_compile_is_for_tf_and_a_warning_in_torch(MADDPG, backend):
     if backend == "torch":
         with pytest.warns(UserWarning, match="compile=True has no effect"):
             MADDPG(OBS, ACT, hidden_sizes=(8,), compile=True)
@@ -371,7 +371,8 @@ class MatchCueEnv:
 
     def __init__(self, seed=0):
         self.rng = np.random.default_rng(seed)
-        self.spaces = {"agent_0": gym.spaces.Box(0, 1, (3,), np.float32), "agent_1": gym.spaces.Box(0, 1, (4,), np.float32)}
+        self.spaces = {"agent_0": gym.spaces.Box(0, 1, (3,), np.float32),
+                       "agent_1": gym.spaces.Box(0, 1, (4,), np.float32)}
 
     def observation_space(self, agent):
         return self.spaces[agent]

@@ -6,7 +6,8 @@ move between this backend and PyTorch's (``state_dict`` keys and layouts are the
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import tensorflow as tf

@@ -6,7 +6,8 @@ core :class:`marl_note.agents.maddpg.MADDPGCore`.
 from __future__ import annotations
 
 import warnings
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -33,7 +34,10 @@ class MADDPGNetworks(TorchNetworks):
         if compile:
             warnings.warn("MADDPG's PyTorch networks run eagerly: compile=True has no effect", stacklevel=3)
         self.agents, self.discrete, self.cfg = tuple(agents), dict(discrete), config
-        self.actor, self.critic, self.actor_target, self.critic_target = {}, {}, {}, {}
+        self.actor: dict[str, nn.Module] = {}
+        self.critic: dict[str, nn.Module] = {}
+        self.actor_target: dict[str, nn.Module] = {}
+        self.critic_target: dict[str, nn.Module] = {}
         for a in self.agents:
             for name, nets in (("actor", self.actor), ("critic", self.critic), ("actor_target", self.actor_target),
                                ("critic_target", self.critic_target)):
