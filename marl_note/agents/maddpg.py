@@ -6,10 +6,9 @@ them from the numpy weights drawn here and take the numpy batches made here.
 """
 from __future__ import annotations
 
-import dataclasses
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import gymnasium as gym
@@ -36,9 +35,6 @@ from marl_note.validation import (
 )
 
 __all__ = ["MADDPGConfig", "MADDPGCore", "MADDPGSeat"]
-
-NETWORKS = ("actor", "critic", "actor_target", "critic_target")
-
 
 @dataclass(frozen=True)
 class MADDPGConfig:
@@ -164,7 +160,7 @@ class MADDPGCore(AgentCore):
                  seed: int | None = None, device: Any = "cpu", compile: bool = False):
         self.agents = _check_agents(observation_spaces, action_spaces)
         self.cfg = cfg = MADDPGConfig(
-            hidden_sizes=tuple(hidden_sizes), activation=activation, actor_lr=actor_lr, critic_lr=critic_lr,
+            hidden_sizes=hidden_sizes, activation=activation, actor_lr=actor_lr, critic_lr=critic_lr,
             gamma=gamma, tau=tau, buffer_size=buffer_size, learning_starts=learning_starts,
             replay_ratio=replay_ratio, update_steps=update_steps, temperature=temperature, noise_sigma=noise_sigma,
             noise=noise, action_reg=action_reg, max_grad_norm=max_grad_norm, centralized_critic=centralized_critic,
@@ -183,8 +179,8 @@ class MADDPGCore(AgentCore):
         super().__init__(gym.spaces.Dict(OrderedDict(self.observation_spaces)),
                          gym.spaces.Dict(OrderedDict(self.action_spaces)), seed=seed, device=device, compile=compile)
         self.centralized_critic = cfg.centralized_critic
-        self.learning_starts, self.replay_ratio, self.update_steps = (cfg.learning_starts, cfg.replay_ratio,
-                                                                      cfg.update_steps)
+        self.learning_starts, self.replay_ratio, self.update_steps = cfg.learning_starts, cfg.replay_ratio, \
+            cfg.update_steps
         self.reward_done_func_ma = cfg.reward_done_func_ma
         self.replay = JointReplayBuffer(cfg.buffer_size, self.agents, self.observation_spaces, self.action_spaces,
                                         seed=int(self.rng.integers(0, 2**63 - 1)))
@@ -264,8 +260,7 @@ class MADDPGCore(AgentCore):
             if rew.shape != np.shape(joint.rew) or term.shape != np.shape(joint.rew):
                 raise ValueError(f"reward_done_func_ma must return (rew, terminated) of shape "
                                  f"{np.shape(joint.rew)}, got {rew.shape} and {term.shape}")
-            joint = dataclasses.replace(joint, rew=rew, terminated=term,
-                                        truncated=np.asarray(joint.truncated, bool) & ~term)
+            joint = replace(joint, rew=rew, terminated=term, truncated=np.asarray(joint.truncated, bool) & ~term)
         self.replay.add(joint)
         alive = np.asarray(joint.alive, bool)
         done = np.asarray(joint.terminated, bool) | np.asarray(joint.truncated, bool)
