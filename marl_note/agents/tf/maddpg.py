@@ -29,7 +29,14 @@ def masked_logits(logits, legal):
 
 class MADDPGNetworks(TFNetworks):
     """Per agent: ``actor``, ``critic`` and their targets (models ``<agent>.<net>``), and an Adam each
-    for actor and critic; one ``tf.function`` per set of trained agents (XLA with ``compile=True``)."""
+    for actor and critic; one ``tf.function`` per set of trained agents (XLA with ``compile=True``).
+
+    Example (the core builds them; forward passes take and return numpy):
+        >>> import gymnasium as gym
+        >>> m = MADDPG({"a": gym.spaces.Box(-1, 1, (2,))}, {"a": gym.spaces.Box(-1, 1, (1,))}, hidden_sizes=(4,))
+        >>> m.nets.actor_output("a", np.zeros((3, 2), np.float32)).shape, m.nets.weight_names[:2]
+        ((3, 1), ('a.actor', 'a.critic'))
+    """
 
     def __init__(self, weights: Mapping[str, np.ndarray], *, agents: Sequence[str], discrete: Mapping[str, bool],
                  config: MADDPGConfig, device: Any = "cpu", compile: bool = False):

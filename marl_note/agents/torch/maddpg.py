@@ -26,7 +26,14 @@ def masked_logits(logits: torch.Tensor, legal: torch.Tensor) -> torch.Tensor:
 
 class MADDPGNetworks(TorchNetworks):
     """Per agent: ``actor``, ``critic`` and their targets (modules ``<agent>.<net>``), and an Adam each
-    for actor and critic (``<agent>.actor_optimizer``, ``<agent>.critic_optimizer``)."""
+    for actor and critic (``<agent>.actor_optimizer``, ``<agent>.critic_optimizer``).
+
+    Example (the core builds them; forward passes take and return numpy):
+        >>> import gymnasium as gym
+        >>> m = MADDPG({"a": gym.spaces.Box(-1, 1, (2,))}, {"a": gym.spaces.Box(-1, 1, (1,))}, hidden_sizes=(4,))
+        >>> m.nets.actor_output("a", np.zeros((3, 2), np.float32)).shape, m.nets.weight_names[:2]
+        ((3, 1), ('a.actor', 'a.critic'))
+    """
 
     def __init__(self, weights: Mapping[str, np.ndarray], *, agents: Sequence[str], discrete: Mapping[str, bool],
                  config: MADDPGConfig, device: Any = "cpu", compile: bool = False):
