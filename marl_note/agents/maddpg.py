@@ -51,7 +51,7 @@ class MADDPGConfig:
         ValueError: tau must be in (0, 1] (the rate of the Polyak target update), got 0.0
     """
 
-    hidden_sizes: tuple[int, ...] = (64, 64)
+    hidden_sizes: Sequence[int] = (64, 64)  # kept as a tuple
     activation: str = "relu"
     actor_lr: float = 1e-2
     critic_lr: float = 1e-2
