@@ -52,7 +52,8 @@ def unmasked(batch):
 
 # --------------------------------------------------------------------------- collector -> replay
 
-def test_masks_of_a_masked_parallel_env_reach_the_joint_replay_per_agent(MADDPG):
+def test_masks_of_a_masked_parallel_env_reach_the_joint_replay_per_agent():
+    MADDPG = maddpg_class("torch")  # the collector and replay see only the numpy core
     spec = make_spec(adapt(MaskedRaceEnv()))
     m = MADDPG(dict(spec.observation_spaces), dict(spec.action_spaces), hidden_sizes=(8,), learning_starts=0,
                update_steps=1, seed=0)
