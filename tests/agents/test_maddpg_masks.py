@@ -1,4 +1,4 @@
-"""MADDPG with action masks: masks in the joint replay, legal target actions, torch/TF parity."""
+"""MADDPG with action masks in both backends: masks in the joint replay, legal target actions, torch/TF parity."""
 
 import gymnasium as gym
 import numpy as np
@@ -8,13 +8,16 @@ from marl_note.envs import SyncVectorEnv, adapt, make_spec
 from marl_note.replay.joint import JointReplayBuffer
 from marl_note.trainers import Collector
 from marl_note.types import JointTransitions
+from tests.agents.maddpg_helpers import BACKENDS, maddpg_class, set_state
 from tests.scripted_envs import MaskedRaceEnv
-
-torch = pytest.importorskip("torch")
-from marl_note.agents.torch import MADDPG  # noqa: E402
 
 OBS = {"a": gym.spaces.Box(-1, 1, (4,), np.float32), "b": gym.spaces.Box(-1, 1, (2,), np.float32)}
 ACT = {"a": gym.spaces.Discrete(5), "b": gym.spaces.Discrete(3, start=1)}
+
+
+@pytest.fixture(params=BACKENDS)
+def MADDPG(request):
+    return maddpg_class(request.param)
 
 
 def random_masks(rng, n, k):
@@ -50,6 +53,7 @@ def unmasked(batch):
 # --------------------------------------------------------------------------- collector -> replay
 
 def test_masks_of_a_masked_parallel_env_reach_the_joint_replay_per_agent():
+    MADDPG = maddpg_class("torch")  # the collector and replay see only the numpy core
     spec = make_spec(adapt(MaskedRaceEnv()))
     m = MADDPG(dict(spec.observation_spaces), dict(spec.action_spaces), hidden_sizes=(8,), learning_starts=0,
                update_steps=1, seed=0)
@@ -125,29 +129,23 @@ def test_joint_replay_refuses_inconsistent_masks():
 # --------------------------------------------------------------------------- legal targets
 
 def target_next_actions(m, batch):
-    """The next-step actions the target critics see, per agent (indices into the one-hot)."""
-    seen = []
-    hook = m.critic_target["a"].register_forward_hook(lambda mod, inp, out: seen.append(inp[0].detach().clone()))
-    m.learn(batch)
-    hook.remove()
-    x = seen[0].numpy()
-    acts = x[:, sum(m.obs_dim.values()):]
-    return {"a": acts[:, :5], "b": acts[:, 5:]}
+    """The next-step actions the target critics see, per agent (one-hot rows)."""
+    acts = m.nets.target_actions(m.prepare_batch(batch))
+    return dict(zip(m.agents, acts))
 
 
-def biased_targets():
+def biased_targets(MADDPG):
     m = MADDPG(OBS, ACT, hidden_sizes=(8,), seed=0)
-    with torch.no_grad():  # target actors that prefer action 0 strongly
-        for a in ("a", "b"):
-            m.actor_target[a][-1].bias.copy_(torch.tensor([50.0] + [0.0] * (m.act_dim[a] - 1)))
+    # target actors that prefer action 0 strongly
+    set_state(m, {f"{a}.actor_target.2.bias": [50.0] + [0.0] * (m.act_dim[a] - 1) for a in ("a", "b")})
     return m
 
 
-def test_target_actions_never_pick_illegal_actions():
+def test_target_actions_never_pick_illegal_actions(MADDPG):
     batch = masked_batch(256, np.random.default_rng(2))
     next_live = batch.alive & ~batch.terminated
-    acts = target_next_actions(biased_targets(), batch)
-    free = target_next_actions(biased_targets(), unmasked(batch))
+    acts = target_next_actions(biased_targets(MADDPG), batch)
+    free = target_next_actions(biased_targets(MADDPG), unmasked(batch))
     for j, a in enumerate(("a", "b")):
         live = next_live[:, j]
         one_hot = acts[a][live]
@@ -157,8 +155,20 @@ def test_target_actions_never_pick_illegal_actions():
         assert not np.all(batch.next_mask[a][live][free[a][live] > 0])  # unmasked, illegal ones are chosen
 
 
+def test_the_update_uses_the_legal_target_actions():
+    """What the target critic sees in a gradient step are those actions (seen through a torch hook)."""
+    m = biased_targets(maddpg_class("torch"))
+    batch = masked_batch(64, np.random.default_rng(4))
+    seen = []
+    hook = m.nets.critic_target["a"].register_forward_hook(lambda mod, inp, out: seen.append(inp[0].detach().clone()))
+    expected = np.concatenate(list(target_next_actions(m, batch).values()), 1)
+    m.learn(batch)
+    hook.remove()
+    np.testing.assert_array_equal(seen[0].numpy()[:, sum(m.obs_dim.values()):], expected)
+
+
 def test_rows_that_allow_nothing_are_unconstrained():
-    m = MADDPG(OBS, ACT, hidden_sizes=(8,), seed=0)
+    m = maddpg_class("torch")(OBS, ACT, hidden_sizes=(8,), seed=0)  # the core's batch: one backend is enough
     batch = masked_batch(4, np.random.default_rng(3), dead=0.0)
     batch.next_mask["a"][0] = False
     p = m.prepare_batch(batch)
@@ -170,18 +180,15 @@ def test_rows_that_allow_nothing_are_unconstrained():
 # --------------------------------------------------------------------------- torch / TF parity
 
 def test_torch_tf_parity_with_masks():
-    pytest.importorskip("tensorflow")
-    tf_maddpg = pytest.importorskip("marl_note.agents.tf.maddpg")
-    import tensorflow as tf
     cfg = dict(hidden_sizes=(16, 16), learning_starts=0, update_steps=2, tau=0.1, actor_lr=1e-3, critic_lr=1e-3,
                seed=8)
-    pt, tfa = MADDPG(OBS, ACT, **cfg), tf_maddpg.MADDPG(OBS, ACT, **cfg)
-    tfa.load_state_dict(pt.state_dict())
+    pt, tfa = maddpg_class("torch")(OBS, ACT, **cfg), maddpg_class("tf")(OBS, ACT, **cfg)
     rng = np.random.default_rng(8)
     batch = masked_batch(64, rng)
-    legal = batch.next_mask["a"].astype(np.float32)
-    tf_acts = tfa._target_action("a", tf.constant(batch.next_obs["a"]), tf.constant(legal)).numpy()
-    assert np.all(legal[tf_acts > 0] == 1.0) and np.all(tf_acts.sum(axis=1) == 1)
+    p = pt.prepare_batch(batch)
+    for x, y in zip(pt.nets.target_actions(p), tfa.nets.target_actions(p)):
+        np.testing.assert_array_equal(x, y)
+    tfa.load_state_dict(pt.state_dict())  # prepare_batch drew Gumbel noise from pt's rng only
     m_pt, m_tf = pt.learn(batch), tfa.learn(batch)
     for k in m_pt:
         assert abs(m_pt[k] - m_tf[k]) <= 1e-4 * (1 + abs(m_pt[k])), (k, m_pt[k], m_tf[k])
@@ -191,9 +198,9 @@ def test_torch_tf_parity_with_masks():
     assert pt.update(16)["gradient_steps"] == tfa.update(16)["gradient_steps"] == 2
     sp, st = pt.state_dict(), tfa.state_dict()
     for k in sp:
-        if k not in ("rng", "torch_rng"):
+        if k != "rng":
             tol = 1e-4 * (1 + float(np.abs(sp[k]).max(initial=0)))
             np.testing.assert_allclose(st[k], sp[k], atol=tol, rtol=0, err_msg=k)
     # the masks change the update: the same weights on the unmasked batch give other losses
-    fresh = MADDPG(OBS, ACT, **cfg)
+    fresh = maddpg_class("torch")(OBS, ACT, **cfg)
     assert fresh.learn(unmasked(batch))["critic_loss"] != m_pt["critic_loss"]

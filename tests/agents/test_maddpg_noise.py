@@ -1,40 +1,36 @@
 """MADDPG's exploration noise is kept per (agent, env): envs explore independently and only an
-env whose episode ended has its Ornstein-Uhlenbeck state reset. Numpy only: a learner whose
-actors output zeros, so every explored action is the noise itself."""
+env whose episode ended has its Ornstein-Uhlenbeck state reset. The learner's actors output zeros
+(their last layers are zero), so every explored action is the noise itself."""
 
-import gymnasium as gym
 import numpy as np
 import pytest
 
 from marl_note.agents.env_noise import PerEnvNoise
-from marl_note.agents.maddpg_common import JointLearnerBase
 from marl_note.agents.noise import GaussianWhiteNoiseProcess, OrnsteinUhlenbeckProcess
 from marl_note.envs import SyncVectorEnv, adapt, make_spec
 from marl_note.trainers import Collector
+from tests.agents.maddpg_helpers import BACKENDS, maddpg_class, set_state
 from tests.scripted_envs import BoxRaceEnv
 
 
-class Zeros(JointLearnerBase):
-    """A MADDPG whose actors output zeros and which has no networks."""
-
-    def actor_outputs(self, agent, obs):
-        return np.zeros((len(obs), self.act_dim[agent]))
-
-    def _net_state(self):
-        return {}
-
-    def _load_net_state(self, state):
-        pass
+@pytest.fixture(params=BACKENDS)
+def backend(request):
+    return request.param
 
 
 def ou():
     return OrnsteinUhlenbeckProcess(theta=0.15, sigma=0.3, size=(2,))
 
 
-def learner(seed=0, **kw):
+def learner(seed=0, backend="torch"):
+    """A MADDPG over BoxRaceEnv's agents whose actors output zeros, exploring with OU noise."""
     spaces = BoxRaceEnv()
-    return Zeros({a: spaces.observation_space(a) for a in "ab"}, {a: spaces.action_space(a) for a in "ab"},
-                 **{**Zeros.DEFAULTS, "noise": {"a": ou(), "b": ou()}, "seed": seed, **kw})
+    m = maddpg_class(backend)({a: spaces.observation_space(a) for a in "ab"},
+                              {a: spaces.action_space(a) for a in "ab"}, hidden_sizes=(4,),
+                              noise={"a": ou(), "b": ou()}, seed=seed)
+    set_state(m, {f"{a}.actor.2.{p}": np.zeros_like(m.state_dict()[f"{a}.actor.2.{p}"])
+                  for a in "ab" for p in ("weight", "bias")})
+    return m
 
 
 def test_per_env_copies_are_independent_and_reset_alone():
@@ -54,10 +50,10 @@ def test_per_env_copies_are_independent_and_reset_alone():
         PerEnvNoise(OrnsteinUhlenbeckProcess(theta=0.15, size=(4, 2)), dim=2, seed=0)
 
 
-def test_two_envs_get_their_own_noise_and_only_the_ended_env_is_reset():
+def test_two_envs_get_their_own_noise_and_only_the_ended_env_is_reset(backend):
     envs = [BoxRaceEnv(length=2), BoxRaceEnv(length=5)]  # env 0's episode ends after 2 steps
     spec = make_spec(adapt(BoxRaceEnv()))
-    m = learner()
+    m = learner(backend=backend)
     col = Collector(SyncVectorEnv([lambda: envs[0], lambda: envs[1]]), spec, m.seat_agents(),
                     explore=[True, True], learn=[True, True])
     col.reset(seed=0)

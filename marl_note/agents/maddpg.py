@@ -1,0 +1,400 @@
+"""MADDPG's numpy half: hyperparameters, seats, acting, the joint replay and the update schedule.
+
+The networks (per-agent actors and centralised critics, their targets and one gradient step)
+live in :mod:`marl_note.agents.torch.maddpg` and :mod:`marl_note.agents.tf.maddpg`, which build
+them from the numpy weights drawn here and take the numpy batches made here.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from marl_note.agents.checks import ObsEncoder, check_mask
+from marl_note.agents.core import AgentCore
+from marl_note.agents.env_noise import PerEnvNoise
+from marl_note.agents.maddpg_seats import BoxScaler, MADDPGSeat
+from marl_note.agents.networks import ACTIVATIONS, check_hidden_sizes, mlp_weights
+from marl_note.agents.noise import GaussianWhiteNoiseProcess
+from marl_note.agents.policies import GumbelSoftmaxPolicy, masked_argmax
+from marl_note.replay.joint import JointReplayBuffer
+from marl_note.types import JointTransitions
+from marl_note.validation import (
+    check_callable,
+    non_negative_float,
+    non_negative_int,
+    open_unit_interval,
+    optional,
+    positive_float,
+    positive_int,
+    unit_interval,
+)
+
+__all__ = ["MADDPGConfig", "MADDPGCore", "MADDPGSeat"]
+
+@dataclass(frozen=True)
+class MADDPGConfig:
+    """MADDPG's hyperparameters, checked once (see :class:`MADDPGCore` for their meaning).
+
+    ``MARL`` is the original library's name of ``centralized_critic``; when given it decides it.
+
+    Example:
+        >>> MADDPGConfig(MARL=False).centralized_critic
+        False
+        >>> MADDPGConfig(tau=0.0)
+        Traceback (most recent call last):
+        ...
+        ValueError: tau must be in (0, 1] (the rate of the Polyak target update), got 0.0
+    """
+
+    hidden_sizes: Sequence[int] = (64, 64)  # kept as a tuple
+    activation: str = "relu"
+    actor_lr: float = 1e-2
+    critic_lr: float = 1e-2
+    gamma: float = 0.95
+    tau: float = 0.01
+    buffer_size: int = 100_000
+    learning_starts: int = 1024
+    replay_ratio: float = 0.05
+    update_steps: int | None = None
+    temperature: float = 1.0
+    noise_sigma: float = 0.1
+    noise: Mapping[str, Any] | None = None
+    action_reg: float = 1e-3
+    max_grad_norm: float | None = 0.5
+    centralized_critic: bool = True
+    MARL: bool | None = None
+    reward_done_func_ma: Callable | None = None
+
+    def __post_init__(self) -> None:
+        def put(name: str, value: Any) -> None:
+            object.__setattr__(self, name, value)
+
+        put("hidden_sizes", check_hidden_sizes(self.hidden_sizes))
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {list(ACTIVATIONS)}, got {self.activation!r}")
+        for name in ("actor_lr", "critic_lr", "temperature"):
+            put(name, positive_float(name, getattr(self, name)))
+        put("gamma", unit_interval("gamma", self.gamma, "the discount"))
+        put("tau", open_unit_interval("tau", self.tau, "the rate of the Polyak target update"))
+        put("buffer_size", positive_int("buffer_size", self.buffer_size))
+        put("learning_starts", non_negative_int("learning_starts", self.learning_starts))
+        put("update_steps", optional(non_negative_int, "update_steps", self.update_steps))
+        for name in ("replay_ratio", "noise_sigma", "action_reg"):
+            put(name, non_negative_float(name, getattr(self, name)))
+        put("max_grad_norm", optional(positive_float, "max_grad_norm", self.max_grad_norm))
+        if self.noise is not None and not isinstance(self.noise, Mapping):
+            raise TypeError(f"noise must be a dict {{agent: noise process}}, got {type(self.noise).__name__}")
+        check_callable("reward_done_func_ma", self.reward_done_func_ma, "(joint) -> (rew, terminated)")
+        put("centralized_critic", bool(self.centralized_critic if self.MARL is None else self.MARL))
+
+
+_D = MADDPGConfig  # the defaults of the constructor below are the config's
+
+
+class MADDPGCore(AgentCore):
+    """MADDPG: per-agent decentralised actors and centralised critics ``Q_i(all obs, all actions)``.
+
+    Discrete actions: the actor outputs logits; acting samples from ``softmax(logits)`` when
+    exploring (Gumbel-max, :class:`~marl_note.agents.policies.GumbelSoftmaxPolicy`) and takes the
+    argmax otherwise; the actor loss differentiates through a straight-through Gumbel-softmax
+    sample (hard one-hot forward, relaxed gradient, ``temperature``). Box actions: a ``tanh``
+    actor scaled to the bounds with Gaussian exploration noise ``noise_sigma`` (half-range units;
+    ``noise={agent: process}`` takes any process of :mod:`marl_note.agents.noise`, of one action's
+    size; each env gets its own copy, and only an env whose episode ended has its copy reset).
+
+    Critic ``i`` sees every agent's observation and action (one-hot for Discrete, [-1, 1] for
+    Box; agents that did not act in a row are zeros) and regresses on
+    ``r_i + gamma * (1 - terminated_i) * Q'_i(s', mu'(s'))`` with the target actors' greedy
+    actions (masked by the stored ``next_mask``: an illegal action gets no probability); actor ``i``
+    ascends ``Q_i`` with the other agents' stored actions (its own relaxed sample masked by ``mask``), minus
+    ``action_reg`` times its mean squared logits (Box: actions). Rows where agent ``i`` did not
+    act are masked out of its losses. Targets follow with rate ``tau`` after every gradient step.
+    ``centralized_critic=False`` (alias ``MARL=False``) gives independent critics ``Q_i(o_i, a_i)``.
+
+    The trainer plays :meth:`seat_agents` (one actor per seat) and hands this object the joint
+    rows (``observe_joint``); ``update(batch_size)`` runs ``update_steps`` gradient steps, or
+    ``max(1, round(replay_ratio * new rows))`` when that is None, none before ``learning_starts``
+    rows. ``reward_done_func_ma(joint) -> (rew, terminated)`` (both ``[B, num_agents]``)
+    reshapes rewards and dones before they are stored. ``compile=True`` compiles the TF gradient
+    step with XLA (the PyTorch networks run eagerly and warn).
+
+    The spaces are dicts ``{agent: space}``; :class:`~marl_note.agents.core.AgentCore` holds them
+    as ``gym.spaces.Dict`` in ``observation_space`` / ``action_space`` (agents in the given order),
+    and checkpoints record the dicts (``saving_spaces``), so a checkpoint restores in either backend.
+
+    Example:
+        >>> import gymnasium as gym, numpy as np
+        >>> from marl_note.agents.torch import MADDPG
+        >>> from marl_note.types import JointTransitions
+        >>> obs = {"a": gym.spaces.Box(-1, 1, (2,)), "b": gym.spaces.Box(-1, 1, (3,))}
+        >>> acts = {"a": gym.spaces.Discrete(3), "b": gym.spaces.Box(-1, 1, (2,))}
+        >>> m = MADDPG(obs, acts, learning_starts=4, seed=0)
+        >>> [s.act(np.zeros((5, s.observation_space.shape[0]))).shape for s in m.seat_agents()]
+        [(5,), (5, 2)]
+        >>> m.observe_joint(JointTransitions(("a", "b"), obs={"a": np.zeros((4, 2)), "b": np.zeros((4, 3))},
+        ...     act={"a": np.array([0, 1, 2, 0]), "b": np.zeros((4, 2))}, rew=np.ones((4, 2)),
+        ...     next_obs={"a": np.zeros((4, 2)), "b": np.zeros((4, 3))}, terminated=np.zeros((4, 2), bool),
+        ...     truncated=np.zeros((4, 2), bool), alive=np.ones((4, 2), bool)))
+        >>> m.update(batch_size=4)["gradient_steps"]
+        1
+        >>> m.state_dict()["a.critic.0.weight"].shape  # all observations (2 + 3) and actions (3 + 2)
+        (64, 10)
+    """
+
+    saving_spaces = ("observation_spaces", "action_spaces")
+
+    def __init__(self, observation_spaces: Mapping[str, gym.Space], action_spaces: Mapping[str, gym.Space], *,
+                 hidden_sizes: Sequence[int] = _D.hidden_sizes, activation: str = _D.activation,
+                 actor_lr: float = _D.actor_lr, critic_lr: float = _D.critic_lr, gamma: float = _D.gamma,
+                 tau: float = _D.tau, buffer_size: int = _D.buffer_size, learning_starts: int = _D.learning_starts,
+                 replay_ratio: float = _D.replay_ratio, update_steps: int | None = _D.update_steps,
+                 temperature: float = _D.temperature, noise_sigma: float = _D.noise_sigma,
+                 noise: Mapping[str, Any] | None = _D.noise, action_reg: float = _D.action_reg,
+                 max_grad_norm: float | None = _D.max_grad_norm, centralized_critic: bool = _D.centralized_critic,
+                 MARL: bool | None = _D.MARL, reward_done_func_ma: Callable | None = _D.reward_done_func_ma,
+                 seed: int | None = None, device: Any = "cpu", compile: bool = False):
+        self.agents = _check_agents(observation_spaces, action_spaces)
+        self.cfg = cfg = MADDPGConfig(
+            hidden_sizes=hidden_sizes, activation=activation, actor_lr=actor_lr, critic_lr=critic_lr,
+            gamma=gamma, tau=tau, buffer_size=buffer_size, learning_starts=learning_starts,
+            replay_ratio=replay_ratio, update_steps=update_steps, temperature=temperature, noise_sigma=noise_sigma,
+            noise=noise, action_reg=action_reg, max_grad_norm=max_grad_norm, centralized_critic=centralized_critic,
+            MARL=MARL, reward_done_func_ma=reward_done_func_ma)
+        unknown = set(cfg.noise or {}) - set(self.agents)
+        if unknown:
+            raise ValueError(f"noise names unknown agents {sorted(unknown)}")
+        self.observation_spaces = {a: observation_spaces[a] for a in self.agents}
+        self.action_spaces = {a: action_spaces[a] for a in self.agents}
+        self.encoders = {a: ObsEncoder(self.observation_spaces[a]) for a in self.agents}
+        self.obs_dim = {a: self.encoders[a].dim for a in self.agents}
+        self.discrete = {a: isinstance(self.action_spaces[a], gym.spaces.Discrete) for a in self.agents}
+        self.scalers = {a: BoxScaler(s) for a, s in self.action_spaces.items() if isinstance(s, gym.spaces.Box)}
+        self.act_dim = {a: int(s.n) if isinstance(s, gym.spaces.Discrete) else self.scalers[a].dim
+                        for a, s in self.action_spaces.items()}
+        super().__init__(gym.spaces.Dict(OrderedDict(self.observation_spaces)),
+                         gym.spaces.Dict(OrderedDict(self.action_spaces)), seed=seed, device=device, compile=compile)
+        self.centralized_critic = cfg.centralized_critic
+        self.learning_starts, self.replay_ratio, self.update_steps = cfg.learning_starts, cfg.replay_ratio, \
+            cfg.update_steps
+        self.reward_done_func_ma = cfg.reward_done_func_ma
+        self.replay = JointReplayBuffer(cfg.buffer_size, self.agents, self.observation_spaces, self.action_spaces,
+                                        seed=int(self.rng.integers(0, 2**63 - 1)))
+        self.policies = {a: GumbelSoftmaxPolicy(cfg.temperature) for a in self.agents if self.discrete[a]}
+        self.noise = {a: self._noise(a) for a in self.agents if not self.discrete[a]}
+        self._new_rows = 0
+        self._seats = [MADDPGSeat(self, a) for a in self.agents]
+        weights: dict[str, np.ndarray] = {}
+        for a in self.agents:
+            weights.update(mlp_weights(f"{a}.actor", self.obs_dim[a], cfg.hidden_sizes, self.act_dim[a],
+                                       self.init_rng))
+            weights.update(mlp_weights(f"{a}.critic", self.critic_input_dim(a), cfg.hidden_sizes, 1, self.init_rng))
+            for net in ("actor", "critic"):  # targets start as copies
+                weights.update({k.replace(f"{a}.{net}.", f"{a}.{net}_target.", 1): v.copy()
+                                for k, v in weights.items() if k.startswith(f"{a}.{net}.")})
+        self.nets = self.Networks(weights, agents=self.agents, discrete=self.discrete, config=cfg,
+                                  device=self.device, compile=self.compile)
+
+    def _noise(self, agent: str) -> PerEnvNoise:
+        seed = int(self.rng.integers(0, 2**63 - 1))
+        process = (self.cfg.noise or {}).get(agent) or GaussianWhiteNoiseProcess(
+            sigma=self.cfg.noise_sigma, size=(self.act_dim[agent],), seed=seed)
+        if not callable(getattr(process, "sample", None)):
+            raise TypeError(f"noise[{agent!r}] must be a process with sample(), got {type(process).__name__}")
+        return PerEnvNoise(process, self.act_dim[agent], seed)
+
+    @classmethod
+    def from_trainer(cls, trainer: Any, **hyperparameters):
+        """An instance over ``trainer.possible_agents`` with the trainer's spaces."""
+        agents = list(trainer.possible_agents)
+        return cls({a: trainer.observation_space(a) for a in agents},
+                   {a: trainer.action_space(a) for a in agents}, **hyperparameters)
+
+    def seat_agents(self) -> list[MADDPGSeat]:
+        """One actor per agent, in ``possible_agents`` order: ``trainer.train(m.seat_agents(), ...)``."""
+        return list(self._seats)
+
+    def critic_input_dim(self, agent: str) -> int:
+        if self.cfg.centralized_critic:
+            return sum(self.obs_dim.values()) + sum(self.act_dim.values())
+        return self.obs_dim[agent] + self.act_dim[agent]
+
+    # -- acting ------------------------------------------------------------------------------------
+    def actor_outputs(self, agent: str, obs: Any) -> np.ndarray:
+        """Actor output ``[B, act_dim]``: logits (Discrete) or tanh units in [-1, 1] (Box)."""
+        return self.nets.actor_output(agent, self.encoders[agent](obs))
+
+    def act_agent(self, agent: str, obs: Any, mask: np.ndarray | None = None, explore: bool = False,
+                  env_ids: np.ndarray | None = None) -> np.ndarray:
+        """Agent ``agent``'s actions: Gumbel-max sample / argmax (Discrete), noisy / plain (Box).
+
+        Exploring Box noise for row ``k`` comes from env ``env_ids[k]``'s process (row ``k`` is env
+        ``k`` when ``env_ids`` is None)."""
+        if agent not in self.discrete:
+            raise KeyError(f"unknown agent {agent!r}; agents are {list(self.agents)}")
+        out = self.actor_outputs(agent, obs)
+        if self.discrete[agent]:
+            mask = check_mask(mask, len(out), self.act_dim[agent])
+            a = self.policies[agent].select(out, mask, self.rng) if explore else masked_argmax(out, mask)
+            return a + int(self.action_spaces[agent].start)  # type: ignore[attr-defined, operator]
+        unit = out.astype(np.float64)
+        if explore:  # one sample of the row's env process per row, in half-range units
+            ids = np.arange(len(unit)) if env_ids is None else np.asarray(env_ids, np.int64).reshape(-1)
+            if len(ids) != len(unit):
+                raise ValueError(f"env_ids has {len(ids)} entries for a batch of {len(unit)}")
+            unit = unit + self.noise[agent].sample(ids).reshape(unit.shape)
+        return self.scalers[agent].to_env(unit)
+
+    # -- storing -----------------------------------------------------------------------------------
+    def observe_joint(self, joint: JointTransitions) -> None:
+        """Store joint rows, after ``reward_done_func_ma(joint) -> (rew, terminated)`` if given."""
+        if not isinstance(joint, JointTransitions):
+            raise TypeError(f"observe_joint() expects marl_note.types.JointTransitions, got {type(joint).__name__}")
+        if self.reward_done_func_ma is not None:
+            rew, term = self.reward_done_func_ma(joint)
+            rew, term = np.asarray(rew, np.float32), np.asarray(term, bool)
+            if rew.shape != np.shape(joint.rew) or term.shape != np.shape(joint.rew):
+                raise ValueError(f"reward_done_func_ma must return (rew, terminated) of shape "
+                                 f"{np.shape(joint.rew)}, got {rew.shape} and {term.shape}")
+            joint = replace(joint, rew=rew, terminated=term, truncated=np.asarray(joint.truncated, bool) & ~term)
+        self.replay.add(joint)
+        alive = np.asarray(joint.alive, bool)
+        done = np.asarray(joint.terminated, bool) | np.asarray(joint.truncated, bool)
+        self._new_rows += len(joint)
+        self.agent_steps += int(alive.sum())
+        for j, a in enumerate(self.agents):
+            if a in self.policies:
+                self.policies[a].step(int(alive[:, j].sum()))
+            elif np.any(ended := done[:, j] & alive[:, j]):  # e.g. an Ornstein-Uhlenbeck process restarts
+                self.noise[a].reset(None if joint.stream is None else np.asarray(joint.stream)[ended])
+
+    # -- learning ----------------------------------------------------------------------------------
+    def prepare_batch(self, batch: JointTransitions) -> dict[str, Any]:
+        """Float32 numpy inputs of one gradient step; agents not alive in a row are zeros.
+
+        Per agent (lists in agent order): ``obs``, ``act`` (one-hot / [-1, 1]), ``next_obs`` (zero
+        where the agent is gone at the next step: not alive or terminated), ``gumbel`` (the noise
+        of the relaxed sample, drawn here from ``rng``; zeros for Box agents), ``temperature`` and
+        ``mask`` / ``next_mask`` (1.0 = legal, all ones without masks, for Box agents and where a row
+        allows nothing); joint ``[B, n]``: ``rew``, ``terminated``, ``alive``, ``next_live``.
+        """
+        alive = np.asarray(batch.alive, bool)
+        next_live = alive & ~np.asarray(batch.terminated, bool)
+        out: dict[str, Any] = {k: [] for k in ("obs", "act", "next_obs", "gumbel", "temperature", "mask", "next_mask")}
+        for j, a in enumerate(self.agents):
+            live, nlive = alive[:, j:j + 1].astype(np.float32), next_live[:, j:j + 1].astype(np.float32)
+            out["obs"].append(self.encoders[a](batch.obs[a], f"obs[{a!r}]") * live)
+            out["next_obs"].append(self.encoders[a](batch.next_obs[a], f"next_obs[{a!r}]") * nlive)
+            out["act"].append(self._encode_act(a, batch.act[a], alive[:, j]) * live)
+            shape = (len(alive), self.act_dim[a])
+            if self.discrete[a]:
+                out["gumbel"].append(self.rng.gumbel(size=shape).astype(np.float32))
+                out["temperature"].append(np.float32(self.policies[a].temperature))
+            else:
+                out["gumbel"].append(np.zeros(shape, np.float32))
+                out["temperature"].append(np.float32(1.0))
+            for name, masks in (("mask", batch.mask), ("next_mask", batch.next_mask)):
+                out[name].append(self._legal(a, None if masks is None else masks.get(a), shape))
+        out.update(rew=np.asarray(batch.rew, np.float32), terminated=np.asarray(batch.terminated, np.float32),
+                   alive=alive.astype(np.float32), next_live=next_live.astype(np.float32))
+        return out
+
+    def _legal(self, agent: str, mask: Any, shape: tuple[int, int]) -> np.ndarray:
+        """A float32 ``[B, act_dim]`` legal-action mask; rows that allow nothing become all ones."""
+        if mask is None or not self.discrete[agent]:
+            return np.ones(shape, np.float32)
+        mask = np.asarray(mask, bool)
+        if mask.shape != shape:
+            raise ValueError(f"mask of agent {agent!r} has shape {mask.shape}, expected {shape}")
+        return (mask | ~mask.any(axis=1, keepdims=True)).astype(np.float32)
+
+    def _encode_act(self, agent: str, act: Any, alive: np.ndarray) -> np.ndarray:
+        act = np.asarray(act)
+        n = len(alive)
+        if self.discrete[agent]:
+            idx = np.where(alive, act.astype(np.int64) - int(self.action_spaces[agent].start), 0)  # type: ignore
+            if np.any((idx < 0) | (idx >= self.act_dim[agent])):
+                raise ValueError(f"stored actions of agent {agent!r} lie outside {self.action_spaces[agent]}")
+            out = np.zeros((n, self.act_dim[agent]), np.float32)
+            out[np.arange(n), idx] = 1.0
+            return out
+        return self.scalers[agent].to_unit(act)
+
+    def learn(self, batch: JointTransitions, agents: Sequence[str] | None = None) -> dict[str, float]:
+        """One gradient step of each agent's critic, then its actor, on an explicit joint batch.
+
+        ``agents`` (default: all) trains only those agents (and moves only their targets); the
+        metrics are means over them."""
+        if agents is not None:
+            agents = tuple(agents)
+            unknown = [a for a in agents if a not in self.agents]
+            if unknown or not agents or len(set(agents)) != len(agents):
+                raise ValueError(f"agents must be distinct names among {list(self.agents)}, got {list(agents)}")
+        metrics = self.nets.train_step(self.prepare_batch(batch), agents=agents, who=type(self).__name__,
+                                       update=self.updates + 1)
+        self.updates += 1
+        return metrics
+
+    def update(self, batch_size: int) -> dict[str, Any]:
+        """Run this call's gradient steps; returns mean metrics and ``gradient_steps``."""
+        batch_size = positive_int("batch_size", batch_size)
+        new, self._new_rows = self._new_rows, 0
+        if len(self.replay) == 0 or len(self.replay) < self.learning_starts:
+            return {"gradient_steps": 0}
+        steps = self.update_steps if self.update_steps is not None else max(1, round(self.replay_ratio * new))
+        totals: dict[str, float] = {}
+        for _ in range(steps):
+            for k, v in self.learn(self.replay.sample(batch_size)).items():
+                totals[k] = totals.get(k, 0.0) + v
+        return {**{k: v / steps for k, v in totals.items()}, "gradient_steps": steps}
+
+    # -- state -------------------------------------------------------------------------------------
+    def param_keys(self, state: Mapping[str, Any] | None = None) -> list[str]:
+        """The state_dict keys that are network weights (``<agent>.<network>.*``), for ``save_param``."""
+        state = self.state_dict() if state is None else state
+        prefixes = tuple(f"{name}." for name in self._nets)
+        return sorted(k for k in state if k.startswith(prefixes))
+
+    def _extra_state(self) -> dict[str, np.ndarray]:
+        """``new_transitions`` and the exploration state: ``<agent>.policy.*``, ``<agent>.noise.*``."""
+        out = {"new_transitions": np.asarray(self._new_rows, np.int64)}
+        for a, policy in self.policies.items():
+            out.update({f"{a}.policy.{k}": np.asarray(v) for k, v in policy.state_dict().items()})
+        for a, noise in self.noise.items():
+            out.update({f"{a}.noise.{k}": np.asarray(v) for k, v in noise.state_dict().items()})
+        return out
+
+    def _load_extra_state(self, state: Mapping[str, Any]) -> None:
+        self._new_rows = int(np.asarray(state.get("new_transitions", 0)))
+        for name, parts in (("policy", self.policies), ("noise", self.noise)):
+            for a, part in parts.items():
+                prefix = f"{a}.{name}."
+                own = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+                if own:
+                    part.load_state_dict(own)
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(agents={list(self.agents)}, centralized_critic={self.centralized_critic}, "
+                f"rows={len(self.replay)}, updates={self.updates})")
+
+
+def _check_agents(observation_spaces: Any, action_spaces: Any) -> tuple[str, ...]:
+    """The agents of two ``{agent: space}`` dicts over the same agents, or a TypeError/ValueError."""
+    if not isinstance(observation_spaces, Mapping) or not isinstance(action_spaces, Mapping):
+        raise TypeError("MADDPG takes dicts {agent: space} of observation and action spaces "
+                        "(MADDPG.from_trainer(trainer) builds them)")
+    agents = tuple(observation_spaces)
+    if not agents or set(agents) != set(action_spaces):
+        raise ValueError(f"observation and action spaces must cover the same non-empty agents, got "
+                         f"{list(observation_spaces)} and {list(action_spaces)}")
+    for a in agents:
+        obs, act = observation_spaces[a], action_spaces[a]
+        if not isinstance(obs, gym.Space) or not isinstance(act, gym.Space):
+            raise TypeError(f"agent {a!r}: spaces must be gymnasium spaces")
+        if not isinstance(act, (gym.spaces.Discrete, gym.spaces.Box)):
+            raise TypeError(f"MADDPG handles Discrete and Box actions; agent {a!r} has {act!r}")
+    return agents
