@@ -99,7 +99,7 @@ def point_reach(mod, her: bool, env_steps: int, seed: int) -> dict:
 def bit_flipping(mod, n_bits: int, her: bool, env_steps: int, seed: int) -> dict:
     env = BitFlippingEnv(n_bits)
     kwargs = dict(her=dict(strategy="future", k=4), compute_reward=env.compute_reward) if her else {}
-    from marl_note.agents.policies import EpsGreedyQPolicy
+    from marl_note.agents.exploration.policies import EpsGreedyQPolicy
 
     agent = mod.DQN(env.observation_space, env.action_space, hidden_sizes=(256,), gamma=0.98, lr=1e-3,
                     learning_starts=1000, replay_ratio=0.25, tau=0.05, buffer_size=100_000,

@@ -15,7 +15,7 @@ import tempfile
 import keras
 import tensorflow as tf
 
-from marl_note.agents.policies import EpsGreedyQPolicy
+from marl_note.agents.exploration.policies import EpsGreedyQPolicy
 from marl_note.agents.tf import RL
 from marl_note.trainers import DecentralizedTrainer
 

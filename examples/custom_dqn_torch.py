@@ -15,7 +15,7 @@ import tempfile
 import torch
 from torch import nn
 
-from marl_note.agents.policies import EpsGreedyQPolicy
+from marl_note.agents.exploration.policies import EpsGreedyQPolicy
 from marl_note.agents.torch import RL
 from marl_note.trainers import DecentralizedTrainer
 

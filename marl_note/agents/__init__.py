@@ -1,13 +1,19 @@
 """Backend-neutral agent pieces: the acting contract, RandomAgent, exploration policies and noise.
 
-Framework code lives in ``marl_note.agents.torch`` (and ``marl_note.agents.tf``); importing this
-package imports neither framework.
+Each algorithm's numpy core is ``marl_note.agents.<algo>``; its networks live in
+``marl_note.agents.torch`` and ``marl_note.agents.tf``. Importing this package imports neither
+framework.
 """
 from marl_note.agents.base import Agent, LearningAgent, RandomAgent, is_learning_agent
-from marl_note.agents.noise import GaussianWhiteNoiseProcess, OrnsteinUhlenbeckProcess
-from marl_note.agents.policies import (
-    BoltzmannGumbelQPolicy, BoltzmannQPolicy, EpsGreedyQPolicy, GreedyQPolicy, GumbelSoftmaxPolicy,
-    MaxBoltzmannQPolicy, SoftmaxPolicy,
+from marl_note.agents.exploration.noise import GaussianWhiteNoiseProcess, OrnsteinUhlenbeckProcess
+from marl_note.agents.exploration.policies import (
+    BoltzmannGumbelQPolicy,
+    BoltzmannQPolicy,
+    EpsGreedyQPolicy,
+    GreedyQPolicy,
+    GumbelSoftmaxPolicy,
+    MaxBoltzmannQPolicy,
+    SoftmaxPolicy,
 )
 
 __all__ = [

@@ -16,7 +16,8 @@ from __future__ import annotations
 import os
 import secrets
 import stat
-from typing import IO, Any, Callable
+from collections.abc import Callable
+from typing import IO, Any
 
 __all__ = ["create_temp", "write_atomically", "fsync_dir", "keep_mode", "remove_quietly"]
 

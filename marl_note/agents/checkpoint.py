@@ -17,7 +17,8 @@ import json
 import os
 import re
 import zipfile
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import gymnasium as gym
 import numpy as np

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -60,12 +61,12 @@ def capturing_init(init):
         if callable(after):
             after()
 
-    __init__._saving_wrapped = True
+    __init__._saving_wrapped = True  # type: ignore[attr-defined]
     return __init__
 
 
 def _policy_kwargs(p) -> dict[str, Any]:
-    from marl_note.agents import policies as P
+    from marl_note.agents.exploration import policies as P
 
     def sched(s, start, end):
         return {start: s.start, end: s.end, "n_steps_annealing": s.n_steps}
@@ -87,7 +88,7 @@ def _policy_kwargs(p) -> dict[str, Any]:
 
 
 def _noise_kwargs(p) -> dict[str, Any]:
-    from marl_note.agents import noise as N
+    from marl_note.agents.exploration import noise as N
 
     base = {"mu": p.mu, "sigma": p.schedule.start, "sigma_min": p.schedule.end,
             "n_steps_annealing": p.schedule.n_steps, "size": tuple(p.size)}
@@ -111,10 +112,11 @@ def _replay_kwargs(r) -> dict[str, Any]:
 
 
 def _recordable_classes() -> dict[str, tuple[type, Any]]:
-    from marl_note.agents import noise as N, policies as P
+    from marl_note.agents.exploration import noise as N
+    from marl_note.agents.exploration import policies as P
     from marl_note.replay import PrioritizedReplayBuffer, ReplayBuffer
 
-    table = {c.__name__: (c, _policy_kwargs) for c in (
+    table: dict[str, tuple[type, Any]] = {c.__name__: (c, _policy_kwargs) for c in (
         P.GreedyQPolicy, P.SoftmaxPolicy, P.EpsGreedyQPolicy, P.BoltzmannQPolicy, P.MaxBoltzmannQPolicy,
         P.BoltzmannGumbelQPolicy, P.GumbelSoftmaxPolicy)}
     table.update({c.__name__: (c, _noise_kwargs) for c in (N.GaussianWhiteNoiseProcess, N.OrnsteinUhlenbeckProcess)})
@@ -157,7 +159,7 @@ def encode_config(config: Mapping[str, Any], owner: str = "agent") -> dict[str, 
     """Constructor arguments as JSON-able values; TypeError naming an argument that cannot be recorded.
 
     Example:
-        >>> from marl_note.agents.policies import EpsGreedyQPolicy
+        >>> from marl_note.agents.exploration.policies import EpsGreedyQPolicy
         >>> encode_config({"hidden_sizes": (64, 64), "policy": EpsGreedyQPolicy(0.5)})["policy"]["$object"]
         'EpsGreedyQPolicy'
         >>> decode_config(encode_config({"hidden_sizes": (64, 64)}))

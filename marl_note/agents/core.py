@@ -26,7 +26,8 @@ Example:
 """
 from __future__ import annotations
 
-from typing import Any, ClassVar, Mapping
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np

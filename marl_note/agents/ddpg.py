@@ -16,11 +16,11 @@ from typing import Any, NamedTuple
 import gymnasium as gym
 import numpy as np
 
-from marl_note.agents.checks import ObsEncoder, check_transitions
-from marl_note.agents.continuous import ActionScaler, ExplorationNoise, check_box_action_space
 from marl_note.agents.core import AgentCore
+from marl_note.agents.exploration.noise import ExplorationNoise
 from marl_note.agents.networks import ACTIVATIONS, check_hidden_sizes, mlp_weights
-from marl_note.agents.replay_options import ReplayFeed, check_num_steps, check_prioritized_options, network_space
+from marl_note.agents.spaces import ActionScaler, ObsEncoder, check_box_action_space, check_transitions
+from marl_note.replay.feed import ReplayFeed, check_num_steps, check_prioritized_options, network_space
 from marl_note.types import Transitions
 from marl_note.validation import (
     non_negative_float,
@@ -124,8 +124,8 @@ class DDPGCore(AgentCore):
     The actor outputs ``tanh`` values in [-1, 1] per action dimension, scaled affinely to the Box
     bounds (which must be finite); the critic sees the observation and the action rescaled to
     [-1, 1]. Exploring adds ``noise`` in those unit coordinates (default: Gaussian with
-    ``sigma=0.1``, i.e. 10 % of the half range; any process from :mod:`marl_note.agents.noise`
-    works, see :class:`~marl_note.agents.continuous.ExplorationNoise`) and clips to the bounds.
+    ``sigma=0.1``, i.e. 10 % of the half range; any process from :mod:`marl_note.agents.exploration.noise`
+    works, see :class:`~marl_note.agents.exploration.noise.ExplorationNoise`) and clips to the bounds.
     The critic regresses on ``r + discount * (1 - terminated) * Q'(s', mu'(s'))`` (``discount`` =
     ``transitions.discount`` for n-step, else ``gamma``; optionally clipped to ``target_clip``);
     the actor ascends ``Q(s, mu(s))`` minus ``action_l2 * mean(mu(s)**2)``. Both targets follow
@@ -170,14 +170,14 @@ class DDPGCore(AgentCore):
                  her=None, compute_reward=None, replay=None, augment=None, seed: int | None = None,
                  device: Any = "cpu", compile: bool = False):
         super().__init__(observation_space, action_space, seed=seed, device=device, compile=compile)
-        box = check_box_action_space(action_space)
+        box = check_box_action_space(action_space, "DDPG")
         self.encoder = ObsEncoder(network_space(observation_space))
         self.cfg = cfg = DDPGConfig(
             hidden_sizes=hidden_sizes, activation=activation, actor_lr=actor_lr, critic_lr=critic_lr, gamma=gamma,
             tau=tau, buffer_size=buffer_size, learning_starts=learning_starts, replay_ratio=replay_ratio,
             update_steps=update_steps, action_l2=action_l2, target_clip=target_clip, max_grad_norm=max_grad_norm,
             PR=PR, alpha=alpha, beta=beta, initial_TD=initial_TD, num_steps=num_steps)
-        self.scaler = ActionScaler(box)
+        self.scaler = ActionScaler(box, "DDPG")
         self._feed = ReplayFeed(observation_space, action_space, buffer_size=cfg.buffer_size, gamma=cfg.gamma,
                                 PR=cfg.PR, alpha=cfg.alpha, beta=cfg.beta, initial_TD=cfg.initial_TD,
                                 num_steps=cfg.num_steps, her=her, compute_reward=compute_reward, replay=replay,

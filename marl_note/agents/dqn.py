@@ -22,11 +22,11 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from marl_note.agents.checks import ObsEncoder, check_mask, check_transitions
 from marl_note.agents.core import AgentCore
+from marl_note.agents.exploration.policies import EpsGreedyQPolicy, masked_argmax
 from marl_note.agents.networks import ACTIVATIONS, check_hidden_sizes, init_linear, mlp_weights
-from marl_note.agents.policies import EpsGreedyQPolicy, masked_argmax
-from marl_note.agents.replay_options import ReplayFeed, check_num_steps, check_prioritized_options, network_space
+from marl_note.agents.spaces import ObsEncoder, check_mask, check_transitions
+from marl_note.replay.feed import ReplayFeed, check_num_steps, check_prioritized_options, network_space
 from marl_note.types import Transitions
 from marl_note.validation import (
     check_callable,
@@ -134,7 +134,7 @@ def q_net_weights(prefix: str, in_dim: int, n_actions: int, config: DQNConfig,
 class DQNCore(AgentCore):
     """DQN over a Discrete action space: Q-network, target network, replay, masked actions.
 
-    Exploration uses any policy from :mod:`marl_note.agents.policies` (default: epsilon-greedy
+    Exploration uses any policy from :mod:`marl_note.agents.exploration.policies` (default: epsilon-greedy
     annealed from 1.0 to 0.05 over 10k agent steps); greedy actions are the best legal action.
     The TD target ``r + discount * (1 - terminated) * Q_target(s', a*)`` takes ``a*`` among the
     actions legal at ``s'`` (``next_mask``), chosen by the online network when ``double=True``;
@@ -152,7 +152,7 @@ class DQNCore(AgentCore):
     advantage head ``A(s, a)``, ``Q = V + A - mean_a A`` (state keys ``q_net.torso.*``,
     ``q_net.value.*``, ``q_net.advantage.*``).
 
-    Replay options (shared with DDPG, see :class:`~marl_note.agents.replay_options.ReplayFeed`):
+    Replay options (shared with DDPG, see :class:`~marl_note.replay.feed.ReplayFeed`):
     ``PR=True, alpha, beta, initial_TD`` builds a prioritized buffer (``|TD|`` fed back after each
     gradient step); ``num_steps=n`` stores n-step transitions (their ``discount`` is ``gamma**k``);
     for goal envs (Dict observations with ``observation``/``achieved_goal``/``desired_goal``)

@@ -14,13 +14,13 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from marl_note.agents.checks import ObsEncoder, check_mask
 from marl_note.agents.core import AgentCore
-from marl_note.agents.env_noise import PerEnvNoise
-from marl_note.agents.maddpg_seats import BoxScaler, MADDPGSeat
+from marl_note.agents.exploration.noise import GaussianWhiteNoiseProcess
+from marl_note.agents.exploration.per_env import PerEnvNoise
+from marl_note.agents.exploration.policies import GumbelSoftmaxPolicy, masked_argmax
+from marl_note.agents.maddpg_seats import MADDPGSeat
 from marl_note.agents.networks import ACTIVATIONS, check_hidden_sizes, mlp_weights
-from marl_note.agents.noise import GaussianWhiteNoiseProcess
-from marl_note.agents.policies import GumbelSoftmaxPolicy, masked_argmax
+from marl_note.agents.spaces import ActionScaler, ObsEncoder, check_mask
 from marl_note.replay.joint import JointReplayBuffer
 from marl_note.types import JointTransitions
 from marl_note.validation import (
@@ -100,11 +100,11 @@ class MADDPGCore(AgentCore):
     """MADDPG: per-agent decentralised actors and centralised critics ``Q_i(all obs, all actions)``.
 
     Discrete actions: the actor outputs logits; acting samples from ``softmax(logits)`` when
-    exploring (Gumbel-max, :class:`~marl_note.agents.policies.GumbelSoftmaxPolicy`) and takes the
+    exploring (Gumbel-max, :class:`~marl_note.agents.exploration.policies.GumbelSoftmaxPolicy`) and takes the
     argmax otherwise; the actor loss differentiates through a straight-through Gumbel-softmax
     sample (hard one-hot forward, relaxed gradient, ``temperature``). Box actions: a ``tanh``
     actor scaled to the bounds with Gaussian exploration noise ``noise_sigma`` (half-range units;
-    ``noise={agent: process}`` takes any process of :mod:`marl_note.agents.noise`, of one action's
+    ``noise={agent: process}`` takes any process of :mod:`marl_note.agents.exploration.noise`, of one action's
     size; each env gets its own copy, and only an env whose episode ended has its copy reset).
 
     Critic ``i`` sees every agent's observation and action (one-hot for Discrete, [-1, 1] for
@@ -173,7 +173,8 @@ class MADDPGCore(AgentCore):
         self.encoders = {a: ObsEncoder(self.observation_spaces[a]) for a in self.agents}
         self.obs_dim = {a: self.encoders[a].dim for a in self.agents}
         self.discrete = {a: isinstance(self.action_spaces[a], gym.spaces.Discrete) for a in self.agents}
-        self.scalers = {a: BoxScaler(s) for a, s in self.action_spaces.items() if isinstance(s, gym.spaces.Box)}
+        self.scalers = {a: ActionScaler(s, "MADDPG") for a, s in self.action_spaces.items()
+                        if isinstance(s, gym.spaces.Box)}
         self.act_dim = {a: int(s.n) if isinstance(s, gym.spaces.Discrete) else self.scalers[a].dim
                         for a, s in self.action_spaces.items()}
         super().__init__(gym.spaces.Dict(OrderedDict(self.observation_spaces)),

@@ -17,7 +17,8 @@ from __future__ import annotations
 import io
 import math
 import zipfile
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -34,7 +35,7 @@ def npz_bytes(arrays: Mapping[str, Any]) -> bytes:
                             f"can be saved without pickle")
         clean[key] = arr
     buf = io.BytesIO()
-    np.savez(buf, **clean)
+    np.savez(buf, **clean)  # type: ignore[arg-type]  # numpy's stub types **kwds as its allow_pickle flag
     return buf.getvalue()
 
 

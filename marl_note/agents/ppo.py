@@ -16,12 +16,12 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from marl_note.agents.checks import ObsEncoder, check_mask, check_transitions
 from marl_note.agents.core import AgentCore
+from marl_note.agents.exploration.policies import masked_argmax, masked_softmax, sample_categorical
 from marl_note.agents.networks import ACTIVATIONS, check_hidden_sizes, mlp_weights
-from marl_note.agents.policies import masked_argmax, masked_softmax, sample_categorical
-from marl_note.agents.replay_options import check_prioritized_options
+from marl_note.agents.spaces import ObsEncoder, check_mask, check_transitions
 from marl_note.replay import PrioritizedReplayBuffer, RolloutBuffer, compute_gae
+from marl_note.replay.feed import check_prioritized_options
 from marl_note.types import Transitions
 from marl_note.validation import non_negative_float, optional, positive_float, positive_int, unit_interval
 

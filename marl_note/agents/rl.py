@@ -18,8 +18,8 @@ and define:
 
 :class:`RLCore` is everything of that base class that is numpy: ``act`` (greedy: masked argmax
 for Discrete, the raw output for Box; exploring: the ``policy`` from
-:mod:`marl_note.agents.policies` for Discrete, the ``noise`` process from
-:mod:`marl_note.agents.noise` added and clipped to the bounds for Box), ``observe`` (into a
+:mod:`marl_note.agents.exploration.policies` for Discrete, the ``noise`` process from
+:mod:`marl_note.agents.exploration.noise` added and clipped to the bounds for Box), ``observe`` (into a
 :class:`~marl_note.replay.ReplayBuffer`), ``update(batch_size)`` (``update_steps`` gradient steps
 once ``learning_starts`` transitions are stored, mean losses and policy metrics), the exploration
 state in ``state_dict`` and saving. Its ``self.nets`` is the backend's adapter over the user's own
@@ -38,12 +38,12 @@ import gymnasium as gym
 import numpy as np
 
 from marl_note import validation
-from marl_note.agents.checks import ObsEncoder, check_mask, check_transitions
 from marl_note.agents.core import AgentCore
-from marl_note.agents.noise import GaussianWhiteNoiseProcess
-from marl_note.agents.policies import EpsGreedyQPolicy, masked_argmax
-from marl_note.agents.rl_common import run_update_schedule
+from marl_note.agents.exploration.noise import GaussianWhiteNoiseProcess
+from marl_note.agents.exploration.policies import EpsGreedyQPolicy, masked_argmax
 from marl_note.agents.saving import backend_of
+from marl_note.agents.schedule import run_update_schedule
+from marl_note.agents.spaces import ObsEncoder, check_mask, check_transitions
 from marl_note.types import Transitions
 
 __all__ = ["RLConfig", "RLCore", "discover", "loss_list"]

@@ -14,11 +14,12 @@ A checkpoint (see :mod:`marl_note.agents.checkpoint`) holds a JSON manifest and 
 The constructor arguments are captured automatically: :class:`Saving` wraps the ``__init__`` of
 every subclass and binds the outermost call (the most derived class's own arguments, defaults
 applied; see :mod:`marl_note.agents.config_codec`). JSON values are written as they are; tuples,
-numpy arrays/scalars and Gymnasium spaces with a tag; exploration policies, noise processes and replay buffers of this library as
-``{"$object": class name, "kwargs": ...}`` (their schedule/rng state travels in the arrays). Any
-other object (a user's own policy, a callable) is refused at save time with a TypeError saying
-which argument it is: build such objects inside ``__init__`` from plain arguments, pass them
-again as ``restore(path, name=obj)``, or save only the weights with :meth:`Saving.save_param`.
+numpy arrays/scalars and Gymnasium spaces with a tag; exploration policies, noise processes and
+replay buffers of this library as ``{"$object": class name, "kwargs": ...}`` (their schedule/rng
+state travels in the arrays). Any other object (a user's own policy, a callable) is refused at save
+time with a TypeError saying which argument it is: build such objects inside ``__init__`` from
+plain arguments, pass them again as ``restore(path, name=obj)``, or save only the weights with
+:meth:`Saving.save_param`.
 
 ``Cls.restore(path)`` builds the class named in the manifest *for the backend of* ``Cls``, so a
 torch checkpoint restores into the TF agent of the same name and vice versa (their state_dict keys
@@ -37,13 +38,19 @@ import inspect
 import math
 import os
 import warnings
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
 
-from marl_note.agents.checkpoint import (CheckpointError, read_checkpoint, space_from_json, space_to_json,
-                                         write_checkpoint)
+from marl_note.agents.checkpoint import (
+    CheckpointError,
+    read_checkpoint,
+    space_from_json,
+    space_to_json,
+    write_checkpoint,
+)
 from marl_note.agents.config_codec import SPACE_PARAMS as _SPACE_PARAMS
 from marl_note.agents.config_codec import Unrecorded, capturing_init, decode_config, encode_config
 from marl_note.agents.state_check import check_agent_state, check_replay_state, load_checked
@@ -64,8 +71,9 @@ class Saving:
     The agent needs ``state_dict()``, ``load_state_dict(state)`` and one attribute per constructor
     argument named in ``saving_spaces`` (default ``("observation_space", "action_space")``), each a
     space or a dict ``{name: space}`` (MADDPG: ``("observation_spaces", "action_spaces")``); these go
-    to the manifest rather than the config and are passed back by name on restore; the weights for ``save_param`` are the state keys under the
-    agent's networks (``self._nets`` or ``self._params``, keyed by network name). The backend is the package
+    to the manifest rather than the config and are passed back by name on restore; the weights for
+    ``save_param`` are the state keys under the agent's networks (``self._nets`` or ``self._params``,
+    keyed by network name). The backend is the package
     (``marl_note.agents.torch`` or ``marl_note.agents.tf``) the class or one of its bases lives in.
 
     Example:
@@ -82,6 +90,11 @@ class Saving:
     """
 
     saving_spaces: tuple[str, ...] = _SPACE_PARAMS  # constructor arguments stored as manifest spaces
+
+    if TYPE_CHECKING:  # what the agent provides
+        def state_dict(self) -> dict[str, Any]: ...
+
+        def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
     nonfinite_state_keys: tuple[str, ...] = ()  # state keys (fnmatch patterns) that may legitimately hold NaN/inf
 
     def __init_subclass__(cls, **kwargs):
@@ -89,7 +102,7 @@ class Saving:
         _REGISTRY.setdefault(cls.__name__, []).append(cls)
         init = cls.__dict__.get("__init__")
         if init is not None and not getattr(init, "_saving_wrapped", False):
-            cls.__init__ = capturing_init(init)
+            cls.__init__ = capturing_init(init)  # type: ignore[method-assign]
 
     # -- configuration -----------------------------------------------------------------------------
     @property
@@ -161,7 +174,7 @@ class Saving:
         return write_checkpoint(path, manifest, arrays)
 
     @classmethod
-    def restore(cls, path: str | os.PathLike, **overrides) -> "Saving":
+    def restore(cls, path: str | os.PathLike, **overrides) -> Saving:
         """A new agent from a checkpoint written by ``save`` (either backend).
 
         ``overrides`` replace constructor arguments of the recorded config (e.g. ``device="cuda"``,
@@ -264,7 +277,8 @@ def _check_manifest(manifest: Mapping[str, Any], path, kinds: tuple[str, ...]) -
     if not isinstance(algorithm, str) or not algorithm.isidentifier():
         raise CheckpointError(f"{where}: manifest algorithm {algorithm!r} is not a class name")
     if not isinstance(manifest.get("config"), dict):
-        raise CheckpointError(f"{where}: manifest config is {type(manifest.get('config')).__name__}, expected an object")
+        raise CheckpointError(f"{where}: manifest config is {type(manifest.get('config')).__name__}, "
+                              f"expected an object")
     if not isinstance(manifest.get("library_version"), str):
         raise CheckpointError(f"{where}: manifest has no library_version")
     info = dict(manifest)
@@ -304,7 +318,7 @@ def _construct(target: type, info: Mapping[str, Any], overrides: Mapping[str, An
         kwargs = decode_config(info["config"])
     except CheckpointError as exc:
         raise CheckpointError(f"{where}: {exc}") from None
-    params = inspect.signature(target.__init__).parameters
+    params = inspect.signature(target).parameters
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     unknown_overrides = [k for k in overrides if k not in params and not takes_any]
     if unknown_overrides:
@@ -313,7 +327,8 @@ def _construct(target: type, info: Mapping[str, Any], overrides: Mapping[str, An
         unknown = sorted(k for k in kwargs if k not in params)
         if unknown and info["backend"] != backend_of(target):
             warnings.warn(f"restoring a {info['backend']} {info['algorithm']} as {backend_of(target)}: "
-                          f"ignoring the recorded arguments {unknown} that {target.__name__} does not take")
+                          f"ignoring the recorded arguments {unknown} that {target.__name__} does not take",
+                          stacklevel=3)
             kwargs = {k: v for k, v in kwargs.items() if k in params}
         elif unknown:
             raise CheckpointError(f"{where}: recorded config has arguments {unknown} that "

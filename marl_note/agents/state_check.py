@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -111,6 +112,12 @@ def _fit(key: str, arr: np.ndarray, shape: tuple[int, ...], dtype: np.dtype | No
         raise CheckpointError(f"{name} holds NaN or infinite values")
     if dtype is None or arr.size == 0:
         return arr if dtype is None else arr.astype(dtype)
+    _check_range(name, arr, dtype)
+    return arr.astype(dtype, copy=False)
+
+
+def _check_range(name: str, arr: np.ndarray, dtype: np.dtype) -> None:
+    """Refuse values that ``dtype`` cannot hold exactly (too large, not integral, not 0/1)."""
     if dtype.kind in "fc":
         if arr.dtype.kind == "f" and dtype.kind == "f" and arr.dtype.itemsize > dtype.itemsize:
             finite = np.abs(arr[np.isfinite(arr)])
@@ -129,7 +136,6 @@ def _fit(key: str, arr: np.ndarray, shape: tuple[int, ...], dtype: np.dtype | No
     elif dtype.kind == "b" and arr.dtype.kind != "b":
         if not bool(np.isin(arr, (0, 1)).all()):
             raise CheckpointError(f"{name} holds values other than 0 and 1, expected {dtype}")
-    return arr.astype(dtype, copy=False)
 
 
 def check_agent_state(agent: Any, saved: Mapping[str, Any], what: str, keys: Sequence[str] | None = None,

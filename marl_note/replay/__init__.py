@@ -3,6 +3,7 @@
 Numpy only; nothing here imports torch or tensorflow.
 """
 from marl_note.replay.buffer import ReplayBuffer
+from marl_note.replay.feed import ReplayFeed
 from marl_note.replay.her import HERSample, HindsightRelabeler, goal_observation, goal_observation_space
 from marl_note.replay.her_buffer import HERReplayBuffer
 from marl_note.replay.joint import JointReplayBuffer
@@ -14,4 +15,4 @@ from marl_note.replay.sum_tree import SumTree
 
 __all__ = ["ReplayBuffer", "PrioritizedReplayBuffer", "SumTree", "NStepAccumulator", "RolloutBuffer", "compute_gae",
            "RingStorage", "HERReplayBuffer", "HindsightRelabeler", "HERSample", "goal_observation",
-           "goal_observation_space", "JointReplayBuffer"]
+           "goal_observation_space", "JointReplayBuffer", "ReplayFeed"]

@@ -16,8 +16,9 @@ is absorbed: a NaN/inf reward or float observation raises
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import gymnasium as gym
 import numpy as np

@@ -6,8 +6,14 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from marl_note.agents.checkpoint import (CheckpointError, check_state_shapes, read_checkpoint, space_from_json,
-                                         space_to_json, write_checkpoint)
+from marl_note.agents.checkpoint import (
+    CheckpointError,
+    check_state_shapes,
+    read_checkpoint,
+    space_from_json,
+    space_to_json,
+    write_checkpoint,
+)
 
 
 @pytest.mark.parametrize("fmt", ["dir", "zip"])

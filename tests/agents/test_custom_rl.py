@@ -7,7 +7,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from marl_note.agents.policies import EpsGreedyQPolicy
+from marl_note.agents.exploration.policies import EpsGreedyQPolicy
 from tests.agents.torch.helpers import Corridor, greedy_return, train
 
 torch = pytest.importorskip("torch")
@@ -28,7 +28,8 @@ def sample_batch(n=16, seed=0):
     from marl_note.types import Transitions
     rng = np.random.default_rng(seed)
     return Transitions(obs=rng.uniform(-1, 1, (n, 3)).astype(np.float32), act=rng.integers(0, 2, n),
-                       rew=rng.normal(size=n).astype(np.float32), next_obs=rng.uniform(-1, 1, (n, 3)).astype(np.float32),
+                       rew=rng.normal(size=n).astype(np.float32),
+                       next_obs=rng.uniform(-1, 1, (n, 3)).astype(np.float32),
                        terminated=rng.random(n) < 0.3, truncated=np.zeros(n, bool))
 
 

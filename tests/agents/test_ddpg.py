@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from marl_note.agents.ddpg import DDPGConfig, DDPGCore
+from marl_note.agents.exploration.noise import GaussianWhiteNoiseProcess, OrnsteinUhlenbeckProcess
 from marl_note.agents.networks import mlp_forward
-from marl_note.agents.noise import GaussianWhiteNoiseProcess, OrnsteinUhlenbeckProcess
 from marl_note.envs.goal_envs import PointReachEnv
 from marl_note.replay import HERReplayBuffer, PrioritizedReplayBuffer
 from marl_note.types import Transitions

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from marl_note.agents.dqn import DQNConfig
-from marl_note.agents.policies import BoltzmannQPolicy, EpsGreedyQPolicy
+from marl_note.agents.exploration.policies import BoltzmannQPolicy, EpsGreedyQPolicy
 from marl_note.replay import ReplayBuffer
 from marl_note.types import NonFiniteError, Transitions
 

@@ -5,8 +5,8 @@ env whose episode ended has its Ornstein-Uhlenbeck state reset. The learner's ac
 import numpy as np
 import pytest
 
-from marl_note.agents.env_noise import PerEnvNoise
-from marl_note.agents.noise import GaussianWhiteNoiseProcess, OrnsteinUhlenbeckProcess
+from marl_note.agents.exploration.noise import GaussianWhiteNoiseProcess, OrnsteinUhlenbeckProcess
+from marl_note.agents.exploration.per_env import PerEnvNoise
 from marl_note.envs import SyncVectorEnv, adapt, make_spec
 from marl_note.trainers import Collector
 from tests.agents.maddpg_helpers import BACKENDS, maddpg_class, set_state

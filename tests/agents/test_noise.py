@@ -1,8 +1,11 @@
 import numpy as np
 import pytest
 
-from marl_note.agents.noise import (
-    GaussianWhiteNoiseProcess, OrnsteinUhlenbeckProcess, rng_state_from_array, rng_state_to_array,
+from marl_note.agents.exploration.noise import (
+    GaussianWhiteNoiseProcess,
+    OrnsteinUhlenbeckProcess,
+    rng_from_array,
+    rng_to_array,
 )
 
 
@@ -101,13 +104,13 @@ def test_state_dict_round_trip(make):
 def test_rng_state_helpers():
     rng = np.random.default_rng(123)
     rng.random(3)
-    saved = rng_state_to_array(rng)
+    saved = rng_to_array(rng)
     assert saved.dtype == np.uint64 and saved.shape == (6,)
     x = rng.normal(size=5)
-    rng_state_from_array(rng, saved)
+    rng_from_array(rng, saved)
     np.testing.assert_array_equal(rng.normal(size=5), x)
     with pytest.raises(TypeError):
-        rng_state_to_array(np.random.Generator(np.random.MT19937(0)))
+        rng_to_array(np.random.Generator(np.random.MT19937(0)))
 
 
 def test_invalid_parameters():

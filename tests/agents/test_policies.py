@@ -1,9 +1,16 @@
 import numpy as np
 import pytest
 
-from marl_note.agents.policies import (
-    BoltzmannGumbelQPolicy, BoltzmannQPolicy, EpsGreedyQPolicy, GreedyQPolicy, GumbelSoftmaxPolicy,
-    LinearSchedule, MaxBoltzmannQPolicy, SoftmaxPolicy, masked_softmax,
+from marl_note.agents.exploration.policies import (
+    BoltzmannGumbelQPolicy,
+    BoltzmannQPolicy,
+    EpsGreedyQPolicy,
+    GreedyQPolicy,
+    GumbelSoftmaxPolicy,
+    LinearSchedule,
+    MaxBoltzmannQPolicy,
+    SoftmaxPolicy,
+    masked_softmax,
 )
 
 ALL_POLICIES = [

@@ -6,10 +6,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from marl_note.agents.replay_options import ReplayFeed  # noqa: E402
 from marl_note.agents.torch import DDPG, DQN, PPO  # noqa: E402
 from marl_note.envs.goal_envs import BitFlippingEnv, PointReachEnv  # noqa: E402
 from marl_note.replay import HERReplayBuffer, PrioritizedReplayBuffer, ReplayBuffer  # noqa: E402
+from marl_note.replay.feed import ReplayFeed  # noqa: E402
 from marl_note.types import Transitions  # noqa: E402
 
 OBS = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
@@ -221,7 +221,7 @@ def test_dqn_her_on_bit_flipping_takes_goal_dicts():
 def test_dqn_her_learns_small_bit_flipping():
     n = 5
     env = BitFlippingEnv(n)
-    from marl_note.agents.policies import EpsGreedyQPolicy
+    from marl_note.agents.exploration.policies import EpsGreedyQPolicy
     agent = DQN(env.observation_space, env.action_space, her=dict(strategy="future", k=4),
                 compute_reward=env.compute_reward, learning_starts=100, hidden_sizes=(64,), gamma=0.9, tau=0.05,
                 update_steps=8, policy=EpsGreedyQPolicy(0.2), seed=5)

@@ -3,8 +3,8 @@ import dataclasses
 import importlib
 import inspect
 import json
-import threading
 import os
+import threading
 import warnings
 
 import gymnasium as gym
@@ -13,7 +13,7 @@ import pytest
 
 from marl_note.agents import saving
 from marl_note.agents.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
-from marl_note.agents.policies import BoltzmannQPolicy, Policy
+from marl_note.agents.exploration.policies import BoltzmannQPolicy, Policy
 from marl_note.types import Transitions
 
 torch_agents = pytest.importorskip("marl_note.agents.torch")
@@ -34,7 +34,8 @@ def backend(name):
 def batch(n=32, seed=0):
     rng = np.random.default_rng(seed)
     return Transitions(obs=rng.uniform(-1, 1, (n, 4)).astype(np.float32), act=rng.integers(0, 3, n),
-                       rew=rng.normal(size=n).astype(np.float32), next_obs=rng.uniform(-1, 1, (n, 4)).astype(np.float32),
+                       rew=rng.normal(size=n).astype(np.float32),
+                       next_obs=rng.uniform(-1, 1, (n, 4)).astype(np.float32),
                        terminated=rng.random(n) < 0.2, truncated=np.zeros(n, bool))
 
 
@@ -225,7 +226,7 @@ def test_config_objects(tmp_path):
 
 
 def test_config_codec_round_trip():
-    from marl_note.agents.noise import OrnsteinUhlenbeckProcess
+    from marl_note.agents.exploration.noise import OrnsteinUhlenbeckProcess
     from marl_note.replay import PrioritizedReplayBuffer
     config = {"a": (1, 2.5, None), "b": [1, {"x": np.float32(2)}], "c": np.arange(3), "d": OBS,
               "e": OrnsteinUhlenbeckProcess(0.15, sigma=0.3, size=(2,)),
@@ -248,7 +249,8 @@ def test_function_arguments_are_recorded_by_name_and_must_be_given_again(tmp_pat
     agent.observe(batch(20))
     path = agent.save(tmp_path / "aug")  # saving works; the function itself is not stored
     agent.save_param(tmp_path / "weights")
-    with pytest.raises(CheckpointError, match=r"saved with augment=.*negate_obs, a function.*restore\(path, augment=\.\.\.\)"):
+    message = r"saved with augment=.*negate_obs, a function.*restore\(path, augment=\.\.\.\)"
+    with pytest.raises(CheckpointError, match=message):
         torch_agents.DQN.restore(path)
     again = torch_agents.DQN.restore(path, augment=negate_obs)
     assert again.config["augment"] is negate_obs and again.agent_steps == 20

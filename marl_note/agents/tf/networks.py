@@ -17,16 +17,25 @@ Example:
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import keras
 import numpy as np
 import tensorflow as tf
 
 from marl_note.agents.networks import ACTIVATIONS
-from marl_note.agents.tf.common import (Adam, check_finite_update, guarded_apply, optimizer_from_numpy,
-                                        optimizer_slot_shapes, optimizer_to_numpy, params_from_numpy,
-                                        params_to_numpy, tf_device)
+from marl_note.agents.tf.common import (
+    Adam,
+    check_finite_update,
+    guarded_apply,
+    optimizer_from_numpy,
+    optimizer_slot_shapes,
+    optimizer_to_numpy,
+    params_from_numpy,
+    params_to_numpy,
+    tf_device,
+)
 
 __all__ = ["TFNetworks", "keras_mlp"]
 

@@ -16,15 +16,21 @@ Example:
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
 from marl_note.agents.networks import ACTIVATIONS
-from marl_note.agents.torch.common import checked_step, module_from_numpy, module_to_numpy, optimizer_from_numpy, \
-    optimizer_to_numpy
+from marl_note.agents.torch.common import (
+    checked_step,
+    module_from_numpy,
+    module_to_numpy,
+    optimizer_from_numpy,
+    optimizer_to_numpy,
+)
 
 __all__ = ["TorchNetworks", "ACTIVATION_MODULES"]
 

@@ -5,7 +5,7 @@ import gymnasium as gym
 import numpy as np
 
 from marl_note.agents.base import RandomAgent
-from marl_note.agents.policies import EpsGreedyQPolicy
+from marl_note.agents.exploration.policies import EpsGreedyQPolicy
 from marl_note.agents.torch import DQN, PPO
 from tests.agents.torch.helpers import Corridor, greedy_return, train
 

@@ -4,24 +4,23 @@ The keras-rl vocabulary: ``sigma`` goes linearly from ``sigma`` to ``sigma_min``
 ``n_steps_annealing`` calls to ``sample()`` (constant when ``sigma_min`` is None). Each process
 owns a seedable ``numpy.random.Generator``; ``state_dict()`` holds the schedule position, the rng
 state and (for Ornstein-Uhlenbeck) the current value, all as numpy arrays.
-
-Also here: :func:`rng_state_to_array` / :func:`rng_state_from_array`, which save a PCG64
-generator's state as a uint64 array so that agents can checkpoint their exploration rng in numpy.
+:class:`ExplorationNoise` applies a process to a batch of actions in units of the half action range.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from marl_note.agents.policies import LinearSchedule
+from marl_note.agents.exploration.policies import LinearSchedule
+from marl_note.rng import rng_from_array, rng_to_array
 
-__all__ = ["AnnealedGaussianProcess", "GaussianWhiteNoiseProcess", "OrnsteinUhlenbeckProcess",
-           "rng_state_to_array", "rng_state_from_array"]
+__all__ = ["AnnealedGaussianProcess", "GaussianWhiteNoiseProcess", "OrnsteinUhlenbeckProcess", "ExplorationNoise"]
 
 
 def _shape(size) -> tuple[int, ...]:
-    return (int(size),) if np.isscalar(size) else tuple(int(s) for s in size)
+    return tuple(int(s) for s in np.atleast_1d(np.asarray(size, np.int64)))
 
 
 class AnnealedGaussianProcess:
@@ -61,11 +60,11 @@ class AnnealedGaussianProcess:
         """Start a new episode (the annealing schedule is not reset)."""
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        return {"n_steps": np.asarray(self.n_steps, np.int64), "rng": rng_state_to_array(self.rng)}
+        return {"n_steps": np.asarray(self.n_steps, np.int64), "rng": rng_to_array(self.rng)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.n_steps = int(np.asarray(state["n_steps"]))
-        rng_state_from_array(self.rng, state["rng"])
+        rng_from_array(self.rng, state["rng"])
 
 
 class GaussianWhiteNoiseProcess(AnnealedGaussianProcess):
@@ -108,6 +107,7 @@ class OrnsteinUhlenbeckProcess(AnnealedGaussianProcess):
         self.theta = float(theta)
         self.dt = float(dt)
         self.x0 = None if x0 is None else np.broadcast_to(np.asarray(x0, np.float64), self.size).copy()
+        self.x_prev: np.ndarray = np.zeros(self.size)
         self.reset()
 
     def sample(self) -> np.ndarray:
@@ -132,34 +132,68 @@ class OrnsteinUhlenbeckProcess(AnnealedGaussianProcess):
         self.x_prev = np.array(state["x_prev"], np.float64).reshape(self.size)
 
 
-# --------------------------------------------------------------------------- rng state as numpy
+class ExplorationNoise:
+    """Adds a noise process to ``[B, dim]`` unit-range actions.
 
-_MASK64 = (1 << 64) - 1
-
-
-def rng_state_to_array(rng: np.random.Generator) -> np.ndarray:
-    """The state of a PCG64 ``Generator`` as a uint64 array of 6 words (for numpy checkpoints).
+    ``process`` is any object with ``sample()`` (and optionally ``reset(indices)``,
+    ``state_dict()``, ``load_state_dict()``), e.g. :class:`GaussianWhiteNoiseProcess` or
+    :class:`OrnsteinUhlenbeckProcess`.
+    Its samples are in units of the half action range (``sigma=0.1`` moves an action by 10 %
+    of ``(high - low) / 2``). A process whose ``size`` is the action shape is sampled once per
+    row; one whose ``size`` is ``(num_envs, *action_shape)`` is sampled once per batch of
+    ``num_envs`` rows (OU noise keeps one state per env that way). ``None`` gives the default
+    Gaussian with ``sigma``.
 
     Example:
-        >>> rng = np.random.default_rng(1); s = rng_state_to_array(rng); x = rng.random()
-        >>> rng_state_from_array(rng, s); rng.random() == x
-        True
+        >>> noise = ExplorationNoise(None, (2,), sigma=0.1, seed=0)
+        >>> noise(np.zeros((3, 2))).shape
+        (3, 2)
     """
-    st = rng.bit_generator.state
-    if st["bit_generator"] != "PCG64":
-        raise TypeError(f"only PCG64 generators can be saved, got {st['bit_generator']}")
-    s, inc = st["state"]["state"], st["state"]["inc"]
-    return np.array([s >> 64, s & _MASK64, inc >> 64, inc & _MASK64, st["has_uint32"], st["uinteger"]],
-                    dtype=np.uint64)
 
+    def __init__(self, process: Any, action_shape: tuple[int, ...], sigma: float = 0.1, seed: int | None = None):
+        self.action_shape = tuple(int(s) for s in action_shape)
+        if process is None:
+            process = GaussianWhiteNoiseProcess(sigma=float(sigma), size=self.action_shape, seed=seed)
+        if not callable(getattr(process, "sample", None)):
+            raise TypeError(f"noise must be a process with sample(), e.g. GaussianWhiteNoiseProcess or "
+                            f"OrnsteinUhlenbeckProcess, got {type(process).__name__}")
+        size = getattr(process, "size", None)
+        size = tuple(np.atleast_1d(np.asarray(size, np.int64)).tolist()) if size is not None else None
+        if size is not None and size != self.action_shape and size[1:] != self.action_shape:
+            raise ValueError(f"noise process size {size} must be the action shape {self.action_shape} or "
+                             f"(num_envs, *{self.action_shape})")
+        self.process = process
+        self.batched = size is not None and size != self.action_shape
+        self.rows = size[0] if self.batched and size is not None else None
 
-def rng_state_from_array(rng: np.random.Generator, arr: np.ndarray) -> None:
-    """Restore a state saved by :func:`rng_state_to_array` into ``rng`` (in place)."""
-    w = [int(x) for x in np.asarray(arr, np.uint64).reshape(-1)]
-    if len(w) != 6:
-        raise ValueError(f"expected a saved rng state of 6 words, got {len(w)}")
-    rng.bit_generator.state = {
-        "bit_generator": "PCG64",
-        "state": {"state": (w[0] << 64) | w[1], "inc": (w[2] << 64) | w[3]},
-        "has_uint32": w[4], "uinteger": w[5],
-    }
+    def __call__(self, unit: np.ndarray) -> np.ndarray:
+        """``unit + noise``, clipped to [-1, 1]."""
+        n = len(unit)
+        if self.batched:
+            if n != self.rows:
+                raise ValueError(f"the noise process holds {self.rows} rows (num_envs) but act() got a batch of {n}")
+            eps = np.asarray(self.process.sample(), np.float64)
+        else:
+            eps = np.stack([np.asarray(self.process.sample(), np.float64) for _ in range(n)]) if n else \
+                np.zeros((0, *self.action_shape))
+        return np.clip(unit + eps.reshape(n, -1), -1.0, 1.0)
+
+    def episodes_ended(self, stream: np.ndarray | None, done: np.ndarray) -> None:
+        """Restart the process for ended episodes: the rows ``stream % num_envs`` when batched, else all."""
+        reset = getattr(self.process, "reset", None)
+        if not callable(reset) or not np.any(done):
+            return
+        if self.batched and stream is not None:
+            reset(np.unique(np.asarray(stream)[np.asarray(done, bool)] % self.rows))
+        else:
+            reset()
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        fn = getattr(self.process, "state_dict", None)
+        return {f"noise.{k}": np.asarray(v) for k, v in fn().items()} if callable(fn) else {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        fn = getattr(self.process, "load_state_dict", None)
+        own = {k[len("noise."):]: v for k, v in state.items() if k.startswith("noise.")}
+        if callable(fn) and own:
+            fn(own)

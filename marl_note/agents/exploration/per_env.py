@@ -9,7 +9,8 @@ independently and only an ended env's copy is reset.
 from __future__ import annotations
 
 import copy
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -28,7 +29,7 @@ class PerEnvNoise:
     annealing position), and each copy anneals over its own samples, i.e. over its env's steps.
 
     Example:
-        >>> from marl_note.agents.noise import OrnsteinUhlenbeckProcess
+        >>> from marl_note.agents.exploration.noise import OrnsteinUhlenbeckProcess
         >>> noise = PerEnvNoise(OrnsteinUhlenbeckProcess(theta=0.15, sigma=0.5, size=(2,)), dim=2, seed=0)
         >>> eps = noise.sample([0, 1])
         >>> eps.shape, bool(np.all(eps[0] != eps[1]))
@@ -98,7 +99,7 @@ class PerEnvNoise:
         if template and callable(getattr(self.template, "load_state_dict", None)):
             self.template.load_state_dict(template)
         self.processes = {}
-        for env, st in sorted(own.items()):
-            p = self.process(env)
+        for env_index, st in sorted(own.items()):
+            p = self.process(env_index)
             if callable(getattr(p, "load_state_dict", None)):
                 p.load_state_dict(st)

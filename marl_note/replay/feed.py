@@ -1,4 +1,4 @@
-"""Replay built from an off-policy agent's constructor options, numpy only and backend neutral.
+"""The replay an off-policy agent builds from its constructor options (numpy only, backend neutral).
 
 The torch and TF agents (DQN, DDPG) share the original library's vocabulary::
 
@@ -15,14 +15,17 @@ n-step accumulator in front of it and, for goal envs (Dict observations with
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
-from marl_note.replay import (HERReplayBuffer, NStepAccumulator, PrioritizedReplayBuffer, ReplayBuffer,
-                              goal_observation, goal_observation_space)
-from marl_note.replay.her import GOAL_KEYS, check_goal_space
+from marl_note.replay.buffer import ReplayBuffer
+from marl_note.replay.her import GOAL_KEYS, check_goal_space, goal_observation, goal_observation_space
+from marl_note.replay.her_buffer import HERReplayBuffer
+from marl_note.replay.nstep import NStepAccumulator
+from marl_note.replay.prioritized import PrioritizedReplayBuffer
 from marl_note.types import Transitions
 
 __all__ = ["ReplayFeed", "check_prioritized_options", "check_num_steps", "is_goal_space", "network_space"]
@@ -67,7 +70,7 @@ def is_goal_space(space: gym.Space) -> bool:
 
 def network_space(observation_space: gym.Space) -> gym.Space:
     """The space a network consumes: flat ``[observation, desired_goal]`` for goal envs, else unchanged."""
-    if is_goal_space(observation_space):
+    if isinstance(observation_space, gym.spaces.Dict) and is_goal_space(observation_space):
         return goal_observation_space(observation_space)
     if isinstance(observation_space, gym.spaces.Dict):
         raise ValueError(f"Dict observations are supported for goal envs only (keys {list(GOAL_KEYS)}); "
@@ -136,7 +139,8 @@ class ReplayFeed:
                 raise ValueError("pass either replay=<buffer> or the options that build one (PR=True, her=...), "
                                  "not both")
             if not callable(getattr(replay, "add", None)) or not callable(getattr(replay, "sample", None)):
-                raise TypeError(f"replay must have add(transitions) and sample(batch_size), got {type(replay).__name__}")
+                raise TypeError(f"replay must have add(transitions) and sample(batch_size), "
+                                f"got {type(replay).__name__}")
             self.her = isinstance(replay, HERReplayBuffer)
         else:
             self.her = her_opts is not None
@@ -159,7 +163,7 @@ class ReplayFeed:
                                      "(or a function compute_reward(achieved_goal, desired_goal, info))")
                 check_goal_space(observation_space)
                 replay = HERReplayBuffer(buffer_size, observation_space, action_space, compute_reward,
-                                         seed=seed, **her_opts)
+                                         seed=seed, **(her_opts or {}))
             elif PR:
                 replay = PrioritizedReplayBuffer(buffer_size, self.network_space, action_space, alpha=self.alpha,
                                                  beta=self.beta, initial_TD=self.initial_TD, seed=seed)
@@ -219,6 +223,7 @@ class ReplayFeed:
                 self.replay.add(extra)
 
     def _augmented(self, t: Transitions) -> list[Transitions]:
+        assert self.augment is not None
         out = self.augment(t)
         batches = list(out) if isinstance(out, (list, tuple)) else [out]
         for b in batches:

@@ -1,8 +1,9 @@
-"""Backend-neutral input checks shared by :mod:`marl_note.agents.torch` and :mod:`marl_note.agents.tf`.
+"""Spaces seen from an agent, numpy only: the one observation encoder and the one Box action scaler.
 
-numpy only (no torch, no tensorflow): the network input width of an observation space, the
-observation batch check and numpy encoding (:class:`ObsEncoder`), action masks and
-:class:`~marl_note.types.Transitions` batches given to ``observe()``.
+The network input width of an observation space and the observation batch check and encoding
+(:class:`ObsEncoder`), action masks, :class:`~marl_note.types.Transitions` batches given to
+``observe()``, the message for a refused non-finite update, and :class:`ActionScaler` between a
+network's ``[-1, 1]`` actions and a Box's bounds.
 """
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import numpy as np
 
 from marl_note.types import NonFiniteError, Transitions
 
-__all__ = ["flat_obs_dim", "ObsEncoder", "check_mask", "check_transitions", "raise_if_nonfinite_update"]
+__all__ = ["flat_obs_dim", "ObsEncoder", "check_mask", "check_transitions", "raise_if_nonfinite_update",
+           "ActionScaler", "check_box_action_space"]
 
 
 def flat_obs_dim(space: gym.Space) -> int:
@@ -42,13 +44,13 @@ class ObsEncoder:
         >>> enc.check(np.zeros((3, 3, 2)))
         Traceback (most recent call last):
         ...
-        ValueError: obs has shape (3, 3, 2), expected (batch, *(3, 3, 2)) ... (observations are batched: add a leading batch axis)
+        ValueError: obs has shape (3, 3, 2), expected (batch, *(3, 3, 2)) ... add a leading batch axis)
     """
 
     def __init__(self, space: gym.Space):
         self.space = space
         self.dim = flat_obs_dim(space)
-        self.shape = () if isinstance(space, gym.spaces.Discrete) else tuple(space.shape)
+        self.shape: tuple[int, ...] = () if isinstance(space, gym.spaces.Discrete) else tuple(space.shape or ())
 
     def check(self, obs: Any, name: str = "obs") -> np.ndarray:
         arr = np.asarray(obs)
@@ -122,3 +124,48 @@ def raise_if_nonfinite_update(who: str, update: int, values: dict[str, float]) -
         f"{who} update {update}: {bad[0]} is {values[bad[0]]}" + (f" ({partner})" if partner else "")
         + "; its optimiser step was not taken, so no weight holds a non-finite value. Usual causes: a NaN/inf "
         "reward or observation in the stored transitions, or a learning rate too large.")
+
+
+# --------------------------------------------------------------------------- Box actions
+
+def check_box_action_space(space: gym.Space, who: str = "this agent") -> gym.spaces.Box:
+    if not isinstance(space, gym.spaces.Box):
+        raise TypeError(f"{who} needs a Box action space, got {space!r}; use DQN for Discrete actions")
+    if not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
+        raise ValueError(f"{who} squashes actions into the Box bounds, which must be finite; got {space!r}")
+    if np.any(space.high < space.low):
+        raise ValueError(f"action space has high < low: {space!r}")
+    return space
+
+
+class ActionScaler:
+    """``[-1, 1]`` network actions <-> env actions in ``[low, high]`` (per dimension, affine).
+
+    Example:
+        >>> import gymnasium as gym, numpy as np
+        >>> s = ActionScaler(gym.spaces.Box(np.array([0.0, -2.0], np.float32), np.array([1.0, 2.0], np.float32)))
+        >>> s.to_env(np.array([[-1.0, 0.5]])).tolist(), s.to_unit(np.array([[1.0, -2.0]])).tolist()
+        ([[0.0, 1.0]], [[1.0, -1.0]])
+    """
+
+    def __init__(self, space: gym.spaces.Box, who: str = "this agent"):
+        self.space = check_box_action_space(space, who)
+        self.shape = tuple(space.shape)
+        self.dim = int(np.prod(self.shape, dtype=np.int64))
+        low = space.low.astype(np.float64).reshape(-1)
+        high = space.high.astype(np.float64).reshape(-1)
+        self.center = (high + low) / 2.0
+        self.half = (high - low) / 2.0
+        self._safe_half = np.where(self.half > 0, self.half, 1.0)
+
+    def to_env(self, unit: np.ndarray) -> np.ndarray:
+        """``[B, dim]`` values in [-1, 1] -> ``[B, *shape]`` actions of the space's dtype, inside the bounds."""
+        unit = np.clip(np.asarray(unit, np.float64).reshape(-1, self.dim), -1.0, 1.0)
+        a = self.center + self.half * unit
+        a = np.clip(a, self.space.low.reshape(-1), self.space.high.reshape(-1))
+        return a.reshape(len(a), *self.shape).astype(self.space.dtype)
+
+    def to_unit(self, act: np.ndarray) -> np.ndarray:
+        """``[B, *shape]`` env actions -> ``[B, dim]`` float32 in [-1, 1] (what the critic sees)."""
+        act = np.asarray(act, np.float64).reshape(-1, self.dim)
+        return ((act - self.center) / self._safe_half).astype(np.float32)

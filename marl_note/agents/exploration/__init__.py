@@ -1,0 +1,30 @@
+"""Exploration, numpy only: action-selection policies for discrete actions, noise for continuous ones.
+
+- :mod:`~marl_note.agents.exploration.policies`: epsilon-greedy, softmax, Boltzmann (and the
+  max-Boltzmann, Boltzmann-Gumbel and Gumbel-softmax variants), greedy; with annealing schedules.
+- :mod:`~marl_note.agents.exploration.noise`: Gaussian and Ornstein-Uhlenbeck processes, and
+  :class:`ExplorationNoise`, which adds one to a batch of actions.
+- :mod:`~marl_note.agents.exploration.per_env`: one noise process per (agent, env) stream.
+"""
+from marl_note.agents.exploration.noise import (
+                                                AnnealedGaussianProcess,
+                                                ExplorationNoise,
+                                                GaussianWhiteNoiseProcess,
+                                                OrnsteinUhlenbeckProcess,
+)
+from marl_note.agents.exploration.per_env import PerEnvNoise
+from marl_note.agents.exploration.policies import (
+                                                BoltzmannGumbelQPolicy,
+                                                BoltzmannQPolicy,
+                                                EpsGreedyQPolicy,
+                                                GreedyQPolicy,
+                                                GumbelSoftmaxPolicy,
+                                                LinearSchedule,
+                                                MaxBoltzmannQPolicy,
+                                                SoftmaxPolicy,
+                                                masked_argmax,
+)
+
+__all__ = ["AnnealedGaussianProcess", "ExplorationNoise", "GaussianWhiteNoiseProcess", "OrnsteinUhlenbeckProcess",
+           "PerEnvNoise", "BoltzmannGumbelQPolicy", "BoltzmannQPolicy", "EpsGreedyQPolicy", "GreedyQPolicy",
+           "GumbelSoftmaxPolicy", "LinearSchedule", "MaxBoltzmannQPolicy", "SoftmaxPolicy", "masked_argmax"]
