@@ -17,6 +17,7 @@ import numpy as np
 
 from marl_note.agents.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
 from marl_note.agents.state_check import check_agent_state, check_replay_state, load_checked
+from marl_note.trainers.seats import learner_of
 
 KIND = "marl_note.run"
 
@@ -83,7 +84,7 @@ def distinct(agents: Sequence[Any]) -> list[Any]:
     """The distinct state-owning objects among seats (joint learners instead of their seat actors)."""
     out: list[Any] = []
     for agent in agents:
-        owner = getattr(agent, "joint_learner", None) or agent
+        owner = learner_of(agent)
         if not any(owner is o for o in out):
             out.append(owner)
     return out
