@@ -11,7 +11,8 @@ never looked at. Only when that says "non-finite" is the culprit searched for.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import gymnasium as gym
 import numpy as np

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from marl_note.agents.atomic_files import write_atomically
 

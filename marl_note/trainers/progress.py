@@ -42,7 +42,8 @@ class Progress:
         self.every_seconds = float(every_seconds)
         self.start = self.last_time = time.monotonic()
         self.next_mark = self.step
-        self.episodes, self.postfix, self.printed = 0, {}, -1
+        self.episodes, self.printed = 0, -1
+        self.postfix: dict[str, Any] = {}
         if enabled and not self.plain:
             from tqdm.auto import tqdm
 
