@@ -16,7 +16,7 @@ from marl_note.envs.main_guard import check_not_reimporting_main
 from marl_note.envs.subproc import DEFAULT_STEP_TIMEOUT, SubprocVectorEnv
 from marl_note.envs.subproc_errors import check_timeout
 from marl_note.envs.vector import SyncVectorEnv
-from marl_note.trainers.callbacks import CallbackList
+from marl_note.trainers.callbacks import CallbackList, metric_value, stop_value
 from marl_note.trainers.collector import Collector
 from marl_note.trainers.evaluation import baseline_opponents, evaluate_against, use_baseline
 from marl_note.trainers.run_state import RunState, load_run, run_summary, save_run
@@ -29,31 +29,6 @@ Seats = Sequence[Agent] | Mapping[str, Agent]  # one agent per seat, in seat ord
 def _resume_seed(seed: int | None, run: RunState) -> int | None:
     """A resumed run reseeds its envs differently from the original start (no replayed episodes)."""
     return None if seed is None else seed + 7919 * (run.episodes + 1)
-
-
-def _hook_scalar(hook: str, value: Any, kinds: str, wanted: str) -> np.ndarray:
-    """``value`` as a 0-d array of a dtype kind in ``kinds``; otherwise a TypeError naming ``hook``."""
-    arr = np.asarray(value) if isinstance(value, (bool, int, float, np.generic, np.ndarray)) else None
-    if arr is None or arr.ndim != 0 or arr.dtype.kind not in kinds:
-        shape = f" of shape {np.shape(value)}" if isinstance(value, np.ndarray) else ""
-        raise TypeError(f"{hook} must return {wanted}, got {type(value).__name__}{shape}: {value!r:.80}")
-    return arr
-
-
-def _metric_value(value: Any) -> float:
-    """``reward_metric``'s result as a float; not a real number or NaN/inf raises naming the hook."""
-    out = float(_hook_scalar("reward_metric", value, "iuf", "a real number (a float or a 0-d array)").item())
-    if not np.isfinite(out):
-        raise ValueError(f"reward_metric returned {out}; it must return a finite number")
-    return out
-
-
-def _stop_value(value: Any) -> bool:
-    """``stop_fn``'s result as a bool; None, an array or NaN raises naming the hook."""
-    arr = _hook_scalar("stop_fn", value, "biuf", "True (stop) or False (go on)")
-    if np.isnan(arr.astype(np.float64)):
-        raise ValueError("stop_fn returned nan; it must return True (stop) or False (go on)")
-    return bool(arr)
 
 
 @dataclass
@@ -176,7 +151,7 @@ class DecentralizedTrainer:
 
     def _metric(self, rewards: np.ndarray, learn: list[bool]) -> float:
         if self.reward_metric is not None:
-            return _metric_value(self.reward_metric(rewards))
+            return metric_value(self.reward_metric(rewards))
         return float(rewards[:, np.flatnonzero(learn)].mean()) if len(rewards) else float("nan")
 
     def _venv(self, n: int):
@@ -372,7 +347,7 @@ class DecentralizedTrainer:
             run.best, run.best_episode = metric, run.episodes
             if self.save_best_fn is not None:
                 self.save_best_fn(run.episodes)
-        if self.stop_fn is not None and _stop_value(self.stop_fn(metric, run.episodes)):
+        if self.stop_fn is not None and stop_value(self.stop_fn(metric, run.episodes)):
             s.stopped = True
         if s.checkpoint_path is not None:
             run.training_time = time.perf_counter() - s.started

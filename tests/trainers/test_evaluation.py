@@ -2,7 +2,6 @@
 import numpy as np
 import pytest
 from mpe2 import simple_spread_v3
-from pettingzoo.classic import tictactoe_v3
 
 from marl_note.agents import RandomAgent
 from marl_note.envs import with_agent_id
@@ -86,8 +85,9 @@ def test_self_play_metric_measures_strength_not_the_constant():
 
 
 def test_cooperative_shared_policy_keeps_testing_the_team():
-    trainer = DecentralizedTrainer(with_agent_id(lambda: simple_spread_v3.parallel_env(max_cycles=25)), num_train_envs=2, num_test_envs=1,
-                                   update_freq=20, test_freq=2, episodes_per_train=2, episodes_per_test=1, seed=0)
+    trainer = DecentralizedTrainer(with_agent_id(lambda: simple_spread_v3.parallel_env(max_cycles=25)),
+                                   num_train_envs=2, num_test_envs=1, update_freq=20, test_freq=2,
+                                   episodes_per_train=2, episodes_per_test=1, seed=0)
     name = trainer.possible_agents[0]
     learner = CountingLearner(trainer.action_space(name), trainer.observation_space(name))
     stats = trainer.train([learner] * 3, learning_mask=[1, 1, 1], plot=False, progress=False)
