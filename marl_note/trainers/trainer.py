@@ -57,8 +57,9 @@ class DecentralizedTrainer:
     """Train one agent per seat (the same object may sit in several seats) on vectorized envs.
 
     Training runs in chunks: the train envs advance together until the chunk holds ``update_freq``
-    env steps, then every learner updates once; a periodic test follows every ``test_freq``
-    training episodes. The budget arguments count:
+    env steps, then every learner updates once (one update round); after the first chunk that
+    passes a multiple of ``test_freq`` training episodes, and after the last chunk, a periodic
+    test runs. The budget arguments count:
 
     - ``update_freq``: env steps per chunk, summed over the train envs (one vector step of
       ``num_train_envs`` envs is ``num_train_envs`` env steps; a chunk ends on a whole vector step);
