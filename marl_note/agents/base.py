@@ -20,7 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 import gymnasium as gym
 import numpy as np
 
-from marl_note.types import Transitions, obs_batch_size
+from marl_note.types import JointTransitions, Transitions, obs_batch_size
 
 
 @runtime_checkable
@@ -61,6 +61,40 @@ class LearningAgent(Agent, Protocol):
     def state_dict(self) -> dict[str, Any]: ...
 
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+@runtime_checkable
+class PerEnvAgent(Agent, Protocol):
+    """An agent with per-env state: ``accepts_env_ids = True`` and ``act(..., env_ids=)``.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> isinstance(RandomAgent(gym.spaces.Discrete(2)), PerEnvAgent)
+        False
+    """
+
+    accepts_env_ids: bool
+
+    def act(self, obs: np.ndarray, mask: np.ndarray | None = None, explore: bool = False,
+            env_ids: np.ndarray | None = None) -> np.ndarray: ...
+
+
+@runtime_checkable
+class JointLearner(Protocol):
+    """A centralised learner (MADDPG) behind seat actors whose ``joint_learner`` it is.
+
+    It learns from joint per-step data of every seat (``observe_joint``) instead of per-seat
+    transitions.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> isinstance(RandomAgent(gym.spaces.Discrete(2)), JointLearner)
+        False
+    """
+
+    def observe_joint(self, joint: JointTransitions) -> None: ...
+
+    def update(self, batch_size: int) -> dict[str, Any]: ...
 
 
 def is_learning_agent(agent: Any) -> bool:

@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from marl_note.trainers.seats import can_act
+
 __all__ = ["evaluate_against", "baseline_opponents", "is_constant_sum", "use_baseline", "seat_outcomes"]
 
 
@@ -43,7 +45,7 @@ def baseline_opponents(spec: Any, opponent: Any = None, seed: int | None = None)
         if missing:
             raise ValueError(f"baseline opponents dict has no agent for seats {missing}")
         return {a: opponent[a] for a in seats}
-    if not callable(getattr(opponent, "act", None)):
+    if not can_act(opponent):
         raise TypeError(f"a baseline opponent needs an act(obs, mask, explore) method; got {type(opponent).__name__}")
     return {a: opponent for a in seats}
 

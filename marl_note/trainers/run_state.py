@@ -18,6 +18,7 @@ import numpy as np
 
 from marl_note.agents.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
 from marl_note.agents.state_check import check_agent_state, check_replay_state, load_checked
+from marl_note.trainers.seats import learner_of
 
 KIND = "marl_note.run"
 
@@ -32,7 +33,7 @@ class RunState:
     updates: int = 0  # gradient steps, summed over learning policies
     best: float = -math.inf
     best_episode: int = 0
-    next_test: int = 0
+    next_test: int = 0  # the training episode count from which the next periodic test is due
     training_time: float = 0.0
     history: list[tuple[int, float]] = field(default_factory=list)  # (episodes, test metric)
     recent_returns: list[list[float]] = field(default_factory=list)  # last 100 training episodes
@@ -84,7 +85,7 @@ def distinct(agents: Sequence[Any]) -> list[Any]:
     """The distinct state-owning objects among seats (joint learners instead of their seat actors)."""
     out: list[Any] = []
     for agent in agents:
-        owner = getattr(agent, "joint_learner", None) or agent
+        owner = learner_of(agent)
         if not any(owner is o for o in out):
             out.append(owner)
     return out
@@ -161,3 +162,29 @@ def load_run(path: str, agents: Sequence[Any]) -> RunState:
             agent.load_state_dict(previous)
         raise
     return state
+
+
+def run_summary(run: RunState, stopped: bool, tested_against_baseline: bool,
+                last_test: dict[str, Any]) -> dict[str, Any]:
+    """The statistics ``DecentralizedTrainer.train`` returns for a finished ``run``.
+
+    Example:
+        >>> out = run_summary(RunState(episodes=20, history=[(10, 0.5), (20, 1.0)], best=1.0, best_episode=20),
+        ...                   stopped=False, tested_against_baseline=False, last_test={})
+        >>> out["reward_metric_stats"]["mean"], out["best_episode"], out["num_collected_episodes"]
+        (0.75, 20, 20)
+    """
+    metrics = np.array([m for _, m in run.history], dtype=np.float64)
+    out: dict[str, Any] = {
+        "reward_metric_stats": {"last": float(metrics[-1]), "mean": float(metrics.mean()),
+                                "std": float(metrics.std()), "max": float(metrics.max()),
+                                "min": float(metrics.min())} if len(metrics) else {},
+        "num_collected_steps": run.env_steps, "num_collected_agent_steps": run.agent_steps,
+        "num_collected_episodes": run.episodes, "num_gradient_steps": run.updates,
+        "training_time": run.training_time, "best_reward": float(run.best),
+        "best_episode": run.best_episode, "stopped_by_stop_fn": stopped, "test_history": list(run.history),
+        "tested_against_baseline": tested_against_baseline,
+    }
+    if "per_seat" in last_test:
+        out["last_test_per_seat"] = last_test["per_seat"]
+    return out

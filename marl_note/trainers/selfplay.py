@@ -157,8 +157,8 @@ class OpponentPool:
             name = self.spec.possible_agents[seat]
             a_space = getattr(agent, "action_space", None)
             if a_space is not None and a_space != self.spec.action_space(name):
-                raise ValueError(f"{who} has action space {a_space} "
-                                 f"but seat {name!r} has {self.spec.action_space(name)}")
+                raise ValueError(f"{who} has action space {a_space} but seat {name!r} has "
+                                 f"{self.spec.action_space(name)}")
             o_space = getattr(agent, "observation_space", None)
             if o_space is not None and o_space != self.spec.observation_space(name):
                 raise ValueError(f"{who} has observation space {o_space} but seat {name!r} has "

@@ -4,21 +4,26 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, cast
 
 import numpy as np
 
-from marl_note.agents.base import is_learning_agent
+from marl_note.agents.base import Agent, JointLearner, LearningAgent
 from marl_note.agents.checkpoint import check_checkpoint_target
 from marl_note.envs.adapters import adapt, env_factory, make_spec
 from marl_note.envs.main_guard import check_not_reimporting_main
 from marl_note.envs.subproc import DEFAULT_STEP_TIMEOUT, SubprocVectorEnv
 from marl_note.envs.subproc_errors import check_timeout
 from marl_note.envs.vector import SyncVectorEnv
+from marl_note.trainers.callbacks import CallbackList, metric_value, stop_value
 from marl_note.trainers.collector import Collector
 from marl_note.trainers.evaluation import baseline_opponents, evaluate_against, use_baseline
-from marl_note.trainers.run_state import RunState, load_run, save_run
+from marl_note.trainers.run_state import RunState, load_run, run_summary, save_run
+from marl_note.trainers.seats import check_learners, check_seats, positive_int, seat_flags
 from marl_note.types import EnvSpec
+
+Seats = Sequence[Agent] | Mapping[str, Agent]  # one agent per seat, in seat order or keyed by agent id
 
 
 def _resume_seed(seed: int | None, run: RunState) -> int | None:
@@ -26,42 +31,43 @@ def _resume_seed(seed: int | None, run: RunState) -> int | None:
     return None if seed is None else seed + 7919 * (run.episodes + 1)
 
 
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return int(value)
+@dataclass
+class _Session:
+    """One ``train`` call: its checked seats and masks, and the state its loop carries."""
 
-
-def _hook_scalar(hook: str, value: Any, kinds: str, wanted: str) -> np.ndarray:
-    """``value`` as a 0-d array of a dtype kind in ``kinds``; otherwise a TypeError naming ``hook``."""
-    arr = np.asarray(value) if isinstance(value, (bool, int, float, np.generic, np.ndarray)) else None
-    if arr is None or arr.ndim != 0 or arr.dtype.kind not in kinds:
-        shape = f" of shape {np.shape(value)}" if isinstance(value, np.ndarray) else ""
-        raise TypeError(f"{hook} must return {wanted}, got {type(value).__name__}{shape}: {value!r:.80}")
-    return arr
-
-
-def _metric_value(value: Any) -> float:
-    """``reward_metric``'s result as a float; not a real number or NaN/inf raises naming the hook."""
-    out = float(_hook_scalar("reward_metric", value, "iuf", "a real number (a float or a 0-d array)"))
-    if not np.isfinite(out):
-        raise ValueError(f"reward_metric returned {out}; it must return a finite number")
-    return out
-
-
-def _stop_value(value: Any) -> bool:
-    """``stop_fn``'s result as a bool; None, an array or NaN raises naming the hook."""
-    arr = _hook_scalar("stop_fn", value, "biuf", "True (stop) or False (go on)")
-    if np.isnan(arr.astype(np.float64)):
-        raise ValueError("stop_fn returned nan; it must return True (stop) or False (go on)")
-    return bool(arr)
+    seats: list[Agent]
+    test_seats: list[Agent]
+    learn: list[bool]
+    explore: list[bool]
+    callbacks: CallbackList
+    run: RunState
+    baseline: Any
+    opponents: dict[str, Agent] | None
+    test_agents_given: bool
+    checkpoint_path: str | None
+    collector: Collector | None = None
+    started: float = 0.0  # perf_counter() at the start, less the training time of a resumed run
+    baseline_on: bool | None = None  # decided at the first test
+    stopped: bool = False  # by stop_fn
+    last_metrics: dict[str, float] = field(default_factory=dict)
+    last_test: dict[str, Any] = field(default_factory=dict)
 
 
 class DecentralizedTrainer:
     """Train one agent per seat (the same object may sit in several seats) on vectorized envs.
 
-    ``update_freq`` counts env steps between updates, ``test_freq`` counts training episodes
-    between tests, ``episodes_per_train`` is the training budget in episodes. Hooks:
+    Training runs in chunks: the train envs advance together until the chunk holds ``update_freq``
+    env steps, then every learner updates once (one update round); after the first chunk that
+    passes a multiple of ``test_freq`` training episodes, and after the last chunk, a periodic
+    test runs. The budget arguments count:
+
+    - ``update_freq``: env steps per chunk, summed over the train envs (one vector step of
+      ``num_train_envs`` envs is ``num_train_envs`` env steps; a chunk ends on a whole vector step);
+    - ``test_freq``: finished training episodes between periodic tests;
+    - ``episodes_per_train``: the training budget, in finished training episodes;
+    - ``episodes_per_test``: episodes per periodic test, shared over the test envs.
+
+    Hooks:
     ``train_fn(num_collected_episodes, num_collected_steps)`` before each collection chunk,
     ``test_fn`` likewise before each test, ``save_best_fn(num_collected_episodes)`` on a new best
     test metric, ``save_last_fn()`` when training ends, ``stop_fn(metric, num_collected_episodes)``
@@ -103,18 +109,18 @@ class DecentralizedTrainer:
         check_not_reimporting_main("DecentralizedTrainer")
         self.env_fn = env_factory(env)
         self.check_finite = bool(check_finite)
-        self.num_train_envs = _positive_int("num_train_envs", num_train_envs)
-        self.num_test_envs = _positive_int("num_test_envs", num_test_envs)
-        self.batch_size = _positive_int("batch_size", batch_size)
-        self.update_freq = _positive_int("update_freq", update_freq)
-        self.test_freq = _positive_int("test_freq", test_freq)
-        self.episodes_per_train = _positive_int("episodes_per_train", episodes_per_train)
-        self.episodes_per_test = _positive_int("episodes_per_test", episodes_per_test)
+        self.num_train_envs = positive_int("num_train_envs", num_train_envs)
+        self.num_test_envs = positive_int("num_test_envs", num_test_envs)
+        self.batch_size = positive_int("batch_size", batch_size)
+        self.update_freq = positive_int("update_freq", update_freq)
+        self.test_freq = positive_int("test_freq", test_freq)
+        self.episodes_per_train = positive_int("episodes_per_train", episodes_per_train)
+        self.episodes_per_test = positive_int("episodes_per_test", episodes_per_test)
         for name, fn in (("train_fn", train_fn), ("test_fn", test_fn), ("save_best_fn", save_best_fn),
                          ("save_last_fn", save_last_fn), ("stop_fn", stop_fn), ("reward_metric", reward_metric)):
             if fn is not None and not callable(fn):
                 raise TypeError(f"{name} must be callable, got {type(fn).__name__}")
-        if processes is not None and _positive_int("processes", processes) < 1:
+        if processes is not None and positive_int("processes", processes) < 1:
             raise ValueError("processes must be >= 1")
         self.train_fn, self.test_fn = train_fn, test_fn
         self.save_best_fn, self.save_last_fn, self.stop_fn = save_best_fn, save_last_fn, stop_fn
@@ -131,7 +137,7 @@ class DecentralizedTrainer:
         self._train_venv = self._test_venv = None
         self.history: list[tuple[int, float]] = []
         self._run: RunState | None = None
-        self._run_agents: list[Any] = []
+        self._run_agents: list[Agent] = []
 
     # ------------------------------------------------------------------ spaces
     @property
@@ -144,52 +150,9 @@ class DecentralizedTrainer:
     def action_space(self, agent: str):
         return self.spec.action_space(agent)
 
-    # ------------------------------------------------------------------ validation
-    def _seats(self, agents: Sequence[Any] | Mapping[str, Any]) -> list[Any]:
-        names = self.spec.possible_agents
-        if isinstance(agents, Mapping):
-            missing = [a for a in names if a not in agents]
-            extra = [a for a in agents if a not in names]
-            if missing or extra:
-                raise ValueError(f"agents dict must have exactly the env's agents {list(names)}; "
-                                 f"missing {missing}, unknown {extra}")
-            seats = [agents[a] for a in names]
-        elif isinstance(agents, Sequence) and not isinstance(agents, str):
-            if len(agents) != len(names):
-                raise ValueError(f"got {len(agents)} agents for an env with {len(names)} seats {list(names)}")
-            seats = list(agents)
-        else:
-            raise TypeError(f"agents must be a list (one per seat) or a dict keyed by agent id, got {type(agents).__name__}")
-        for name, agent in zip(names, seats):
-            if not callable(getattr(agent, "act", None)):
-                raise TypeError(f"agent for seat {name!r} ({type(agent).__name__}) has no act(obs, mask, explore) method")
-            space = getattr(agent, "action_space", None)
-            if space is not None and space != self.spec.action_space(name):
-                raise ValueError(f"agent for seat {name!r} has action space {space}, "
-                                 f"but the seat's is {self.spec.action_space(name)}")
-            space = getattr(agent, "observation_space", None)
-            if space is not None and space != self.spec.observation_space(name):
-                raise ValueError(f"agent for seat {name!r} has observation space {space}, "
-                                 f"but the seat's is {self.spec.observation_space(name)}")
-        return seats
-
-    def _mask(self, mask: Any, what: str) -> list[bool]:
-        n = self.spec.num_agents
-        if isinstance(mask, Mapping):
-            unknown = [a for a in mask if a not in self.spec.possible_agents]
-            if unknown:
-                raise ValueError(f"{what} names unknown agents {unknown}")
-            mask = [mask.get(a, 0) for a in self.spec.possible_agents]
-        mask = list(np.asarray(mask).reshape(-1)) if not isinstance(mask, (list, tuple)) else list(mask)
-        if len(mask) != n:
-            raise ValueError(f"{what} has {len(mask)} entries for an env with {n} seats {list(self.spec.possible_agents)}")
-        if any(m not in (0, 1, True, False) for m in mask):
-            raise ValueError(f"{what} entries must be 0/1 or booleans, got {mask}")
-        return [bool(m) for m in mask]
-
     def _metric(self, rewards: np.ndarray, learn: list[bool]) -> float:
         if self.reward_metric is not None:
-            return _metric_value(self.reward_metric(rewards))
+            return metric_value(self.reward_metric(rewards))
         return float(rewards[:, np.flatnonzero(learn)].mean()) if len(rewards) else float("nan")
 
     def _venv(self, n: int):
@@ -205,12 +168,13 @@ class DecentralizedTrainer:
         return venv is not None and not getattr(venv, "closed", False)
 
     # ------------------------------------------------------------------ test
-    def test(self, agents: Sequence[Any] | Mapping[str, Any], episodes: int | None = None,
+    def test(self, agents: Seats, episodes: int | None = None,
              learning_mask: Sequence[int] | None = None) -> dict[str, Any]:
         """Play ``episodes`` greedy episodes (no exploration, no learning) on the test envs."""
-        seats = self._seats(agents)
-        episodes = self.episodes_per_test if episodes is None else _positive_int("episodes", episodes)
-        learn = self._mask(learning_mask, "learning_mask") if learning_mask is not None else [True] * len(seats)
+        seats = check_seats(self.spec, agents)
+        episodes = self.episodes_per_test if episodes is None else positive_int("episodes", episodes)
+        learn = ([True] * len(seats) if learning_mask is None
+                 else seat_flags(self.spec, learning_mask, "learning_mask"))
         if not self._usable(self._test_venv):
             self._test_venv = self._venv(self.num_test_envs)
         col = Collector(self._test_venv, self.spec, seats, explore=[False] * len(seats), learn=[False] * len(seats),
@@ -223,7 +187,7 @@ class DecentralizedTrainer:
                 "mean_num_steps": float(np.mean(stats.lengths)), "num_collected_steps": stats.env_steps,
                 "num_collected_agent_steps": stats.agent_steps, "num_collected_episodes": stats.episodes}
 
-    def test_against(self, agent: Any, opponent: Any = None, episodes: int | None = None) -> dict[str, Any]:
+    def test_against(self, agent: Agent, opponent: Any = None, episodes: int | None = None) -> dict[str, Any]:
         """Greedy games of ``agent`` in each seat in turn against a fixed ``opponent`` in the others.
 
         ``opponent``: an agent (the same in every other seat), a ``{seat: agent}`` dict, or None for
@@ -234,16 +198,16 @@ class DecentralizedTrainer:
         ``learner_seat`` and the counters of :meth:`test`.
         """
         names = self.spec.possible_agents
-        self._seats([agent] * len(names))
+        check_seats(self.spec, [agent] * len(names))
         opponents = baseline_opponents(self.spec, opponent, seed=None if self.seed is None else self.seed + 55_555)
-        self._seats([opponents[a] for a in names])
-        episodes = self.episodes_per_test if episodes is None else _positive_int("episodes", episodes)
+        check_seats(self.spec, [opponents[a] for a in names])
+        episodes = self.episodes_per_test if episodes is None else positive_int("episodes", episodes)
         return evaluate_against(self, agent, opponents, episodes)
 
     # ------------------------------------------------------------------ train
-    def train(self, agents: Sequence[Any] | Mapping[str, Any], learning_mask: Sequence[int] | Mapping[str, int],
+    def train(self, agents: Seats, learning_mask: Sequence[int] | Mapping[str, int],
               exploration_mask: Sequence[int] | None = None, plot: bool = True, progress: bool = True,
-              test_agents: Sequence[Any] | Mapping[str, Any] | None = None, matchmaker: Callable | None = None,
+              test_agents: Seats | None = None, matchmaker: Callable | None = None,
               callbacks: Sequence[Any] = (), checkpoint_path: str | None = None,
               resume_from: str | None = None, baseline: Any = "auto") -> dict[str, Any]:
         """Train the seats in ``learning_mask``; see the class docstring for the loop and hooks.
@@ -260,148 +224,153 @@ class DecentralizedTrainer:
         ``on_train_begin(trainer)``, ``on_collect_end(trainer, stats, episodes)``,
         ``on_update_end(trainer, metrics, episodes)``, ``on_test_end(trainer, result, episodes)``,
         ``on_train_end(trainer, stats)`` (which may add keys to the returned statistics) and
-        ``plot_series() -> {label: [(episodes, value), ...]}`` (drawn on the plot).
+        ``plot_series() -> {label: [(episodes, value), ...]}`` (drawn on the plot); one with none
+        of them, or with an unknown ``on_...`` method, is refused before training starts
+        (:class:`~marl_note.trainers.callbacks.CallbackList`).
         ``checkpoint_path`` saves the whole run there (atomically) after every test and at the end;
         it must be a new or empty directory, one holding a previous checkpoint (other files there,
         such as plots, are kept) or a ``.zip`` path; anything else is refused before training starts.
         ``resume_from`` continues a saved run with the same agents (their states, replay buffers,
         counters and history are loaded; episodes in flight when it was saved start afresh).
         """
-        seats = self._seats(agents)
-        test_seats = seats if test_agents is None else self._seats(test_agents)
-        learn = self._mask(learning_mask, "learning_mask")
-        explore = learn if exploration_mask is None else self._mask(exploration_mask, "exploration_mask")
-        if not any(learn):
-            raise ValueError("learning_mask has no learning seat: at least one seat must learn (use test() to only play)")
-        for name, agent, ln in zip(self.spec.possible_agents, seats, learn):
-            joint = getattr(agent, "joint_learner", None)
-            if joint is not None:
-                if not (callable(getattr(joint, "observe_joint", None)) and callable(getattr(joint, "update", None))):
-                    raise TypeError(f"seat {name!r}: joint_learner {type(joint).__name__} needs observe_joint() and update()")
-                if self.spec.turn_based and ln:
-                    raise TypeError(f"seat {name!r}: {type(joint).__name__} learns from joint per-step data, "
-                                    f"which needs a Parallel env; this env is turn-based")
-            elif ln and not is_learning_agent(agent):
-                raise TypeError(f"seat {name!r} is marked as learning but {type(agent).__name__} has no "
-                                f"observe()/update() methods")
+        session = self._prepare(agents, learning_mask, exploration_mask, test_agents, matchmaker, callbacks,
+                                checkpoint_path, resume_from, baseline)
+        self._loop(session, progress)
+        return self._summarise(session, plot)
+
+    def _prepare(self, agents: Seats, learning_mask: Any, exploration_mask: Any, test_agents: Seats | None,
+                 matchmaker: Callable | None, callbacks: Sequence[Any], checkpoint_path: str | None,
+                 resume_from: str | None, baseline: Any) -> _Session:
+        """Check every argument (before any work), load a resumed run, seat the train collector."""
+        seats = check_seats(self.spec, agents)
+        test_seats = seats if test_agents is None else check_seats(self.spec, test_agents)
+        learn = seat_flags(self.spec, learning_mask, "learning_mask")
+        explore = learn if exploration_mask is None else seat_flags(self.spec, exploration_mask, "exploration_mask")
+        check_learners(self.spec, seats, learn)
         if checkpoint_path is not None:
             check_checkpoint_target(checkpoint_path)  # a foreign directory is refused before any work
-        if not self._usable(self._train_venv):
-            self._train_venv = self._venv(self.num_train_envs)
         if matchmaker is not None and not callable(matchmaker):
             raise TypeError(f"matchmaker must be callable, got {type(matchmaker).__name__}")
+        callback_list = CallbackList(callbacks)
         opponents = None
         if baseline is not None:
             opponents = baseline_opponents(self.spec, None if isinstance(baseline, str) else baseline,
                                            seed=None if self.seed is None else self.seed + 55_555)
             if isinstance(baseline, str) and baseline != "auto":
                 raise ValueError(f"baseline must be 'auto', None, an agent or a {{seat: agent}} dict; got {baseline!r}")
-            self._seats([opponents[a] for a in self.spec.possible_agents])
-        baseline_on: bool | None = None  # decided at the first test
-        callbacks = list(callbacks)
-
-        def fire(event: str, *args: Any) -> None:
-            for cb in callbacks:
-                fn = getattr(cb, event, None)
-                if fn is not None:
-                    fn(self, *args)
-
+            check_seats(self.spec, [opponents[a] for a in self.spec.possible_agents])
+        if not self._usable(self._train_venv):
+            self._train_venv = self._venv(self.num_train_envs)
         run = RunState(next_test=self.test_freq)
         if resume_from is not None:
             run = load_run(resume_from, seats)  # checks everything before loading anything
         self._run, self._run_agents = run, seats
         self.history = run.history
-        fire("on_train_begin")
-        col = Collector(self._train_venv, self.spec, seats, explore=explore, learn=learn, matchmaker=matchmaker,
-                        check_finite=self.check_finite)
-        col.reset(seed=self.seed if resume_from is None else _resume_seed(self.seed, run))
+        session = _Session(seats, test_seats, learn, explore, callback_list, run, baseline, opponents,
+                           test_agents_given=test_agents is not None, checkpoint_path=checkpoint_path)
+        callback_list.fire("on_train_begin", self)
+        session.collector = Collector(self._train_venv, self.spec, seats, explore=explore, learn=learn,
+                                      matchmaker=matchmaker, check_finite=self.check_finite)
+        session.collector.reset(seed=self.seed if resume_from is None else _resume_seed(self.seed, run))
+        return session
+
+    def _loop(self, s: _Session, progress: bool) -> None:
+        """Collect ``update_freq`` env steps, update every learner, test when due; until the budget is spent."""
         from marl_note.trainers.progress import Progress  # tqdm lives there
 
+        run = s.run
         bar = Progress(self.episodes_per_train, enabled=progress)
-        last_metrics: dict[str, float] = {}
-        last_test: dict[str, Any] = {}
-        start = time.perf_counter() - run.training_time
-        stopped = False
+        s.started = time.perf_counter() - run.training_time
         try:
-            while run.episodes < self.episodes_per_train and not stopped:
-                if self.train_fn is not None:
-                    self.train_fn(run.episodes, run.env_steps)
-                stats = col.collect(n_steps=self.update_freq)
-                run.env_steps += stats.env_steps
-                run.agent_steps += stats.agent_steps
-                run.episodes += stats.episodes
-                run.recent_returns = (run.recent_returns + [r.tolist() for r in stats.returns])[-100:]
-                col.flush()
-                fire("on_collect_end", stats, run.episodes)
-                if run.env_steps == stats.env_steps and run.episodes >= self.episodes_per_train > 1:
-                    warnings.warn(f"the first collection chunk (update_freq={self.update_freq} env steps) already "
-                                  f"finished {run.episodes} episodes, the whole budget of episodes_per_train="
-                                  f"{self.episodes_per_train}: the agents are updated once per chunk, so this run "
-                                  f"updates them only once. Lower update_freq.", stacklevel=2)
-                for agent in col.learners:
-                    metrics = agent.update(self.batch_size) or {}
-                    run.updates += int(metrics.get("gradient_steps", 0))
-                    last_metrics = {k: float(v) for k, v in metrics.items() if np.isscalar(v)}
-                    fire("on_update_end", metrics, run.episodes)
+            while run.episodes < self.episodes_per_train and not s.stopped:
+                self._collect_chunk(s)
+                self._update_learners(s)
                 if run.episodes >= run.next_test or run.episodes >= self.episodes_per_train:
-                    run.next_test = (run.episodes // self.test_freq + 1) * self.test_freq
-                    if self.test_fn is not None:
-                        self.test_fn(run.episodes, run.env_steps)
-                    if baseline_on is None:
-                        recent = np.asarray(run.recent_returns, dtype=np.float64).reshape(-1, self.spec.num_agents)
-                        baseline_on = use_baseline(baseline, seats, test_agents, recent)
-                    if baseline_on:
-                        result = evaluate_against(self, seats[0], opponents, self.episodes_per_test)
-                    else:
-                        result = self.test(test_seats, learning_mask=learn)
-                    last_test = result
-                    fire("on_test_end", result, run.episodes)
-                    metric = result["reward"]
-                    run.history.append((run.episodes, metric))
-                    if metric > run.best:
-                        run.best, run.best_episode = metric, run.episodes
-                        if self.save_best_fn is not None:
-                            self.save_best_fn(run.episodes)
-                    if self.stop_fn is not None and _stop_value(self.stop_fn(metric, run.episodes)):
-                        stopped = True
-                    if checkpoint_path is not None:
-                        run.training_time = time.perf_counter() - start
-                        self.save_checkpoint(checkpoint_path)
-                recent = np.asarray(run.recent_returns, dtype=np.float64).reshape(-1, self.spec.num_agents)
+                    self._periodic_test(s)
+                recent = self._recent_returns(run)
                 bar.update(run.episodes, env_steps=run.env_steps,
-                           train_reward=self._metric(recent, learn) if len(recent) and not baseline_on else None,
+                           train_reward=self._metric(recent, s.learn) if len(recent) and not s.baseline_on else None,
                            test_metric=run.history[-1][1] if run.history else None,
                            best=run.best if run.history else None,
-                           **{k: v for k, v in last_metrics.items() if k in ("loss", "eps", "epsilon")})
+                           **{k: v for k, v in s.last_metrics.items() if k in ("loss", "eps", "epsilon")})
         finally:
             bar.close()
-        run.training_time = time.perf_counter() - start
-        if checkpoint_path is not None:
-            self.save_checkpoint(checkpoint_path)
+        run.training_time = time.perf_counter() - s.started
+
+    def _collect_chunk(self, s: _Session) -> None:
+        run, collector = s.run, s.collector
+        assert collector is not None  # set by _prepare
+        if self.train_fn is not None:
+            self.train_fn(run.episodes, run.env_steps)
+        chunk_env_steps = self.update_freq
+        stats = collector.collect(n_steps=chunk_env_steps)
+        run.env_steps += stats.env_steps
+        run.agent_steps += stats.agent_steps
+        run.episodes += stats.episodes
+        run.recent_returns = (run.recent_returns + [r.tolist() for r in stats.returns])[-100:]
+        collector.flush()
+        s.callbacks.fire("on_collect_end", self, stats, run.episodes)
+        first_chunk = run.env_steps == stats.env_steps
+        if first_chunk and run.episodes >= self.episodes_per_train > 1:
+            warnings.warn(f"the first collection chunk (update_freq={chunk_env_steps} env steps) already "
+                          f"finished {run.episodes} episodes, the whole budget of episodes_per_train="
+                          f"{self.episodes_per_train}: the agents are updated once per chunk, so this run "
+                          f"updates them only once. Lower update_freq.", stacklevel=4)
+
+    def _update_learners(self, s: _Session) -> None:
+        assert s.collector is not None  # set by _prepare
+        learners: list[LearningAgent | JointLearner] = s.collector.learners
+        for learner in learners:
+            metrics = learner.update(self.batch_size) or {}
+            s.run.updates += int(metrics.get("gradient_steps", 0))
+            s.last_metrics = {k: float(cast(Any, v)) for k, v in metrics.items() if np.isscalar(v)}
+            s.callbacks.fire("on_update_end", self, metrics, s.run.episodes)
+
+    def _periodic_test(self, s: _Session) -> None:
+        """Test, record the metric (and a new best), ask ``stop_fn``, save the checkpoint."""
+        run = s.run
+        next_test_episode = (run.episodes // self.test_freq + 1) * self.test_freq
+        run.next_test = next_test_episode
+        if self.test_fn is not None:
+            self.test_fn(run.episodes, run.env_steps)
+        if s.baseline_on is None:
+            s.baseline_on = use_baseline(s.baseline, s.seats, s.test_seats if s.test_agents_given else None,
+                                         self._recent_returns(run))
+        if s.baseline_on and s.opponents is not None:
+            result = evaluate_against(self, s.seats[0], s.opponents, self.episodes_per_test)
+        else:
+            result = self.test(s.test_seats, learning_mask=s.learn)
+        s.last_test = result
+        s.callbacks.fire("on_test_end", self, result, run.episodes)
+        metric = result["reward"]
+        run.history.append((run.episodes, metric))
+        if metric > run.best:
+            run.best, run.best_episode = metric, run.episodes
+            if self.save_best_fn is not None:
+                self.save_best_fn(run.episodes)
+        if self.stop_fn is not None and stop_value(self.stop_fn(metric, run.episodes)):
+            s.stopped = True
+        if s.checkpoint_path is not None:
+            run.training_time = time.perf_counter() - s.started
+            self.save_checkpoint(s.checkpoint_path)
+
+    def _recent_returns(self, run: RunState) -> np.ndarray:
+        """The last training episodes' returns as ``[episodes, num_agents]``."""
+        return np.asarray(run.recent_returns, dtype=np.float64).reshape(-1, self.spec.num_agents)
+
+    def _summarise(self, s: _Session, plot: bool) -> dict[str, Any]:
+        """Final checkpoint and ``save_last_fn``, the returned statistics, ``on_train_end``, the plot."""
+        if s.checkpoint_path is not None:
+            self.save_checkpoint(s.checkpoint_path)
         if self.save_last_fn is not None:
             self.save_last_fn()
-        metrics_hist = np.array([m for _, m in run.history], dtype=np.float64)
-        out = {
-            "reward_metric_stats": {"last": float(metrics_hist[-1]), "mean": float(metrics_hist.mean()),
-                                    "std": float(metrics_hist.std()), "max": float(metrics_hist.max()),
-                                    "min": float(metrics_hist.min())} if len(metrics_hist) else {},
-            "num_collected_steps": run.env_steps, "num_collected_agent_steps": run.agent_steps,
-            "num_collected_episodes": run.episodes, "num_gradient_steps": run.updates,
-            "training_time": run.training_time, "best_reward": float(run.best),
-            "best_episode": run.best_episode, "stopped_by_stop_fn": stopped, "test_history": list(run.history),
-            "tested_against_baseline": bool(baseline_on),
-        }
-        if "per_seat" in last_test:
-            out["last_test_per_seat"] = last_test["per_seat"]
-        fire("on_train_end", out)
-        if plot and run.history:
+        out = run_summary(s.run, stopped=s.stopped, tested_against_baseline=bool(s.baseline_on),
+                          last_test=s.last_test)
+        s.callbacks.fire("on_train_end", self, out)
+        if plot and s.run.history:
             from marl_note.trainers.plot import plot_metric
 
-            extra = {}
-            for cb in callbacks:
-                if callable(getattr(cb, "plot_series", None)):
-                    extra.update(cb.plot_series())
-            out["plot_path"] = plot_metric(run.history, self.plot_path, extra=extra)
+            out["plot_path"] = plot_metric(s.run.history, self.plot_path, extra=s.callbacks.plot_series())
             print(f"marl_note: wrote the reward-metric plot to {out['plot_path']}")
         return out
 
