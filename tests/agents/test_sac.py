@@ -2,6 +2,7 @@
 
 TF cases trace one graph per agent that updates (seconds each), so each TF test builds at most two.
 """
+import contextlib
 import importlib
 
 import gymnasium as gym
@@ -187,6 +188,24 @@ def test_torch_and_tf_start_equal_and_take_the_same_steps(space):
     for explore in (False, True):
         np.testing.assert_allclose(agents[0].act(obs, explore=explore), agents[1].act(obs, explore=explore),
                                    atol=1e-5)
+
+
+def test_torch_compile_option_falls_back_to_the_eager_losses(monkeypatch):
+    """``compile=True`` wraps both losses in torch.compile; where that fails, a warning and the eager step."""
+    mod = backend("torch")
+    import torch
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: (_ for _ in ()).throw(RuntimeError("nope")))
+    t = batch(16, np.random.default_rng(11), BOX)
+    states = []
+    for compile in (False, True):
+        with pytest.warns(RuntimeWarning) if compile else contextlib.nullcontext() as caught:
+            agent = mod.SAC(OBS, BOX, hidden_sizes=(8,), learning_starts=16, update_steps=1, seed=11, compile=compile)
+            agent.observe(t)
+            agent.update(8)
+        states.append(state(agent))
+    assert sorted(str(w.message).split(" is ")[0] for w in caught) == [
+        "torch.compile of the SAC actor loss", "torch.compile of the SAC critic loss"]
+    assert all(np.array_equal(states[0][k], states[1][k]) for k in states[0])
 
 
 # --------------------------------------------------------------------------- checkpoints
