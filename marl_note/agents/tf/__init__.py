@@ -1,4 +1,4 @@
-"""TensorFlow/Keras agents: ``from marl_note.agents.tf import DQN, PPO, DDPG``.
+"""TensorFlow/Keras agents: ``from marl_note.agents.tf import DQN, PPO, DDPG, SAC``.
 
 The same constructor arguments, defaults and behaviour as ``marl_note.agents.torch``, and the
 same numpy ``state_dict()`` keys and layouts, so weights, optimiser moments, counters and
@@ -10,5 +10,6 @@ from marl_note.agents.tf.dqn import DQN
 from marl_note.agents.tf.maddpg import MADDPG
 from marl_note.agents.tf.ppo import PPO
 from marl_note.agents.tf.rl import RL
+from marl_note.agents.tf.sac import SAC
 
-__all__ = ["DQN", "PPO", "RL", "MADDPG", "DDPG"]
+__all__ = ["DQN", "PPO", "RL", "MADDPG", "DDPG", "SAC"]
