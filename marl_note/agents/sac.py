@@ -17,12 +17,11 @@ import gymnasium as gym
 import numpy as np
 
 from marl_note import validation as check
-from marl_note.agents.checks import ObsEncoder, check_mask, check_transitions
-from marl_note.agents.continuous import ActionScaler, check_box_action_space
 from marl_note.agents.core import AgentCore
+from marl_note.agents.exploration.policies import masked_argmax, masked_softmax, sample_categorical, uniform_legal
 from marl_note.agents.networks import ACTIVATIONS, check_hidden_sizes, mlp_weights
-from marl_note.agents.policies import masked_argmax, masked_softmax, sample_categorical, uniform_legal
-from marl_note.agents.replay_options import ReplayFeed, check_num_steps, check_prioritized_options
+from marl_note.agents.spaces import ActionScaler, ObsEncoder, check_box_action_space, check_mask, check_transitions
+from marl_note.replay.feed import ReplayFeed, check_num_steps, check_prioritized_options
 from marl_note.types import Transitions
 
 __all__ = ["SACConfig", "SACCore", "LOG_STD_MIN", "LOG_STD_MAX", "MASKED_LOGIT", "TRAIN_INPUTS", "squash_log_std"]
@@ -202,7 +201,7 @@ class SACCore(AgentCore):
             self.action_dim, out_dim, critic_in, critic_out = 1, self.n_actions, 0, self.n_actions
             default_target = cfg.target_entropy_scale * math.log(self.n_actions)
         else:
-            self.scaler = ActionScaler(cast(gym.spaces.Box, action_space))
+            self.scaler = ActionScaler(cast(gym.spaces.Box, action_space), "SAC")
             self.action_dim = self.scaler.dim
             out_dim, critic_in, critic_out = 2 * self.action_dim, self.action_dim, 1
             default_target = -float(self.action_dim)
