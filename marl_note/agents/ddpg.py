@@ -19,6 +19,7 @@ import numpy as np
 from marl_note.agents.core import AgentCore
 from marl_note.agents.exploration.noise import ExplorationNoise
 from marl_note.agents.networks import ACTIVATIONS, check_hidden_sizes, mlp_weights
+from marl_note.agents.schedule import gradient_steps, mean_metrics
 from marl_note.agents.spaces import ActionScaler, ObsEncoder, check_box_action_space, check_transitions
 from marl_note.replay.feed import ReplayFeed, check_num_steps, check_prioritized_options, network_space
 from marl_note.types import Transitions
@@ -251,16 +252,11 @@ class DDPGCore(AgentCore):
     def update(self, batch_size: int) -> dict[str, Any]:
         """Run this call's gradient steps; returns mean metrics and ``gradient_steps``."""
         new, self._new_transitions = self._new_transitions, 0
-        if len(self.replay) == 0 or len(self.replay) < self.cfg.learning_starts:
+        cfg = self.cfg
+        steps = gradient_steps(len(self.replay), new, cfg.learning_starts, cfg.update_steps, cfg.replay_ratio)
+        if not steps:
             return {"gradient_steps": 0}
-        steps = self.cfg.update_steps
-        if steps is None:
-            steps = max(1, round(self.cfg.replay_ratio * new))
-        totals: dict[str, float] = {}
-        for _ in range(steps):
-            for k, v in self.learn(self._feed.sample(int(batch_size))).items():
-                totals[k] = totals.get(k, 0.0) + v
-        metrics: dict[str, Any] = {k: v / steps for k, v in totals.items()}
+        metrics: dict[str, Any] = mean_metrics(lambda: self.learn(self._feed.sample(int(batch_size))), steps)
         sigma = getattr(self.noise.process, "current_sigma", None)
         if sigma is not None:
             metrics["noise_sigma"] = float(sigma)

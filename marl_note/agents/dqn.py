@@ -25,6 +25,7 @@ import numpy as np
 from marl_note.agents.core import AgentCore
 from marl_note.agents.exploration.policies import EpsGreedyQPolicy, masked_argmax
 from marl_note.agents.networks import ACTIVATIONS, check_hidden_sizes, init_linear, mlp_weights
+from marl_note.agents.schedule import gradient_steps, mean_metrics
 from marl_note.agents.spaces import ObsEncoder, check_mask, check_transitions
 from marl_note.replay.feed import ReplayFeed, check_num_steps, check_prioritized_options, network_space
 from marl_note.types import Transitions
@@ -279,16 +280,11 @@ class DQNCore(AgentCore):
         """Run this call's gradient steps; returns mean metrics, policy metrics and ``gradient_steps``."""
         batch_size = positive_int("batch_size", batch_size)
         new, self._new_transitions = self._new_transitions, 0
-        if len(self.replay) == 0 or len(self.replay) < self.cfg.learning_starts:
+        cfg = self.cfg
+        steps = gradient_steps(len(self.replay), new, cfg.learning_starts, cfg.update_steps, cfg.replay_ratio)
+        if not steps:
             return {"gradient_steps": 0}
-        steps = self.cfg.update_steps
-        if steps is None:
-            steps = max(1, round(self.cfg.replay_ratio * new))
-        totals: dict[str, float] = {}
-        for _ in range(steps):
-            for k, v in self.learn(self.replay.sample(batch_size)).items():
-                totals[k] = totals.get(k, 0.0) + v
-        metrics: dict[str, Any] = {k: v / steps for k, v in totals.items()}
+        metrics: dict[str, Any] = mean_metrics(lambda: self.learn(self.replay.sample(batch_size)), steps)
         metrics.update({k: float(v) for k, v in getattr(self.policy, "metrics", dict)().items()})
         metrics["gradient_steps"] = steps
         return metrics

@@ -20,6 +20,7 @@ from marl_note.agents.exploration.per_env import PerEnvNoise
 from marl_note.agents.exploration.policies import GumbelSoftmaxPolicy, masked_argmax
 from marl_note.agents.maddpg_seats import MADDPGSeat
 from marl_note.agents.networks import ACTIVATIONS, check_hidden_sizes, mlp_weights
+from marl_note.agents.schedule import gradient_steps, mean_metrics
 from marl_note.agents.spaces import ActionScaler, ObsEncoder, check_mask
 from marl_note.replay.joint import JointReplayBuffer
 from marl_note.types import JointTransitions
@@ -344,14 +345,10 @@ class MADDPGCore(AgentCore):
         """Run this call's gradient steps; returns mean metrics and ``gradient_steps``."""
         batch_size = positive_int("batch_size", batch_size)
         new, self._new_rows = self._new_rows, 0
-        if len(self.replay) == 0 or len(self.replay) < self.learning_starts:
+        steps = gradient_steps(len(self.replay), new, self.learning_starts, self.update_steps, self.replay_ratio)
+        if not steps:
             return {"gradient_steps": 0}
-        steps = self.update_steps if self.update_steps is not None else max(1, round(self.replay_ratio * new))
-        totals: dict[str, float] = {}
-        for _ in range(steps):
-            for k, v in self.learn(self.replay.sample(batch_size)).items():
-                totals[k] = totals.get(k, 0.0) + v
-        return {**{k: v / steps for k, v in totals.items()}, "gradient_steps": steps}
+        return {**mean_metrics(lambda: self.learn(self.replay.sample(batch_size)), steps), "gradient_steps": steps}
 
     # -- state -------------------------------------------------------------------------------------
     def param_keys(self, state: Mapping[str, Any] | None = None) -> list[str]:

@@ -20,6 +20,7 @@ from marl_note import validation as check
 from marl_note.agents.core import AgentCore
 from marl_note.agents.exploration.policies import masked_argmax, masked_softmax, sample_categorical, uniform_legal
 from marl_note.agents.networks import ACTIVATIONS, check_hidden_sizes, mlp_weights
+from marl_note.agents.schedule import gradient_steps, mean_metrics
 from marl_note.agents.spaces import ActionScaler, ObsEncoder, check_box_action_space, check_mask, check_transitions
 from marl_note.replay.feed import ReplayFeed, check_num_steps, check_prioritized_options
 from marl_note.types import Transitions
@@ -306,15 +307,11 @@ class SACCore(AgentCore):
     def update(self, batch_size: int) -> dict[str, Any]:
         """Run this call's gradient steps; returns mean metrics and ``gradient_steps``."""
         new, self._new_transitions = self._new_transitions, 0
-        if len(self._feed) == 0 or len(self._feed) < self.cfg.learning_starts:
+        cfg = self.cfg
+        steps = gradient_steps(len(self._feed), new, cfg.learning_starts, cfg.update_steps, cfg.replay_ratio)
+        if not steps:
             return {"gradient_steps": 0}
-        steps = self.cfg.update_steps if self.cfg.update_steps is not None else \
-            max(1, round(self.cfg.replay_ratio * new))
-        totals: dict[str, float] = {}
-        for _ in range(steps):
-            for k, v in self.learn(self._feed.sample(int(batch_size))).items():
-                totals[k] = totals.get(k, 0.0) + v
-        return {**{k: v / steps for k, v in totals.items()}, "gradient_steps": steps}
+        return {**mean_metrics(lambda: self.learn(self._feed.sample(int(batch_size))), steps), "gradient_steps": steps}
 
     # -- state -------------------------------------------------------------------------------------
     def _extra_state(self) -> dict[str, np.ndarray]:

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 import numpy as np
 from numpy.typing import DTypeLike
 
+from marl_note.rng import rng_from_array, rng_to_array
 from marl_note.types import NumpyState
 
 Shape = tuple[int, ...]
@@ -204,17 +205,17 @@ def state_int(state: Mapping[str, np.ndarray], key: str) -> int:
 
 
 # -- generator state as a numpy array (no pickle) -------------------------------------------------
-_MASK64 = (1 << 64) - 1
+# Replay buffers save their generator under ``rng_state`` with the low 64-bit word first, as they
+# always have; the codec itself is marl_note.rng's.
+_LOW_FIRST = [1, 0, 3, 2, 4, 5]
 
 
 def rng_state_array(rng: np.random.Generator) -> np.ndarray:
-    """A PCG64 generator's full state as six uint64 words (saveable with ``np.savez``)."""
-    st = rng.bit_generator.state
-    if st.get("bit_generator") != "PCG64":
-        raise ValueError(f"only PCG64 generators can be saved, got {st.get('bit_generator')}")
-    s, inc = st["state"]["state"], st["state"]["inc"]
-    return np.array([s & _MASK64, s >> 64, inc & _MASK64, inc >> 64, st["has_uint32"], st["uinteger"]],
-                    dtype=np.uint64)
+    """A PCG64 generator's full state as six uint64 words (saveable with ``np.savez``), low word first."""
+    try:
+        return rng_to_array(rng)[_LOW_FIRST]
+    except TypeError as exc:
+        raise ValueError(str(exc)) from None
 
 
 def check_rng_state_array(arr) -> np.ndarray:
@@ -225,7 +226,4 @@ def check_rng_state_array(arr) -> np.ndarray:
 
 
 def set_rng_state(rng: np.random.Generator, arr) -> None:
-    w = [int(x) for x in check_rng_state_array(arr)]
-    rng.bit_generator.state = {"bit_generator": "PCG64",
-                               "state": {"state": w[0] | (w[1] << 64), "inc": w[2] | (w[3] << 64)},
-                               "has_uint32": w[4], "uinteger": w[5]}
+    rng_from_array(rng, check_rng_state_array(arr), low_first=True)
