@@ -149,15 +149,12 @@ class Collector:
                 self.group_explore.append(bool(ex))
             self.env_group[i, seat] = self._group_index[key]
             learner_of_seat.append(self._learner(agent) if ln else -1)
-        # a centralised learner hears every agent of its env (the seat learners beside it hear
-        # nothing there); otherwise each learning seat is heard by its own learner's assembler
+        # a centralised learner hears every agent of its env; a learning seat is also heard by its
+        # own learner's assembler, centralised learner beside it or not
         central = sorted({k for k in learner_of_seat if k >= 0 and self.assemblers[k].hears_every_seat})
-        if central:
-            everyone = tuple(self.assemblers[k] for k in central)
-            self.env_listeners[i] = {name: everyone for name in names}
-        else:
-            self.env_listeners[i] = {name: (self.assemblers[k],) if k >= 0 else ()
-                                     for name, k in zip(names, learner_of_seat)}
+        everyone = tuple(self.assemblers[k] for k in central)
+        self.env_listeners[i] = {name: everyone + ((self.assemblers[k],) if k >= 0 and k not in central else ())
+                                 for name, k in zip(names, learner_of_seat)}
         heard: dict[int, Assembler] = {}
         for listeners in self.env_listeners[i].values():
             heard.update((id(asm), asm) for asm in listeners)

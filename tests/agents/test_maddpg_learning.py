@@ -105,3 +105,23 @@ def test_trainer_delivers_joint_rows_on_simple_spread():
     result = trainer.test(m.seat_agents(), episodes=2)
     assert result["rewards"].shape == (2, 3)
     trainer.close()
+
+
+def test_a_seat_learner_beside_a_centralised_learner_gets_its_transitions():
+    """A learning seat next to MADDPG's seats still receives its own transitions (it used to get none)."""
+    MADDPG = maddpg_class("torch")
+    simple_spread_v3 = pytest.importorskip("mpe2.simple_spread_v3")
+    from marl_note.trainers import DecentralizedTrainer
+    from tests.trainers.test_trainer import CountingLearner
+
+    trainer = DecentralizedTrainer(lambda: simple_spread_v3.parallel_env(max_cycles=25), num_train_envs=2,
+                                   num_test_envs=1, batch_size=32, update_freq=50, test_freq=4,
+                                   episodes_per_train=4, episodes_per_test=1, seed=0)
+    m = MADDPG.from_trainer(trainer, hidden_sizes=(8,), learning_starts=10_000, seed=0)
+    seats = m.seat_agents()
+    solo = CountingLearner(trainer.action_space("agent_2"), trainer.observation_space("agent_2"))
+    stats = trainer.train([seats[0], seats[1], solo], learning_mask=[1, 1, 1], plot=False, progress=False)
+    assert len(m.replay) == stats["num_collected_steps"] == 4 * 25  # the joint rows, as before
+    assert solo.stored == stats["num_collected_steps"]  # one transition of agent_2 per env step
+    assert solo.update_calls > 0
+    trainer.close()
