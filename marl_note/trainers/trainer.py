@@ -19,7 +19,7 @@ from marl_note.envs.vector import SyncVectorEnv
 from marl_note.trainers.callbacks import CallbackList, metric_value, stop_value
 from marl_note.trainers.collector import Collector
 from marl_note.trainers.evaluation import baseline_opponents, evaluate_against, use_baseline
-from marl_note.trainers.run_state import RunState, load_run, run_summary, save_run
+from marl_note.trainers.run_state import RunState, distinct, load_run, run_summary, save_run
 from marl_note.trainers.seats import check_learners, check_seats, positive_int, seat_flags
 from marl_note.types import EnvSpec
 
@@ -138,11 +138,18 @@ class DecentralizedTrainer:
         self.history: list[tuple[int, float]] = []
         self._run: RunState | None = None
         self._run_agents: list[Agent] = []
+        self._run_learners: list[Any] = []
 
     # ------------------------------------------------------------------ spaces
     @property
     def possible_agents(self) -> list[str]:
         return list(self.spec.possible_agents)
+
+    @property
+    def learners(self) -> list[Any]:
+        """The distinct learning agents of the current (or last) run, in seat order: each is updated
+        once per chunk (a joint learner stands for its seats); empty before the first ``train``."""
+        return list(self._run_learners)
 
     def observation_space(self, agent: str):
         return self.spec.observation_space(agent)
@@ -265,6 +272,7 @@ class DecentralizedTrainer:
         if resume_from is not None:
             run = load_run(resume_from, seats)  # checks everything before loading anything
         self._run, self._run_agents = run, seats
+        self._run_learners = distinct([a for a, ln in zip(seats, learn) if ln])
         self.history = run.history
         session = _Session(seats, test_seats, learn, explore, callback_list, run, baseline, opponents,
                            test_agents_given=test_agents is not None, checkpoint_path=checkpoint_path)
@@ -341,13 +349,13 @@ class DecentralizedTrainer:
         else:
             result = self.test(s.test_seats, learning_mask=s.learn)
         s.last_test = result
-        s.callbacks.fire("on_test_end", self, result, run.episodes)
         metric = result["reward"]
         run.history.append((run.episodes, metric))
         if metric > run.best:
             run.best, run.best_episode = metric, run.episodes
             if self.save_best_fn is not None:
                 self.save_best_fn(run.episodes)
+        s.callbacks.fire("on_test_end", self, result, run.episodes)  # the run already holds this test
         if self.stop_fn is not None and stop_value(self.stop_fn(metric, run.episodes)):
             s.stopped = True
         if s.checkpoint_path is not None:
