@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import numpy as np
 
-from marl_note.agents.saving import Saving
+from marl_note.agents.checkpoints.saving import Saving
 from marl_note.rng import rng_from_array, rng_to_array
 
 __all__ = ["AgentCore", "LEGACY_STATE_KEYS"]

@@ -23,7 +23,8 @@ import gymnasium as gym
 import numpy as np
 
 from marl_note.agents.core import AgentCore
-from marl_note.agents.exploration.policies import EpsGreedyQPolicy, masked_argmax
+from marl_note.agents.exploration.masked import masked_argmax
+from marl_note.agents.exploration.policies import EpsGreedyQPolicy
 from marl_note.agents.networks import ACTIVATIONS, check_hidden_sizes, init_linear, mlp_weights
 from marl_note.agents.schedule import gradient_steps, mean_metrics
 from marl_note.agents.spaces import ObsEncoder, check_mask, check_transitions

@@ -15,9 +15,10 @@ import gymnasium as gym
 import numpy as np
 
 from marl_note.agents.core import AgentCore
+from marl_note.agents.exploration.masked import masked_argmax
 from marl_note.agents.exploration.noise import GaussianWhiteNoiseProcess
 from marl_note.agents.exploration.per_env import PerEnvNoise
-from marl_note.agents.exploration.policies import GumbelSoftmaxPolicy, masked_argmax
+from marl_note.agents.exploration.policies import GumbelSoftmaxPolicy
 from marl_note.agents.maddpg_seats import MADDPGSeat
 from marl_note.agents.networks import ACTIVATIONS, check_hidden_sizes, mlp_weights
 from marl_note.agents.schedule import gradient_steps, mean_metrics

@@ -17,7 +17,7 @@ import gymnasium as gym
 import numpy as np
 
 from marl_note.agents.core import AgentCore
-from marl_note.agents.exploration.policies import masked_argmax, masked_softmax, sample_categorical
+from marl_note.agents.exploration.masked import masked_argmax, masked_softmax, sample_categorical
 from marl_note.agents.networks import ACTIVATIONS, check_hidden_sizes, mlp_weights
 from marl_note.agents.spaces import ObsEncoder, check_mask, check_transitions
 from marl_note.replay import PrioritizedReplayBuffer, RolloutBuffer, compute_gae

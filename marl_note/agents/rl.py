@@ -38,10 +38,11 @@ import gymnasium as gym
 import numpy as np
 
 from marl_note import validation
+from marl_note.agents.checkpoints.restoring import backend_of
 from marl_note.agents.core import AgentCore
+from marl_note.agents.exploration.masked import masked_argmax
 from marl_note.agents.exploration.noise import GaussianWhiteNoiseProcess
-from marl_note.agents.exploration.policies import EpsGreedyQPolicy, masked_argmax
-from marl_note.agents.saving import backend_of
+from marl_note.agents.exploration.policies import EpsGreedyQPolicy
 from marl_note.agents.schedule import run_update_schedule
 from marl_note.agents.spaces import ObsEncoder, check_mask, check_transitions
 from marl_note.types import Transitions

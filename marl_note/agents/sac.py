@@ -18,7 +18,7 @@ import numpy as np
 
 from marl_note import validation as check
 from marl_note.agents.core import AgentCore
-from marl_note.agents.exploration.policies import masked_argmax, masked_softmax, sample_categorical, uniform_legal
+from marl_note.agents.exploration.masked import masked_argmax, masked_softmax, sample_categorical, uniform_legal
 from marl_note.agents.networks import ACTIVATIONS, check_hidden_sizes, mlp_weights
 from marl_note.agents.schedule import gradient_steps, mean_metrics
 from marl_note.agents.spaces import ActionScaler, ObsEncoder, check_box_action_space, check_mask, check_transitions

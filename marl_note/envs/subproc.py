@@ -1,4 +1,4 @@
-"""Subprocess vector env: the "pool network" transport of DESIGN.md section 2.
+"""Subprocess vector env: envs stepped in parallel in a pool of worker processes.
 
 :class:`SubprocVectorEnv` speaks the same protocol as :class:`~marl_note.envs.vector.SyncVectorEnv`
 (``num_envs``, ``reset(seed)``, ``step({env_index: actions})``, ``close()``) but hosts its envs in
@@ -30,12 +30,12 @@ marker; the parent copies them out of the slot. Anything that does not fit its s
 (dtype/shape) travels through the pipe.
 
 The slots live in :mod:`marl_note.envs.shared_memory`, the worker-process loop in
-:mod:`marl_note.envs.subproc_worker`, the errors in :mod:`marl_note.envs.subproc_errors`; this
-module is the parent side.
+:mod:`marl_note.envs.subproc_worker`, the errors in :mod:`marl_note.envs.subproc_errors`, starting
+and stopping the worker processes in :mod:`marl_note.envs.subproc_pool`; this module is the parent
+side of the protocol.
 """
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import time
 import weakref
@@ -44,7 +44,6 @@ from multiprocessing import connection as mp_connection
 from multiprocessing import shared_memory as _shm
 from typing import Any
 
-import cloudpickle
 import numpy as np
 
 import marl_note.envs.shared_memory as shm_slots
@@ -57,77 +56,16 @@ from marl_note.envs.main_guard import (
     check_not_reimporting_main,
 )
 from marl_note.envs.subproc_errors import EnvTimeoutError, Expired, RemoteError, WorkerError, check_timeout
+from marl_note.envs.subproc_pool import serialize_factories, shutdown, start_context
 from marl_note.envs.subproc_worker import worker_main
 
 __all__ = ["SubprocVectorEnv", "WorkerError", "EnvTimeoutError", "MissingMainGuardError", "DEFAULT_STEP_TIMEOUT"]
 
-_DEFAULT_CONTEXT = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
 _POLL_S = 1.0  # how often a waiting parent re-checks that its workers are alive
 _START_TIMEOUT_S = 60.0  # least time allowed for starting a worker process and building its envs
 # An env step or reset takes milliseconds (a slow simulator: a second); a minute without an answer
 # means the env is stuck, and raising then beats training that silently stops.
 DEFAULT_STEP_TIMEOUT = 60.0
-_WORKER_MODULE = worker_main.__module__  # what a worker process imports (preloaded by the forkserver)
-
-
-def _preload_forkserver(ctx: Any) -> None:
-    """Have the forkserver import the worker module (numpy, gymnasium, pettingzoo) once, before it forks.
-
-    Worker processes then start in ~0.1 s instead of re-importing everything (~1 s each). Only takes
-    effect if the forkserver is not running yet; other existing preload entries are kept.
-    Workers do not need the user's ``__main__`` (factories travel by value), so it is left out of
-    the preload: a forkserver that imported it would run the body of a script without the
-    ``__main__`` guard where nothing reports it.
-    """
-    from multiprocessing import forkserver
-    current = list(getattr(getattr(forkserver, "_forkserver", None), "_preload_modules", None) or [])
-    wanted = [m for m in current if m != "__main__"] + ([] if _WORKER_MODULE in current else [_WORKER_MODULE])
-    if wanted != current:
-        try:
-            ctx.set_forkserver_preload(wanted)
-        except Exception:  # an optimisation only
-            pass
-
-
-def _shutdown(state: dict) -> None:
-    """Stop all worker processes and free shared memory (idempotent; also run at exit).
-
-    Workers listed in ``state["kill"]`` (stuck ones) are killed at once; the others are asked to
-    close and terminated if they have not within 2 s.
-    """
-    if state.get("done"):
-        return
-    state["done"] = True
-    procs, conns, kill = state["procs"], state["conns"], state["kill"]
-    for p, (proc, conn) in enumerate(zip(procs, conns)):
-        if p in kill:
-            proc.kill()
-        elif proc.is_alive():
-            try:
-                conn.send(("close", None))
-            except Exception:  # broken pipe: terminate below
-                pass
-    deadline = time.monotonic() + 2.0
-    for proc, conn in zip(procs, conns):
-        proc.join(timeout=max(0.0, deadline - time.monotonic()))
-        if proc.is_alive():
-            proc.terminate()
-            proc.join(timeout=1.0)
-        if proc.is_alive():
-            proc.kill()
-            proc.join()
-        conn.close()
-    state["views"].clear()
-    for shm in state["shms"]:
-        try:
-            shm.close()
-        except BufferError:  # a caller still holds a view; unlinking is what frees the name
-            pass
-        try:
-            shm.unlink()
-        except FileNotFoundError:
-            pass
-    state["shms"].clear()
 
 
 class SubprocVectorEnv:
@@ -174,13 +112,8 @@ class SubprocVectorEnv:
             raise ValueError(f"processes must be >= 1, got {processes}")
         self.timeout = check_timeout("timeout", timeout)
         processes = min(processes, len(env_fns))
-        # Any: typeshed's BaseContext, which get_context returns, declares no Process (every real context has one)
-        ctx: Any = context
-        if context is None or isinstance(context, str):
-            ctx = mp.get_context(context or _DEFAULT_CONTEXT)
+        ctx = start_context(context)
         method = ctx.get_start_method()
-        if method == "forkserver":
-            _preload_forkserver(ctx)
         self._num_envs = len(env_fns)
         self.context = method
 
@@ -189,12 +122,12 @@ class SubprocVectorEnv:
         if method == "fork":
             payloads = [[env_fns[i] for i in g] for g in groups]
         else:
-            payloads = [self._serialize_factories(env_fns, g) for g in groups]
+            payloads = [serialize_factories(env_fns, g) for g in groups]
 
-        # everything _shutdown needs lives in `state`, so the exit finalizer holds no reference to self
+        # everything shutdown needs lives in `state`, so the exit finalizer holds no reference to self
         self._state: dict = {"procs": [], "conns": [], "shms": [], "views": {}, "done": False, "kill": set(),
                              "progress": []}
-        self._finalizer = weakref.finalize(self, _shutdown, self._state)
+        self._finalizer = weakref.finalize(self, shutdown, self._state)
         self._where: dict[int, int] = {i: p for p, g in enumerate(groups) for i in g}
         self._groups = groups
         self._broken: str | None = None
@@ -230,22 +163,6 @@ class SubprocVectorEnv:
             exc.reraise()
         except BaseException:
             self.close()
-            raise
-
-    @staticmethod
-    def _serialize_factories(env_fns: list, group: list[int]) -> bytes:
-        try:
-            return cloudpickle.dumps([env_fns[i] for i in group])
-        except Exception:  # find the culprit for the message
-            for i in group:
-                try:
-                    cloudpickle.dumps(env_fns[i])
-                except Exception as exc:
-                    raise TypeError(
-                        f"env factory #{i} ({env_fns[i]!r}) cannot be sent to a worker process: cloudpickle "
-                        f"failed with {type(exc).__name__}: {exc}. Everything the factory refers to (arguments, "
-                        f"closure variables, globals of __main__) travels with it; create objects that cannot "
-                        f"be serialized (locks, open files, sockets, env instances) inside the factory") from exc
             raise
 
     @property

@@ -5,7 +5,7 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 
-from marl_note.agents.atomic_files import write_atomically
+from marl_note.atomic_files import write_atomically
 
 
 def plot_metric(history: Sequence[tuple[int, float]], path: str | None = None, title: str = "marl_note",

@@ -1,11 +1,11 @@
 """The trainer's counters and statistics, and whole-run checkpoints (agents + counters).
 
-A run checkpoint is a :mod:`marl_note.agents.checkpoint` file (manifest.json + arrays.npz, no
+A run checkpoint is a :mod:`marl_note.agents.checkpoints.format` file (manifest.json + arrays.npz, no
 pickle, atomic): the manifest holds the counters, the test history and, per distinct agent, its
 class name; the arrays hold each agent's numpy ``state_dict`` (prefix ``agent{k}.``) and, with
 ``include_replay``, its replay buffer (prefix ``replay{k}.``). Episodes in flight are not saved:
 a resumed run starts fresh episodes. Loading checks the counters, every agent's arrays and every
-replay buffer's contents before it assigns anything (see :mod:`marl_note.agents.state_check`).
+replay buffer's contents before it assigns anything (see :mod:`marl_note.agents.checkpoints.state_check`).
 """
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from marl_note.agents.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
-from marl_note.agents.state_check import check_agent_state, check_replay_state, load_checked
+from marl_note.agents.checkpoints.format import CheckpointError, read_checkpoint, write_checkpoint
+from marl_note.agents.checkpoints.state_check import check_agent_state, check_replay_state, load_checked
 from marl_note.trainers.seats import learner_of
 
 KIND = "marl_note.run"

@@ -10,7 +10,7 @@ from typing import Any, cast
 import numpy as np
 
 from marl_note.agents.base import Agent, JointLearner, LearningAgent
-from marl_note.agents.checkpoint import check_checkpoint_target
+from marl_note.agents.checkpoints.format import check_checkpoint_target
 from marl_note.envs.adapters import adapt, env_factory, make_spec
 from marl_note.envs.main_guard import check_not_reimporting_main
 from marl_note.envs.subproc import DEFAULT_STEP_TIMEOUT, SubprocVectorEnv

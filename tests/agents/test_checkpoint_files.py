@@ -6,7 +6,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from marl_note.agents.checkpoint import (
+from marl_note.agents.checkpoints.format import (
     CheckpointError,
     check_state_shapes,
     read_checkpoint,

@@ -12,8 +12,9 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from marl_note.agents.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
+from marl_note.agents.checkpoints import CheckpointError, read_checkpoint
 from marl_note.types import Transitions
+from tests.checkpoint_helpers import rewrite_checkpoint
 
 torch_agents = pytest.importorskip("marl_note.agents.torch")
 
@@ -43,18 +44,6 @@ def snapshot(obj):
     return {k: (np.asarray(v).dtype.str, np.shape(v), np.asarray(v).tobytes()) for k, v in obj.state_dict().items()}
 
 
-def rewrite(path, edit_arrays=None, edit_manifest=None):
-    """Change a checkpoint's content through the library's own writer (so its checksums are valid)."""
-    manifest, arrays = read_checkpoint(path)
-    if edit_arrays:
-        edit_arrays(arrays)
-    if edit_manifest:
-        edit_manifest(manifest)
-    for key in ("format", "arrays", "checksum", "arrays_sha256", "arrays_file"):
-        manifest.pop(key, None)
-    write_checkpoint(path, manifest, arrays)
-
-
 # --------------------------------------------------------------------------- every array checked first
 
 @pytest.mark.parametrize("name", ["torch", "tf"])
@@ -73,13 +62,13 @@ def test_restore_param_with_a_bad_array_changes_nothing(tmp_path, name):
     before = snapshot(live)
     for case, edit in cases.items():
         path = source.save_param(tmp_path / case)
-        rewrite(path, edit)
+        rewrite_checkpoint(path, edit)
         with pytest.raises(CheckpointError) as info:
             live.restore_param(path)
         assert snapshot(live) == before, case
         assert f"'{last}'" in str(info.value)  # the message names the array
     path = source.save_param(tmp_path / "ints")  # integers into float weights are fine
-    rewrite(path, lambda a: a.update({k: np.round(a[k] * 4).astype(np.int64) for k in keys}))
+    rewrite_checkpoint(path, lambda a: a.update({k: np.round(a[k] * 4).astype(np.int64) for k in keys}))
     live.restore_param(path)
     assert np.array_equal(live.state_dict()[keys[0]], np.round(source.state_dict()[keys[0]] * 4))
 
@@ -97,11 +86,11 @@ def test_restore_checks_counters_and_every_array(tmp_path):
     }
     for case, (edit, message) in cases.items():
         path = agent.save(tmp_path / case.replace(" ", "_"))
-        rewrite(path, edit)
+        rewrite_checkpoint(path, edit)
         with pytest.raises(CheckpointError, match=message):
             torch_agents.DQN.restore(path)
     path = agent.save(tmp_path / "floats")  # integral floats into counters load
-    rewrite(path, lambda a: a.update(updates=np.asarray(2.0)))
+    rewrite_checkpoint(path, lambda a: a.update(updates=np.asarray(2.0)))
     assert torch_agents.DQN.restore(path).updates == 2
 
 
@@ -112,7 +101,7 @@ def test_a_fresh_agent_restores_slots_it_does_not_have_yet(tmp_path):
     again = torch_agents.DQN.restore(agent.save(tmp_path / "ck"))
     assert snapshot(again) == snapshot(agent)
     untrained = fresh.save(tmp_path / "untrained")  # and a trained agent resumes an untrained checkpoint
-    from marl_note.agents.state_check import check_agent_state
+    from marl_note.agents.checkpoints.state_check import check_agent_state
     state, _ = check_agent_state(agent, read_checkpoint(untrained)[1], "demo")
     assert not [k for k in state if k.startswith("optimizer.0.")]
 
@@ -210,7 +199,7 @@ def test_an_array_header_cannot_ask_for_more_memory_than_the_file_holds(tmp_path
 ], ids=["two wide layers", "one huge layer", "huge one-hot input"])
 def test_a_manifest_cannot_make_restore_build_huge_networks(tmp_path, edit):
     path = trained(torch_agents).save(tmp_path / "ck")
-    rewrite(path, edit_manifest=edit)
+    rewrite_checkpoint(path, edit_manifest=edit)
     tracemalloc.start()
     start = time.perf_counter()
     try:

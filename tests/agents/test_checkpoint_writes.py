@@ -8,8 +8,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from marl_note.agents import checkpoint
-from marl_note.agents.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
+from marl_note.agents.checkpoints.format import FORMAT, CheckpointError, read_checkpoint, write_checkpoint
 
 
 def tree(root):
@@ -84,7 +83,7 @@ def test_a_save_replaces_only_its_own_files(tmp_path, fmt):
 def write_legacy(path, manifest, arrays):
     """A directory checkpoint exactly as releases before content-named arrays files wrote it."""
     os.makedirs(path)
-    full = {"format": checkpoint.FORMAT, **manifest, "arrays": sorted(arrays)}
+    full = {"format": FORMAT, **manifest, "arrays": sorted(arrays)}
     with open(os.path.join(path, "manifest.json"), "w") as f:
         f.write(json.dumps(full, indent=2, sort_keys=True))
     np.savez(os.path.join(path, "arrays.npz"), **arrays)

@@ -287,7 +287,7 @@ def test_tf_custom_dqn_save_restore_and_errors(tmp_path):
     obs = sample_batch(64, seed=9).obs
     assert (again.act(obs) == agent.act(obs)).all() and again.updates == agent.updates == 8
     assert (again.act(obs, explore=True) == agent.act(obs, explore=True)).all()
-    from marl_note.agents.checkpoint import CheckpointError
+    from marl_note.agents.checkpoints import CheckpointError
     with pytest.raises(CheckpointError, match="has shape"):
         TFDQN.restore(agent.save(tmp_path / "big"), hidden=16)
 

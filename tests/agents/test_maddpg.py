@@ -244,7 +244,7 @@ def _greedy_seat_actions(m):
 
 def test_save_restore_round_trip(tmp_path):
     MADDPG = maddpg_class("torch")  # TF saves and restores in test_save_restore_across_backends
-    from marl_note.agents.saving import restore
+    from marl_note.agents.checkpoints import restore
     m = _trained(MADDPG)
     path = m.save(tmp_path / "maddpg.zip", include_replay=True)
     again = MADDPG.restore(path)

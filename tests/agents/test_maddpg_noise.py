@@ -106,8 +106,8 @@ def test_noise_state_round_trip_per_env():
 
 
 def test_noise_copies_are_checked_like_their_template_before_loading():
-    from marl_note.agents.checkpoint import CheckpointError
-    from marl_note.agents.state_check import check_agent_state, load_checked
+    from marl_note.agents.checkpoints import CheckpointError
+    from marl_note.agents.checkpoints.state_check import check_agent_state, load_checked
 
     m = learner(seed=0)
     obs = np.zeros((2, 1), np.float32)

@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 
+from marl_note.agents.exploration.masked import masked_softmax
 from marl_note.agents.exploration.policies import (
     BoltzmannGumbelQPolicy,
     BoltzmannQPolicy,
@@ -10,7 +11,6 @@ from marl_note.agents.exploration.policies import (
     LinearSchedule,
     MaxBoltzmannQPolicy,
     SoftmaxPolicy,
-    masked_softmax,
 )
 
 ALL_POLICIES = [

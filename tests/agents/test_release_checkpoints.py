@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from marl_note.agents.saving import restore
+from marl_note.agents.checkpoints import restore
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "release-0.1.0"
 NAMES = ["dqn_torch", "ppo_torch", "ddpg_torch", "dqn_tf", "maddpg_torch"]

@@ -11,8 +11,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from marl_note.agents import saving
-from marl_note.agents.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
+from marl_note.agents import checkpoints
+from marl_note.agents.checkpoints import CheckpointError, read_checkpoint, write_checkpoint
 from marl_note.agents.exploration.policies import BoltzmannQPolicy, Policy
 from marl_note.types import Transitions
 
@@ -98,9 +98,9 @@ def test_cross_backend(tmp_path, src, dst):
     np.testing.assert_allclose(again.q_values(obs), agent.q_values(obs), rtol=1e-5, atol=1e-5)
     assert (again.act(obs) == agent.act(obs)).all()
     assert (again.updates, again.agent_steps, again.policy.eps) == (agent.updates, agent.agent_steps, agent.policy.eps)
-    generic = saving.restore(path, backend=dst)
+    generic = checkpoints.restore(path, backend=dst)
     assert type(generic) is type(again) and (generic.act(obs) == agent.act(obs)).all()
-    assert type(saving.restore(path)) is type(agent)
+    assert type(checkpoints.restore(path)) is type(agent)
 
 
 def test_include_replay(tmp_path):
@@ -127,7 +127,7 @@ def test_interrupted_save_keeps_old_checkpoint(tmp_path, monkeypatch, fmt, fail)
         raise OSError("disk full")
 
     with monkeypatch.context() as m:
-        m.setattr(f"marl_note.agents.checkpoint.os.{fail}", broken)
+        m.setattr(f"marl_note.agents.checkpoints.format.os.{fail}", broken)
         with pytest.raises(OSError, match="disk full"):
             agent.save(path)
     old = torch_agents.DQN.restore(path)
@@ -140,7 +140,7 @@ def test_wrong_algorithm(tmp_path):
     path = torch_agents.PPO(OBS, ACT, n_steps=8, seed=0).save(tmp_path / "ppo")
     with pytest.raises(CheckpointError, match="holds a torch PPO agent; DQN.restore cannot build it"):
         torch_agents.DQN.restore(path)
-    assert type(saving.restore(path)).__name__ == "PPO"
+    assert type(checkpoints.restore(path)).__name__ == "PPO"
 
 
 def _tamper(path, edit_manifest=None, drop=None):
@@ -166,8 +166,8 @@ def test_errors_for_tampered_or_mismatched_checkpoints(tmp_path):
         "tag": (lambda m: m["config"].update(policy={"$object": "os.system", "kwargs": {}}), None,
                 "unknown object class"),
         "space": (lambda m: m.update(observation_space={"type": "Box"}), None, "observation_space"),
-        "obs space": (lambda m: m.update(observation_space=saving.space_to_json(gym.spaces.Box(-1, 1, (5,)))), None,
-                      "has shape"),
+        "obs space": (lambda m: m.update(observation_space=checkpoints.space_to_json(gym.spaces.Box(-1, 1, (5,)))),
+                      None, "has shape"),
     }
     for name, (edit, drop, message) in cases.items():
         path = agent.save(tmp_path / name.replace(" ", "_"))
@@ -231,13 +231,13 @@ def test_config_codec_round_trip():
     config = {"a": (1, 2.5, None), "b": [1, {"x": np.float32(2)}], "c": np.arange(3), "d": OBS,
               "e": OrnsteinUhlenbeckProcess(0.15, sigma=0.3, size=(2,)),
               "f": PrioritizedReplayBuffer(10, OBS, ACT, alpha=0.7)}
-    encoded = json.loads(json.dumps(saving.encode_config(config)))
-    decoded = saving.decode_config(encoded)
+    encoded = json.loads(json.dumps(checkpoints.encode_config(config)))
+    decoded = checkpoints.decode_config(encoded)
     assert decoded["a"] == (1, 2.5, None) and decoded["b"] == [1, {"x": 2.0}] and decoded["d"] == OBS
     assert decoded["c"].tolist() == [0, 1, 2] and decoded["e"].theta == 0.15 and decoded["f"].alpha == 0.7
-    assert saving.encode_config({"fn": json.dumps})["fn"] == {"$callable": "json.dumps"}
+    assert checkpoints.encode_config({"fn": json.dumps})["fn"] == {"$callable": "json.dumps"}
     with pytest.raises(TypeError, match=r"obj=.*_thread.lock cannot be recorded"):
-        saving.encode_config({"obj": threading.Lock()})
+        checkpoints.encode_config({"obj": threading.Lock()})
 
 
 def negate_obs(t):

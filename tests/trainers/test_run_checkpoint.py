@@ -4,9 +4,10 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-from marl_note.agents.checkpoint import CheckpointError  # noqa: E402
+from marl_note.agents.checkpoints import CheckpointError  # noqa: E402
 from marl_note.agents.torch import DQN, PPO  # noqa: E402
 from marl_note.trainers import DecentralizedTrainer  # noqa: E402
+from tests.checkpoint_helpers import rewrite_checkpoint  # noqa: E402
 
 
 def make(episodes):
@@ -71,7 +72,7 @@ def test_checkpoints_keep_the_files_beside_them(tmp_path):
     trainer2.train([again], learning_mask=[1], plot=False, progress=False, checkpoint_path=str(runs),
                    resume_from=str(runs))
     assert (runs / "notes.txt").read_text() == "mine" and (runs / "reward.png").read_bytes() == plot
-    from marl_note.agents.checkpoint import read_checkpoint
+    from marl_note.agents.checkpoints import read_checkpoint
     assert read_checkpoint(runs)[0]["counters"]["episodes"] >= 20
 
 
@@ -83,18 +84,6 @@ def test_a_foreign_checkpoint_directory_is_refused_before_training(tmp_path):
         trainer.train([agent], learning_mask=[1], plot=False, progress=False, checkpoint_path=str(tmp_path))
     assert agent.agent_steps == 0 and all(np.array_equal(before[k], v) for k, v in agent.state_dict().items())
     assert os.listdir(tmp_path) == ["mine.txt"]
-
-
-def _rewrite(path, edit_arrays=None, edit_manifest=None):
-    from marl_note.agents.checkpoint import read_checkpoint, write_checkpoint
-    manifest, arrays = read_checkpoint(path)
-    if edit_arrays:
-        edit_arrays(arrays)
-    if edit_manifest:
-        edit_manifest(manifest)
-    for key in ("format", "arrays", "checksum", "arrays_sha256", "arrays_file"):
-        manifest.pop(key, None)
-    write_checkpoint(path, manifest, arrays)
 
 
 def test_a_failed_resume_changes_nothing(tmp_path):
@@ -120,7 +109,7 @@ def test_a_failed_resume_changes_nothing(tmp_path):
         broken = str(tmp_path / case.replace(" ", "_"))
         import shutil
         shutil.copytree(path, broken)
-        _rewrite(broken, arrays_edit, manifest_edit)
+        rewrite_checkpoint(broken, arrays_edit, manifest_edit)
         with pytest.raises(CheckpointError, match=message):
             fresh_trainer.train([fresh], learning_mask=[1], plot=False, progress=False, resume_from=broken)
         after, replay_after = fresh.state_dict(), fresh.replay.state_dict()

@@ -2,10 +2,13 @@
 
 - :mod:`~marl_note.agents.exploration.policies`: epsilon-greedy, softmax, Boltzmann (and the
   max-Boltzmann, Boltzmann-Gumbel and Gumbel-softmax variants), greedy; with annealing schedules.
+- :mod:`~marl_note.agents.exploration.masked`: argmax, softmax and sampling over legal actions,
+  the primitives the policies are built on.
 - :mod:`~marl_note.agents.exploration.noise`: Gaussian and Ornstein-Uhlenbeck processes, and
   :class:`ExplorationNoise`, which adds one to a batch of actions.
 - :mod:`~marl_note.agents.exploration.per_env`: one noise process per (agent, env) stream.
 """
+from marl_note.agents.exploration.masked import masked_argmax
 from marl_note.agents.exploration.noise import (
                                                 AnnealedGaussianProcess,
                                                 ExplorationNoise,
@@ -22,7 +25,6 @@ from marl_note.agents.exploration.policies import (
                                                 LinearSchedule,
                                                 MaxBoltzmannQPolicy,
                                                 SoftmaxPolicy,
-                                                masked_argmax,
 )
 
 __all__ = ["AnnealedGaussianProcess", "ExplorationNoise", "GaussianWhiteNoiseProcess", "OrnsteinUhlenbeckProcess",

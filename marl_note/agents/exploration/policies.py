@@ -6,7 +6,8 @@ everything is batched and mask aware::
     policy.select(values [B, n], mask [B, n] bool | None, rng) -> actions [B] int64
 
 Illegal entries (``mask == False``) are set to ``-inf`` before any argmax or softmax, so a policy
-never returns an illegal action. Every row must have at least one legal action.
+never returns an illegal action. Every row must have at least one legal action. (These masked
+primitives are in :mod:`marl_note.agents.exploration.masked`.)
 
 Epsilon and temperature can be annealed linearly: give the final value (``eps_min`` /
 ``tau_min``) and ``n_steps_annealing``; the owning agent calls ``policy.step(n)`` with the number
@@ -19,88 +20,20 @@ from typing import Any
 
 import numpy as np
 
+from marl_note.agents.exploration.masked import (
+    boltzmann_probs,
+    check_values,
+    gumbel_noise,
+    masked_argmax,
+    masked_softmax,
+    sample_categorical,
+    uniform_legal,
+)
+
 __all__ = [
     "LinearSchedule", "Policy", "GreedyQPolicy", "EpsGreedyQPolicy", "SoftmaxPolicy",
     "BoltzmannQPolicy", "MaxBoltzmannQPolicy", "BoltzmannGumbelQPolicy", "GumbelSoftmaxPolicy",
-    "masked_values", "masked_argmax", "masked_softmax", "boltzmann_probs", "sample_categorical", "uniform_legal",
 ]
-
-
-# --------------------------------------------------------------------------- masked primitives
-
-def _check(values: np.ndarray, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
-    values = np.asarray(values)
-    if values.ndim != 2:
-        raise ValueError(f"values must be a 2-d array [batch, num_actions], got shape {values.shape}")
-    if mask is None:
-        return values, None
-    mask = np.asarray(mask)
-    if mask.shape != values.shape:
-        raise ValueError(f"mask shape {mask.shape} does not match values shape {values.shape}")
-    mask = mask.astype(bool, copy=False)
-    if not mask.any(axis=1).all():
-        rows = np.flatnonzero(~mask.any(axis=1)).tolist()
-        raise ValueError(f"mask rows {rows} have no legal action")
-    return values, mask
-
-
-def masked_values(values: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
-    """``values`` as float64 with illegal entries set to ``-inf``."""
-    values, mask = _check(values, mask)
-    out = values.astype(np.float64, copy=True)
-    if mask is not None:
-        out[~mask] = -np.inf
-    return out
-
-
-def masked_argmax(values: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
-    """Index of the largest legal value per row (first one on ties).
-
-    Example:
-        >>> masked_argmax(np.array([[3., 1., 2.]]), np.array([[False, True, True]])).tolist()
-        [2]
-    """
-    return masked_values(values, mask).argmax(axis=1).astype(np.int64)
-
-
-def masked_softmax(logits: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
-    """Row-wise softmax with exactly zero probability on illegal entries."""
-    z = masked_values(logits, mask)
-    z = z - z.max(axis=1, keepdims=True)
-    p = np.exp(z)
-    return p / p.sum(axis=1, keepdims=True)
-
-
-def sample_categorical(probs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """One sample per row of ``probs`` (rows need not be exactly normalised).
-
-    Zero-probability entries are never returned: the first index whose cumulative sum exceeds
-    ``u * total`` always carries positive mass.
-    """
-    c = np.cumsum(probs, axis=1)
-    u = rng.random(len(probs))[:, None] * c[:, -1:]
-    return (c > u).argmax(axis=1).astype(np.int64)
-
-
-def uniform_legal(mask: np.ndarray | None, shape: tuple[int, int], rng: np.random.Generator) -> np.ndarray:
-    """Uniform random legal action per row (uniform over all ``shape[1]`` actions without a mask)."""
-    b, n = shape
-    if mask is None:
-        return rng.integers(0, n, size=b).astype(np.int64)
-    counts = mask.sum(axis=1)
-    k = (rng.random(b) * counts).astype(np.int64)
-    return (np.cumsum(mask, axis=1) > k[:, None]).argmax(axis=1).astype(np.int64)
-
-
-def boltzmann_probs(values: np.ndarray, mask: np.ndarray | None, tau: float,
-                    clip: tuple[float, float] = (-500.0, 500.0)) -> np.ndarray:
-    """``softmax(clip(values / tau))`` over legal actions (keras-rl's Boltzmann distribution)."""
-    values, mask = _check(values, mask)
-    return masked_softmax(np.clip(values.astype(np.float64) / tau, *clip), mask)
-
-
-def _gumbel(rng: np.random.Generator, shape) -> np.ndarray:
-    return rng.gumbel(size=shape)
 
 
 # --------------------------------------------------------------------------- schedule
@@ -208,7 +141,7 @@ class EpsGreedyQPolicy(Policy):
         return {"eps": self.eps}
 
     def select(self, values, mask, rng):
-        values, mask = _check(values, mask)
+        values, mask = check_values(values, mask)
         greedy = masked_argmax(values, mask)
         explore = rng.random(len(values)) < self.eps
         if not explore.any():
@@ -299,7 +232,7 @@ class MaxBoltzmannQPolicy(Policy):
         return {"eps": self.eps, "tau": self.tau}
 
     def select(self, values, mask, rng):
-        values, mask = _check(values, mask)
+        values, mask = check_values(values, mask)
         greedy = masked_argmax(values, mask)
         explore = rng.random(len(values)) < self.eps
         if not explore.any():
@@ -331,12 +264,12 @@ class BoltzmannGumbelQPolicy(Policy):
         self.action_counts: np.ndarray | None = None
 
     def select(self, values, mask, rng):
-        values, mask = _check(values, mask)
+        values, mask = check_values(values, mask)
         n = values.shape[1]
         if self.action_counts is None or len(self.action_counts) != n:
             self.action_counts = np.ones(n, np.float64)
         beta = self.C / np.sqrt(self.action_counts)
-        perturbed = values.astype(np.float64) + beta * _gumbel(rng, values.shape)
+        perturbed = values.astype(np.float64) + beta * gumbel_noise(rng, values.shape)
         actions = masked_argmax(perturbed, mask)
         self.action_counts += np.bincount(actions, minlength=n)
         return actions
@@ -388,15 +321,15 @@ class GumbelSoftmaxPolicy(Policy):
         """``softmax((logits + g) / temperature)`` with ``g`` Gumbel noise when ``rng`` is given
         (a relaxed one-hot sample), else the plain ``softmax(logits / temperature)``; illegal
         entries get probability 0. ``temperature=None`` uses the policy's current temperature."""
-        logits, mask = _check(logits, mask)
+        logits, mask = check_values(logits, mask)
         t = self.temperature if temperature is None else float(temperature)
         if t <= 0:
             raise ValueError(f"temperature must be positive, got {t}")
         z = logits.astype(np.float64)
         if rng is not None:
-            z = z + _gumbel(rng, z.shape)
+            z = z + gumbel_noise(rng, z.shape)
         return masked_softmax(z / t, mask)
 
     def select(self, values, mask, rng):
-        values, mask = _check(values, mask)
-        return masked_argmax(values.astype(np.float64) + _gumbel(rng, values.shape), mask)
+        values, mask = check_values(values, mask)
+        return masked_argmax(values.astype(np.float64) + gumbel_noise(rng, values.shape), mask)

@@ -41,7 +41,7 @@ def npz_bytes(arrays: Mapping[str, Any]) -> bytes:
 
 def npz_arrays(data: bytes, where: str) -> dict[str, np.ndarray]:
     """The arrays of ``.npz`` bytes; :class:`CheckpointError` naming ``where`` for anything damaged."""
-    from marl_note.agents.checkpoint import CheckpointError
+    from marl_note.agents.checkpoints.format import CheckpointError
 
     out: dict[str, np.ndarray] = {}
     key = None
@@ -63,7 +63,7 @@ def npz_arrays(data: bytes, where: str) -> dict[str, np.ndarray]:
 
 
 def _npy_array(raw: bytes, key: str, where: str) -> np.ndarray:
-    from marl_note.agents.checkpoint import CheckpointError
+    from marl_note.agents.checkpoints.format import CheckpointError
 
     f = io.BytesIO(raw)
     version = np.lib.format.read_magic(f)

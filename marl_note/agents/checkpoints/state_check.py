@@ -22,7 +22,7 @@ Example:
     >>> check_arrays(live, {"w": np.array(["a", "b"]), "steps": np.asarray(5)}, "demo")
     Traceback (most recent call last):
     ...
-    marl_note.agents.checkpoint.CheckpointError: demo: array 'w' has dtype <U1; expected numbers (float32)
+    marl_note.agents.checkpoints.format.CheckpointError: demo: array 'w' has dtype <U1; expected numbers (float32)
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from marl_note.agents.checkpoint import CheckpointError
+from marl_note.agents.checkpoints.format import CheckpointError
 
 __all__ = ["check_arrays", "check_agent_state", "check_replay_state", "load_checked"]
 

@@ -23,8 +23,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from marl_note.agents.atomic_files import create_temp, fsync_dir, keep_mode, remove_quietly, write_atomically
-from marl_note.agents.npz_codec import npz_arrays, npz_bytes
+from marl_note.agents.checkpoints.npz_codec import npz_arrays, npz_bytes
+from marl_note.atomic_files import create_temp, fsync_dir, keep_mode, remove_quietly, write_atomically
 
 FORMAT = "marl_note.checkpoint/1"
 MANIFEST = "manifest.json"
@@ -108,7 +108,7 @@ def check_checkpoint_target(path: str | os.PathLike) -> dict[str, Any] | None:
         >>> check_checkpoint_target(d)
         Traceback (most recent call last):
         ...
-        marl_note.agents.checkpoint.CheckpointError: ... holds no marl_note checkpoint (it holds notes.txt)...
+        marl_note.agents.checkpoints.format.CheckpointError: ... holds no marl_note checkpoint (it holds notes.txt)...
     """
     path = os.path.abspath(os.fspath(path))
     if not os.path.lexists(path):

@@ -1,4 +1,4 @@
-"""Constructor-config capture and its JSON encoding, for :mod:`marl_note.agents.saving`.
+"""Constructor-config capture and its JSON encoding, for :mod:`marl_note.agents.checkpoints.saving`.
 
 :func:`capturing_init` wraps an agent's ``__init__`` so the outermost call records its keyword
 arguments (defaults applied, spaces left out: they are stored separately in the manifest; a class
@@ -7,7 +7,7 @@ names its space arguments in ``saving_spaces``, default :data:`SPACE_PARAMS`).
 values as they are; tuples, dicts, numpy arrays/scalars and Gymnasium spaces with a ``$`` tag;
 exploration policies, noise processes and replay buffers of this library as
 ``{"$object": class name, "kwargs": ...}``. Anything else is refused with a TypeError naming the
-argument; decoding raises :class:`~marl_note.agents.checkpoint.CheckpointError` for anything
+argument; decoding raises :class:`~marl_note.agents.checkpoints.format.CheckpointError` for anything
 :func:`encode_config` did not write and never imports or executes code named in the config.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from marl_note.agents.checkpoint import CheckpointError, space_from_json, space_to_json
+from marl_note.agents.checkpoints.format import CheckpointError, space_from_json, space_to_json
 
 __all__ = ["capturing_init", "encode_config", "decode_config", "SPACE_PARAMS", "Unrecorded"]
 
