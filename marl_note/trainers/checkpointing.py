@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from marl_note.agents.atomic_files import remove_quietly, write_atomically
-from marl_note.agents.checkpoint import CheckpointError
+from marl_note.agents.checkpoints import CheckpointError
+from marl_note.atomic_files import remove_quietly, write_atomically
 
 __all__ = ["CheckpointManager", "INDEX"]
 

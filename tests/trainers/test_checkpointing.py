@@ -10,7 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 from pettingzoo.classic import tictactoe_v3  # noqa: E402
 
-from marl_note.agents.checkpoint import CheckpointError, read_checkpoint  # noqa: E402
+from marl_note.agents.checkpoints import CheckpointError, read_checkpoint  # noqa: E402
 from marl_note.agents.torch import DQN  # noqa: E402
 from marl_note.trainers import DecentralizedTrainer  # noqa: E402
 from marl_note.trainers.checkpointing import INDEX, CheckpointManager  # noqa: E402
