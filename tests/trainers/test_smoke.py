@@ -10,14 +10,6 @@ from marl_note.agents.torch import DQN, PPO  # noqa: E402
 from marl_note.trainers import DecentralizedTrainer  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def test_tictactoe_selfplay_dqn_runs_and_beats_random():
     trainer = DecentralizedTrainer(tictactoe_v3.env, num_train_envs=8, num_test_envs=8, update_freq=64,
                                    test_freq=400, episodes_per_train=1200, episodes_per_test=50, seed=0,

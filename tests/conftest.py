@@ -3,7 +3,7 @@ import pytest
 
 @pytest.fixture(autouse=True)
 def _one_torch_thread(request):
-    """Torch tests run on one intra-op thread (faster on 2 cores); restored afterwards.
+    """Every test runs torch on one intra-op thread (faster on 2 shared cores); restored afterwards.
 
     torch is touched only when a torch test module already imported it, so the numpy-only tests
     here never import it.
