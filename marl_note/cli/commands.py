@@ -226,6 +226,8 @@ def play(args: Any) -> int:
     from marl_note.cli.play import board_for, play_game
 
     with setup_errors():
+        if args.env is not None:
+            board_for(args.env)  # before looking at the checkpoint
         source = inspect_checkpoint(args.checkpoint)
         choice = _env(args.env, source, args.env_arg)
         board = board_for(choice.name)
