@@ -1,0 +1,42 @@
+"""The command line: ``python -m marl_note train|evaluate|play`` (also installed as ``marl-note``).
+
+``main(argv)`` parses the arguments, runs the command and returns its exit status: 0 on success,
+2 for a bad argument (printed as one line naming the problem, before any work starts), 130 when
+interrupted. Importing this package imports neither torch nor TensorFlow: a command imports the
+one backend it needs, after its arguments are checked.
+
+Example:
+    >>> import contextlib, io
+    >>> err = io.StringIO()
+    >>> with contextlib.redirect_stderr(err):
+    ...     status = main(["train", "--env", "tictactoe_v3", "--algo", "ddpg"])
+    >>> status
+    2
+    >>> print(err.getvalue().strip())
+    marl_note train: error: --algo ddpg does not fit tictactoe_v3: ddpg needs Box actions, ... fit: dqn, ppo, sac
+"""
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+from marl_note.cli.common import CLIError
+from marl_note.cli.parser import build_parser
+
+__all__ = ["CLIError", "build_parser", "main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command of the command line; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    from marl_note.cli import commands
+
+    run = {"train": commands.train, "evaluate": commands.evaluate, "play": commands.play}[args.command]
+    try:
+        return run(args)
+    except CLIError as exc:
+        print(f"marl_note {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"\nmarl_note {args.command}: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,263 @@
+"""The ``train``, ``evaluate`` and ``play`` commands: check everything, then do the work.
+
+Each command first checks its arguments (env name, algorithm fit, seats, output directory,
+checkpoints) and only then imports the one backend it needs; a CLIError raised on the way is
+printed as one line by :func:`marl_note.cli.main`.
+
+Example:
+    >>> import contextlib, io
+    >>> from marl_note.cli import main
+    >>> err = io.StringIO()
+    >>> with contextlib.redirect_stderr(err):
+    ...     status = main(["evaluate", "--env", "tictactoe_v3", "--checkpoint", "no/such/dir"])
+    >>> status, err.getvalue().strip()
+    (2, 'marl_note evaluate: error: --checkpoint no/such/dir does not exist')
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from marl_note.cli.agents import build_learners, check_agent_kwargs, check_algorithm, import_backend, plan_seats
+from marl_note.cli.agents import seat_agents as arrange_seats
+from marl_note.cli.common import CLIError, parse_assignments, setup_errors
+from marl_note.cli.envs import EnvChoice, resolve_env
+from marl_note.cli.runs import Source, check_out_dir, check_source_fits, inspect_checkpoint, load_source, write_run
+
+__all__ = ["evaluate", "play", "seat_results", "train"]
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+def _is_board_game(spec: Any) -> bool:
+    """Turn-based with several seats (the classic games): reported as win/draw/loss per seat."""
+    return bool(spec.turn_based and spec.num_agents > 1)
+
+
+def _random_players(spec: Any, seed: int | None) -> dict[str, Any]:
+    from marl_note.trainers.evaluation import baseline_opponents
+
+    return baseline_opponents(spec, "random", seed=None if seed is None else seed + 55_555)
+
+
+def seat_results(trainer: Any, ours: Mapping[str, Any], theirs: Mapping[str, Any], episodes: int) -> dict[str, Any]:
+    """Greedy games of ``ours`` (``{seat: agent}``) with ``theirs`` in the remaining seats.
+
+    Board games: ``{seat: {mean_return, win, draw, loss, episodes}}`` for each seat of ``ours``,
+    each seat playing ``episodes`` games with ``theirs`` in every other seat (one agent in every
+    seat: ``trainer.test_against``). Other envs: one test of ``episodes`` episodes,
+    ``{seat: {mean_return, episodes}}``.
+    """
+    from marl_note.trainers.evaluation import seat_outcomes
+
+    spec, names = trainer.spec, list(trainer.possible_agents)
+    if not _is_board_game(spec):
+        res = trainer.test([ours.get(s, theirs.get(s)) for s in names], episodes=episodes)
+        return {s: {"mean_return": float(res["rewards"][:, k].mean()), "episodes": int(len(res["rewards"]))}
+                for k, s in enumerate(names)}
+    agents = list(ours.values())
+    if len(ours) == len(names) and all(a is agents[0] for a in agents):
+        return trainer.test_against(agents[0], opponent=dict(theirs), episodes=episodes * len(names))["per_seat"]
+    out = {}
+    for k, seat in enumerate(names):
+        if seat in ours:
+            res = trainer.test([ours[s] if s == seat else theirs[s] for s in names], episodes=episodes,
+                               learning_mask=[s == seat for s in names])
+            out[seat] = seat_outcomes(res["rewards"], k)
+    return out
+
+
+def _report(results: Mapping[str, Any], spec: Any, ours: Any, against: str) -> None:
+    if _is_board_game(spec):
+        _say(f"greedy games against {against}:")
+        for seat, r in results.items():
+            _say(f"  as {seat}: win {r['win']:.1%}, draw {r['draw']:.1%}, loss {r['loss']:.1%} "
+                 f"({r['episodes']} games, mean return {r['mean_return']:+.3f})")
+        return
+    n = next(iter(results.values()))["episodes"]
+    _say(f"greedy episodes: {n}; mean return per seat" + (f" (other seats: {against})" if
+                                                           len(ours) < len(results) else "") + ":")
+    for seat, r in results.items():
+        _say(f"  {seat}{'' if seat in ours else ' (opponent)'}: {r['mean_return']:.3f}")
+
+
+def _env(name: str | None, source: Source | None, env_args: list[str] | None) -> EnvChoice:
+    kwargs = parse_assignments(env_args, "--env-arg")
+    if name is None:
+        if source is None or source.env is None:
+            raise CLIError("--env is required: the checkpoint is a single agent, which does not record its env")
+        name, kwargs = source.env, {**source.env_kwargs, **kwargs}
+    elif source is not None and source.env == name and not kwargs:
+        kwargs = dict(source.env_kwargs)
+    return resolve_env(name, kwargs)
+
+
+def _trainer(choice: EnvChoice, **options: Any) -> Any:
+    from marl_note.trainers import DecentralizedTrainer
+
+    with setup_errors(f"cannot build env {choice.name}"):
+        return DecentralizedTrainer(choice.factory, **options)
+
+
+def _opponents(spec: Any, env_name: str, backend: str | None, seed: int | None,
+               source: Source | None) -> dict[str, Any]:
+    """Random players in every seat, replaced by the checkpoint's agents where ``source`` plays."""
+    players = _random_players(spec, seed)
+    if source is not None:
+        players.update(load_source(source, check_source_fits(source, spec, env_name, fill=True), backend))
+    return players
+
+
+def _opponent_source(option: str | None, flag: str) -> Source | None:
+    if option is None or option == "random":
+        return None
+    return inspect_checkpoint(option, flag)
+
+
+# ---------------------------------------------------------------------------------------------- train
+
+def train(args: Any) -> int:
+    """``train``: see ``python -m marl_note train --help``."""
+    with setup_errors():
+        agent_kwargs = parse_assignments(args.agent_arg, "--agent-arg")
+        check_agent_kwargs(args.algo, agent_kwargs)
+        choice = _env(args.env, None, args.env_arg)
+        opponent_source = _opponent_source(args.opponent, "--opponent")
+        out = args.out or os.path.join("runs", f"{choice.name}-{args.algo}")
+        test_freq = args.test_freq or max(1, args.episodes // 10)
+        trainer = _trainer(choice, num_train_envs=args.num_envs, num_test_envs=args.num_envs,
+                           batch_size=args.batch_size, update_freq=args.update_freq, test_freq=test_freq,
+                           episodes_per_train=args.episodes, episodes_per_test=args.test_episodes, seed=args.seed,
+                           processes=args.processes, plot_path=os.path.join(out, "metric.png"),
+                           stop_fn=None if args.stop_reward is None else _StopAt(args.stop_reward))
+    try:
+        with setup_errors():
+            spec = trainer.spec
+            plan = plan_seats(spec, args.algo, args.self_play, args.opponent, args.seat)
+            check_algorithm(args.algo, spec, choice.name, plan.learners)
+            check_out_dir(out, plan.checkpoint_names)
+            if opponent_source is not None:
+                check_source_fits(opponent_source, spec, choice.name, fill=True)
+            module = import_backend(args.backend)
+            with setup_errors(f"cannot build the {args.algo} agents"):
+                learners = build_learners(module, args.algo, spec, plan, agent_kwargs, args.seed)
+            opponents = _opponents(spec, choice.name, None, args.seed, opponent_source)
+            seats = arrange_seats(plan, learners, opponents)
+        _say(f"training {args.algo} ({args.backend}) on {choice.name}: {_describe(plan, args.opponent)}, "
+             f"{args.episodes} episodes on {args.num_envs} envs")
+        started = time.perf_counter()
+        stats = trainer.train(seats, learning_mask=[s in plan.learners for s in trainer.possible_agents],
+                              plot=args.plot, progress=not args.quiet)
+        # independent agents in a board game test against each other: a constant-sum metric that says nothing
+        telling = stats["test_history"] and not (plan.mode == "independent" and _is_board_game(spec))
+        _say(f"trained {stats['num_collected_episodes']} episodes, {stats['num_collected_steps']} env steps, "
+             f"{stats['num_gradient_steps']} gradient steps in {time.perf_counter() - started:.0f} s"
+             + (f"; best test metric {stats['best_reward']:.3f} (after {stats['best_episode']} episodes)"
+                if telling else ""))
+        results = None
+        if args.eval_episodes and _is_board_game(spec):
+            ours = {s: a for s, a in zip(trainer.possible_agents, seats) if s in plan.learners}
+            results = seat_results(trainer, ours, _random_players(spec, args.seed), args.eval_episodes)
+            _report(results, spec, ours, "a random player")
+        record = {"env": choice.name, "env_kwargs": dict(choice.kwargs), "algo": args.algo, "backend": args.backend,
+                  "mode": plan.mode, "seats": plan.seat_map, "opponent": args.opponent, "seed": args.seed,
+                  "episodes": stats["num_collected_episodes"], "env_steps": stats["num_collected_steps"],
+                  "gradient_steps": stats["num_gradient_steps"], "best_test_metric": stats["best_reward"],
+                  "vs_random": results}
+        write_run(out, record, learners)
+        _say(f"saved {', '.join(sorted(learners))} under {out} (evaluate: python -m marl_note evaluate "
+             f"--checkpoint {out})")
+        if stats.get("plot_path"):
+            _say(f"plot: {stats['plot_path']}")
+    finally:
+        trainer.close()
+    return 0
+
+
+class _StopAt:
+    """``stop_fn`` of ``--stop-reward``: stop once a test metric reaches the threshold (picklable)."""
+
+    def __init__(self, threshold: float):
+        self.threshold = float(threshold)
+
+    def __call__(self, metric: float, episodes: int) -> bool:
+        return bool(metric >= self.threshold)
+
+
+def _describe(plan: Any, opponent: str | None) -> str:
+    return {"self-play": "one agent in every seat (self-play)", "independent": "one agent per seat",
+            "joint": "one joint learner, an actor per seat",
+            "opponent": f"a learner as {plan.learners[0]} against {opponent}"}[plan.mode]
+
+
+# ---------------------------------------------------------------------------------------------- evaluate
+
+def evaluate(args: Any) -> int:
+    """``evaluate``: see ``python -m marl_note evaluate --help``."""
+    with setup_errors():
+        source = inspect_checkpoint(args.checkpoint)
+        opponent_source = _opponent_source(args.opponent, "--opponent")
+        choice = _env(args.env, source, args.env_arg)
+        trainer = _trainer(choice, num_train_envs=1, num_test_envs=min(args.num_envs, args.episodes),
+                           episodes_per_test=args.episodes, seed=args.seed)
+    try:
+        with setup_errors():
+            seat_names = check_source_fits(source, trainer.spec, choice.name)
+            if opponent_source is not None:
+                check_source_fits(opponent_source, trainer.spec, choice.name, fill=True)
+            ours = load_source(source, seat_names, args.backend)
+            theirs = _opponents(trainer.spec, choice.name, args.backend, args.seed, opponent_source)
+        results = seat_results(trainer, ours, theirs, args.episodes)
+        _report(results, trainer.spec, ours, "a random player" if opponent_source is None else args.opponent)
+    finally:
+        trainer.close()
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- play
+
+def play(args: Any) -> int:
+    """``play``: see ``python -m marl_note play --help``."""
+    from marl_note.cli.play import board_for, play_game
+
+    with setup_errors():
+        if args.env is not None:
+            board_for(args.env)  # before looking at the checkpoint
+        source = inspect_checkpoint(args.checkpoint)
+        choice = _env(args.env, source, args.env_arg)
+        board = board_for(choice.name)
+        from marl_note.envs import adapt, make_spec
+
+        env = adapt(choice.make())
+        try:
+            spec = make_spec(env)
+        finally:
+            env.close()
+        names = list(spec.possible_agents)
+        human = names[0] if args.seat is None else args.seat
+        if human not in names:
+            raise CLIError(f"--seat {human!r} is not a seat of {choice.name}; its seats are {', '.join(names)}")
+        seats = check_source_fits(source, spec, choice.name, fill=True)
+        missing = [s for s in names if s != human and s not in seats]
+        if missing:
+            raise CLIError(f"{args.checkpoint} has no agent that can play {missing[0]!r}")
+        bots = load_source(source, {s: n for s, n in seats.items() if s != human}, args.backend)
+    interactive = sys.stdin.isatty()
+    tally = {"win": 0, "draw": 0, "loss": 0}
+    for game in range(args.games):
+        if args.games > 1:
+            _say(f"game {game + 1} of {args.games}")
+        seed = None if args.seed is None else args.seed + game
+        result = play_game(choice.factory, board, human, bots, read=sys.stdin.readline, out=sys.stdout,
+                           echo=not interactive, seed=seed)
+        if result is None:
+            break
+        tally[result] += 1
+    if args.games > 1:
+        _say(f"you won {tally['win']}, drew {tally['draw']}, lost {tally['loss']}")
+    return 0

@@ -1,0 +1,149 @@
+"""Env names on the command line: PettingZoo (classic, butterfly, sisl), MPE (the mpe2 package) and Gymnasium ids.
+
+A PettingZoo or MPE name is the module name (``tictactoe_v3``, ``simple_spread_v3``), optionally
+with its family (``classic/tictactoe_v3``); a Gymnasium name is a registered id (``CartPole-v1``).
+Classic games are built with their turn-based ``env()``; MPE, butterfly and sisl envs with their
+``parallel_env()`` (every agent acts each step, what MADDPG learns from). Names are listed from
+the installed packages without importing any env module, so an unknown name is answered with
+close matches at once, and an env whose package needs something not installed (butterfly needs
+pymunk) is reported with the command that installs it.
+
+Example:
+    >>> choice = resolve_env("classic/tictactoe_v3")
+    >>> choice.name, choice.family, choice.make().possible_agents
+    ('tictactoe_v3', 'classic', ['player_1', 'player_2'])
+    >>> resolve_env("CartPole-v1").family
+    'gymnasium'
+    >>> resolve_env("conect_four_v3")
+    Traceback (most recent call last):
+    ...
+    marl_note.cli.common.CLIError: unknown env 'conect_four_v3'; did you mean connect_four_v3...
+"""
+from __future__ import annotations
+
+import difflib
+import functools
+import importlib
+import importlib.util
+import pkgutil
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from marl_note.cli.common import CLIError
+
+__all__ = ["EnvChoice", "FAMILIES", "known_envs", "resolve_env"]
+
+# family -> (package holding one module per env, the factory each module provides, what installs it)
+FAMILIES: dict[str, tuple[str, str, str]] = {
+    "classic": ("pettingzoo.classic", "env", "pip install 'pettingzoo[classic]'"),
+    "mpe": ("mpe2", "parallel_env", "pip install mpe2"),
+    "butterfly": ("pettingzoo.butterfly", "parallel_env", "pip install 'pettingzoo[butterfly]'"),
+    "sisl": ("pettingzoo.sisl", "parallel_env", "pip install 'pettingzoo[sisl]'"),
+}
+_ENV_MODULE = re.compile(r"[a-z][a-z0-9_]*_v\d+")
+
+
+@dataclass(frozen=True)
+class EnvChoice:
+    """A resolved env name: ``make()`` builds one env; ``factory`` is what the trainer takes.
+
+    Example:
+        >>> choice = resolve_env("simple_spread_v3", {"max_cycles": 5})
+        >>> choice.family, choice.kwargs
+        ('mpe', {'max_cycles': 5})
+    """
+
+    name: str
+    family: str
+    factory: Callable[[], Any] = field(repr=False)
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    def make(self) -> Any:
+        return self.factory()
+
+
+@functools.lru_cache(maxsize=1)
+def known_envs() -> dict[str, str]:
+    """Every env name this command line knows, ``{name: family}``, read from the installed packages."""
+    names: dict[str, str] = {}
+    for family, (package, _, _) in FAMILIES.items():
+        try:
+            spec = importlib.util.find_spec(package)
+        except ImportError:  # the parent package itself is missing
+            spec = None
+        for path in (spec.submodule_search_locations or []) if spec is not None else []:
+            for module in pkgutil.iter_modules([path]):
+                if _ENV_MODULE.fullmatch(module.name) and not module.ispkg:
+                    names.setdefault(module.name, family)
+    import gymnasium as gym
+
+    for env_id in gym.envs.registry:
+        names.setdefault(env_id, "gymnasium")
+    return names
+
+
+def _close_matches(name: str, names: list[str]) -> list[str]:
+    lowered = {n.lower(): n for n in names}
+    found = difflib.get_close_matches(name.lower(), list(lowered), n=5, cutoff=0.6)
+    return [lowered[n] for n in found]
+
+
+def _unknown(name: str, known: Mapping[str, str]) -> CLIError:
+    matches = _close_matches(name, list(known))
+    hint = f"did you mean {', '.join(matches)}? " if matches else ""
+    families = ", ".join(f"{f} ({n})" for f, n in _family_counts(known).items())
+    missing_mpe = ("" if "mpe" in known.values()
+                   else " MPE envs (simple_spread_v3, ...) need the mpe2 package: pip install mpe2.")
+    return CLIError(f"unknown env {name!r}; {hint}Known: {families}; a PettingZoo name is its module name "
+                    f"(tictactoe_v3, classic/tictactoe_v3), a Gymnasium name its id (CartPole-v1).{missing_mpe}")
+
+
+def _family_counts(known: Mapping[str, str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for family in known.values():
+        counts[family] = counts.get(family, 0) + 1
+    return counts
+
+
+def resolve_env(name: str, kwargs: Mapping[str, Any] | None = None) -> EnvChoice:
+    """The env called ``name`` (its module imported, its factory found), or a CLIError saying why not.
+
+    ``kwargs`` go to the env's factory (``max_cycles=25`` for MPE, ``render_mode`` for Gymnasium, ...).
+    """
+    kwargs = dict(kwargs or {})
+    known = known_envs()
+    family_given, _, short = name.rpartition("/") if name.count("/") == 1 and name.split("/")[0] in FAMILIES \
+        else ("", "", name)
+    family = known.get(short)
+    if family is None or (family_given and family != family_given):
+        raise _unknown(name, known)
+    if family == "gymnasium":
+        import gymnasium as gym
+
+        _check_gym_dependencies(short, kwargs)
+        return EnvChoice(short, family, functools.partial(gym.make, short, **kwargs), kwargs)
+    package, factory_name, install = FAMILIES[family]
+    try:
+        module = importlib.import_module(f"{package}.{short}")
+    except ImportError as exc:
+        missing = getattr(exc, "name", None) or str(exc)
+        raise CLIError(f"env {short} ({family}) needs the package {missing!r}, which is not installed: "
+                       f"{install}") from None
+    factory = getattr(module, factory_name, None)
+    if not callable(factory):
+        raise CLIError(f"env module {package}.{short} has no {factory_name}() to build it")
+    return EnvChoice(short, family, functools.partial(factory, **kwargs) if kwargs else factory, kwargs)
+
+
+def _check_gym_dependencies(env_id: str, kwargs: Mapping[str, Any]) -> None:
+    """Build the Gymnasium env once, so that a missing dependency (box2d, mujoco) is reported now."""
+    import gymnasium as gym
+
+    try:
+        gym.make(env_id, **kwargs).close()
+    except gym.error.DependencyNotInstalled as exc:
+        raise CLIError(f"env {env_id} needs a package that is not installed: {exc}") from None
+    except ImportError as exc:
+        raise CLIError(f"env {env_id} cannot be built ({exc})") from None

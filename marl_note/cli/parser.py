@@ -1,0 +1,127 @@
+"""The argument parser of ``python -m marl_note`` (argparse; no env, agent or framework is imported here).
+
+Example:
+    >>> args = build_parser().parse_args(["train", "--env", "tictactoe_v3", "--algo", "dqn", "--self-play"])
+    >>> args.command, args.backend, args.episodes, args.self_play
+    ('train', 'torch', 5000, True)
+"""
+from __future__ import annotations
+
+import argparse
+
+__all__ = ["build_parser"]
+
+DESCRIPTION = """Train, evaluate and play marl_note agents on PettingZoo and Gymnasium envs.
+
+  python -m marl_note train --env connect_four_v3 --algo dqn --self-play --backend tf --episodes 5000
+  python -m marl_note evaluate --env connect_four_v3 --checkpoint runs/connect_four_v3-dqn
+  python -m marl_note play --env connect_four_v3 --checkpoint runs/connect_four_v3-dqn --seat player_1
+
+Run `python -m marl_note COMMAND --help` for the options of each command."""
+
+TRAIN_EPILOG = """seats:
+  --self-play          one agent in every seat, all learning (needs the seats to share their spaces)
+  (default)            one independent learning agent per seat
+  --opponent random    one learner in --seat (default: the first seat), a random legal-move player in
+                       the other seats; --opponent DIR puts a trained checkpoint there instead
+  --algo maddpg        one joint learner with an actor per seat (Parallel envs such as MPE)
+
+envs: PettingZoo classic (tictactoe_v3, connect_four_v3, ...), MPE from the mpe2 package
+(simple_spread_v3, ...), butterfly and sisl names, and Gymnasium ids (CartPole-v1, Pendulum-v1).
+Classic games are turn-based; MPE/butterfly/sisl envs run as Parallel envs.
+
+algorithms: dqn (Discrete actions), ppo and sac (Discrete or Box), ddpg (Box), maddpg (Discrete or
+Box, Parallel envs). Agent options: --agent-arg KEY=VALUE, e.g. --agent-arg 'hidden_sizes=[128, 128]'
+--agent-arg lr=5e-4 (values are read as JSON, otherwise as text).
+
+output: --out DIR (default runs/ENV-ALGO) gets one checkpoint per distinct agent (agent.save()) and
+marl_note_run.json; it must be new, empty or an earlier run directory. The summary plays the trained
+agent(s) against a random player in each seat of a board game (--eval-episodes games per seat)."""
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {value}")
+    return value
+
+
+def _env_options(p: argparse.ArgumentParser, required: bool) -> None:
+    p.add_argument("--env", required=required, metavar="NAME",
+                   help="env name: a PettingZoo/MPE module name (tictactoe_v3, simple_spread_v3) or a Gymnasium id"
+                        + ("" if required else "; default: the env the checkpoint's run was trained on"))
+    p.add_argument("--env-arg", action="append", metavar="KEY=VALUE",
+                   help="an argument of the env's factory, e.g. max_cycles=25 (repeatable)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser for the ``train``, ``evaluate`` and ``play`` commands."""
+    parser = argparse.ArgumentParser(prog="python -m marl_note", description=DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    train = sub.add_parser("train", help="train agents and save them", description="Train agents with "
+                           "DecentralizedTrainer, save them under --out and print a summary.",
+                           epilog=TRAIN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _env_options(train, required=True)
+    train.add_argument("--algo", required=True, choices=["dqn", "ppo", "ddpg", "sac", "maddpg"])
+    train.add_argument("--backend", default="torch", choices=["torch", "tf"], help="default: torch")
+    train.add_argument("--self-play", action="store_true", help="one agent in every seat, all learning")
+    train.add_argument("--opponent", metavar="random|DIR",
+                       help="a fixed player in the seats other than --seat: 'random' or a checkpoint")
+    train.add_argument("--seat", help="the learner's seat when training against --opponent (default: the first)")
+    train.add_argument("--episodes", type=_positive, default=5000, help="training episodes (default 5000)")
+    train.add_argument("--out", metavar="DIR", help="output directory (default runs/ENV-ALGO)")
+    train.add_argument("--seed", type=int, default=0, help="seed of envs and agents (default 0)")
+    train.add_argument("--num-envs", type=_positive, default=16, help="train and test envs (default 16)")
+    train.add_argument("--processes", type=_positive, help="host the envs in N worker processes")
+    train.add_argument("--batch-size", type=_positive, default=64)
+    train.add_argument("--update-freq", type=_positive, default=100, help="env steps between updates (default 100)")
+    train.add_argument("--test-freq", type=_positive, help="training episodes between tests (default episodes/10)")
+    train.add_argument("--test-episodes", type=_positive, default=50, help="episodes per periodic test (default 50)")
+    train.add_argument("--stop-reward", type=float, metavar="X", help="stop once a test metric reaches X")
+    train.add_argument("--agent-arg", action="append", metavar="KEY=VALUE",
+                       help="a constructor argument of the agents (repeatable), e.g. lr=5e-4")
+    train.add_argument("--eval-episodes", type=_non_negative, default=100,
+                       help="games per seat against a random player in the summary (default 100; 0: none)")
+    train.add_argument("--plot", action="store_true", help="write the test metric plot to DIR/metric.png")
+    train.add_argument("--quiet", action="store_true", help="no progress output while training")
+
+    evaluate = sub.add_parser("evaluate", help="play greedy games and report per-seat results",
+                              description="Load trained agents (either backend) and play greedy games: per-seat "
+                                          "win/draw/loss for board games, mean returns otherwise.")
+    _env_options(evaluate, required=False)
+    evaluate.add_argument("--checkpoint", required=True, metavar="DIR",
+                          help="a run directory of train --out, or one agent checkpoint (directory or .zip)")
+    evaluate.add_argument("--episodes", type=_positive, default=100,
+                          help="games per seat (board games) or episodes (default 100)")
+    evaluate.add_argument("--opponent", default="random", metavar="random|DIR",
+                          help="who plays the other seats: 'random' (default) or a checkpoint")
+    evaluate.add_argument("--backend", choices=["torch", "tf"], help="load into this backend (default: recorded)")
+    evaluate.add_argument("--seed", type=int, default=0, help="seed of the envs and the random player (default 0)")
+    evaluate.add_argument("--num-envs", type=_positive, default=16, help="test envs (default 16)")
+
+    play = sub.add_parser("play", help="play a trained agent in the terminal (tic-tac-toe, connect four)",
+                          description="Play a board game against a trained agent: the board is printed as text "
+                                      "and moves are read from stdin (numbers on the board); q or end of input "
+                                      "ends the game.")
+    _env_options(play, required=False)
+    play.add_argument("--checkpoint", required=True, metavar="DIR", help="a run directory or one agent checkpoint")
+    play.add_argument("--seat", help="your seat (default: the first seat, which moves first)")
+    play.add_argument("--games", type=_positive, default=1, help="games to play (default 1)")
+    play.add_argument("--backend", choices=["torch", "tf"], help="load into this backend (default: recorded)")
+    play.add_argument("--seed", type=int, help="seed of the env")
+    return parser
