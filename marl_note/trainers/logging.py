@@ -183,7 +183,7 @@ class CSVLogger:
         >>> CSVLogger(path)
         Traceback (most recent call last):
         ...
-        FileExistsError: CSVLogger: ... already exists; pass append=True to add rows to it or overwrite=True to replace it
+        FileExistsError: CSVLogger: ... already exists; pass append=True to add rows to it or overwrite=True ...
     """
 
     def __init__(self, path: str | os.PathLike, append: bool = False, overwrite: bool = False):
