@@ -15,10 +15,14 @@ env_ids=...)``, ``env_ids[k]`` being the env index of row ``k``, so it can keep 
 With ``check_finite`` (the default) every step result and reset observation is checked before it
 is absorbed: a NaN/inf reward or float observation raises
 :class:`~marl_note.types.NonFiniteError` naming the env index, the agent and the env step.
+
+``episode_begin(env_index)`` and ``episode_end(env_index, returns, length, tag)``, when given, are
+called as each episode starts (at ``reset`` and when an env starts its next episode) and ends;
+they cost one call per episode, and nothing when left out.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -108,8 +112,11 @@ class Collector:
     """
 
     def __init__(self, venv: Any, spec: EnvSpec, agents: Sequence[Agent], explore: Sequence[bool],
-                 learn: Sequence[bool], matchmaker: Any = None, check_finite: bool = True):
+                 learn: Sequence[bool], matchmaker: Any = None, check_finite: bool = True,
+                 episode_begin: Callable[[int], Any] | None = None,
+                 episode_end: Callable[[int, np.ndarray, int, Any], Any] | None = None):
         self.venv, self.spec = venv, spec
+        self.episode_begin, self.episode_end = episode_begin, episode_end
         self.finite = FiniteCheck(spec) if check_finite else None
         self.num_envs, self.num_agents = venv.num_envs, spec.num_agents
         self.seat_of = {a: i for i, a in enumerate(spec.possible_agents)}
@@ -192,6 +199,9 @@ class Collector:
             assembler.reset()
         self.ep_return[:] = 0
         self.ep_len[:] = 0
+        if self.episode_begin is not None:
+            for i in range(self.num_envs):
+                self.episode_begin(i)
 
     def collect(self, n_steps: int | None = None, n_episodes: int | None = None) -> CollectStats:
         """Step until ``n_steps`` env steps (all envs advance together) or ``n_episodes`` episodes.
@@ -282,9 +292,13 @@ class Collector:
             stats.returns.append(self.ep_return[i].copy())
             stats.lengths.append(int(self.ep_len[i]))
             stats.tags.append(self.env_tag[i])
+            if self.episode_end is not None:
+                self.episode_end(i, stats.returns[-1].copy(), stats.lengths[-1], self.env_tag[i])
             self.ep_return[i] = 0
             self.ep_len[i] = 0
             self._matchmake(i)
+            if self.episode_begin is not None:
+                self.episode_begin(i)
         self.pending[i] = res
         return ended
 

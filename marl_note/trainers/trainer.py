@@ -16,7 +16,7 @@ from marl_note.envs.main_guard import check_not_reimporting_main
 from marl_note.envs.subproc import DEFAULT_STEP_TIMEOUT, SubprocVectorEnv
 from marl_note.envs.subproc_errors import check_timeout
 from marl_note.envs.vector import SyncVectorEnv
-from marl_note.trainers.callbacks import CallbackList, metric_value, stop_value
+from marl_note.trainers.callbacks import CallbackList, EpisodeEvents, metric_value, stop_value
 from marl_note.trainers.collector import Collector
 from marl_note.trainers.evaluation import baseline_opponents, evaluate_against, use_baseline
 from marl_note.trainers.run_state import RunState, distinct, load_run, run_summary, save_run
@@ -49,6 +49,7 @@ class _Session:
     started: float = 0.0  # perf_counter() at the start, less the training time of a resumed run
     baseline_on: bool | None = None  # decided at the first test
     stopped: bool = False  # by stop_fn
+    batches: int = 0  # learner update calls of this train(), counted for the batch events
     last_metrics: dict[str, float] = field(default_factory=dict)
     last_test: dict[str, Any] = field(default_factory=dict)
 
@@ -71,7 +72,8 @@ class DecentralizedTrainer:
     ``train_fn(num_collected_episodes, num_collected_steps)`` before each collection chunk,
     ``test_fn`` likewise before each test, ``save_best_fn(num_collected_episodes)`` on a new best
     test metric, ``save_last_fn()`` when training ends, ``stop_fn(metric, num_collected_episodes)``
-    after each test (True stops), ``reward_metric(rewards[num_episodes, num_agents]) -> float``
+    after each test (True stops; so does ``trainer.stop_training = True`` set by any hook or
+    callback, after the current chunk), ``reward_metric(rewards[num_episodes, num_agents]) -> float``
     (default: mean return of the learning seats). A ``reward_metric`` result that is not a real
     number (TypeError) or is NaN/inf (ValueError), and a ``stop_fn`` result that is not a single
     truth value (None, an array: TypeError; NaN: ValueError), raise naming the hook at the first test.
@@ -135,6 +137,7 @@ class DecentralizedTrainer:
         finally:
             probe.close()
         self._train_venv = self._test_venv = None
+        self.stop_training = False  # set True (by a callback or hook) to end training after the current chunk
         self.history: list[tuple[int, float]] = []
         self._run: RunState | None = None
         self._run_agents: list[Agent] = []
@@ -150,6 +153,12 @@ class DecentralizedTrainer:
         """The distinct learning agents of the current (or last) run, in seat order: each is updated
         once per chunk (a joint learner stands for its seats); empty before the first ``train``."""
         return list(self._run_learners)
+
+    @property
+    def run_state(self) -> RunState | None:
+        """The counters of the current (or last) run (``env_steps``, ``episodes``, ``updates``,
+        ``history``, ...); None before the first ``train()``. Read them; the trainer writes them."""
+        return self._run
 
     def observation_space(self, agent: str):
         return self.spec.observation_space(agent)
@@ -228,12 +237,19 @@ class DecentralizedTrainer:
         and the metric is its mean return there. ``matchmaker(env_index) -> (agents, explore,
         learn, tag)`` reseats an env at the start of each of its episodes (see
         :class:`~marl_note.trainers.selfplay.OpponentPool`). ``callbacks`` are objects with any of
-        ``on_train_begin(trainer)``, ``on_collect_end(trainer, stats, episodes)``,
-        ``on_update_end(trainer, metrics, episodes)``, ``on_test_end(trainer, result, episodes)``,
-        ``on_train_end(trainer, stats)`` (which may add keys to the returned statistics) and
-        ``plot_series() -> {label: [(episodes, value), ...]}`` (drawn on the plot); one with none
-        of them, or with an unknown ``on_...`` method, is refused before training starts
-        (:class:`~marl_note.trainers.callbacks.CallbackList`).
+        the Keras-style events ``on_train_begin(trainer)``, ``on_episode_begin(trainer, episode,
+        logs)``, ``on_episode_end(trainer, episode, logs)`` (``logs``: ``returns``, ``length``,
+        ``env_index``, ``reward``, ``tag``), ``on_collect_end(trainer, stats, episodes)``,
+        ``on_batch_begin(trainer, batch, logs)`` / ``on_batch_end(trainer, batch, metrics)`` around
+        each learner update, ``on_update_end(trainer, metrics, episodes)``, ``on_test_end(trainer,
+        result, episodes)``, ``on_train_end(trainer, stats)`` (which may add keys to the returned
+        statistics) and ``plot_series() -> {label: [(episodes, value), ...]}`` (drawn on the plot);
+        one with none of them, or with an unknown ``on_...`` method, is refused before training
+        starts (:mod:`marl_note.trainers.callbacks`: also ``LambdaCallback`` and ``EarlyStopping``;
+        :mod:`marl_note.trainers.logging`: ``TensorBoard`` and ``CSVLogger``). A callback or hook
+        that sets ``trainer.stop_training = True`` ends training after the current chunk (a test
+        then runs if that chunk had none); it is reset at the start of each ``train()`` and
+        reported as ``stopped_by_stop_training`` in the returned statistics.
         ``checkpoint_path`` saves the whole run there (atomically) after every test and at the end;
         it must be a new or empty directory, one holding a previous checkpoint (other files there,
         such as plots, are kept) or a ``.zip`` path; anything else is refused before training starts.
@@ -276,9 +292,12 @@ class DecentralizedTrainer:
         self.history = run.history
         session = _Session(seats, test_seats, learn, explore, callback_list, run, baseline, opponents,
                            test_agents_given=test_agents is not None, checkpoint_path=checkpoint_path)
+        self.stop_training = False
         callback_list.fire("on_train_begin", self)
         session.collector = Collector(self._train_venv, self.spec, seats, explore=explore, learn=learn,
-                                      matchmaker=matchmaker, check_finite=self.check_finite)
+                                      matchmaker=matchmaker, check_finite=self.check_finite,
+                                      **EpisodeEvents(callback_list, self, run.episodes,
+                                                      lambda returns: self._metric(returns[None], learn)).hooks())
         session.collector.reset(seed=self.seed if resume_from is None else _resume_seed(self.seed, run))
         return session
 
@@ -290,10 +309,10 @@ class DecentralizedTrainer:
         bar = Progress(self.episodes_per_train, enabled=progress)
         s.started = time.perf_counter() - run.training_time
         try:
-            while run.episodes < self.episodes_per_train and not s.stopped:
+            while run.episodes < self.episodes_per_train and not s.stopped and not self.stop_training:
                 self._collect_chunk(s)
                 self._update_learners(s)
-                if run.episodes >= run.next_test or run.episodes >= self.episodes_per_train:
+                if run.episodes >= run.next_test or run.episodes >= self.episodes_per_train or self.stop_training:
                     self._periodic_test(s)
                 recent = self._recent_returns(run)
                 bar.update(run.episodes, env_steps=run.env_steps,
@@ -328,11 +347,15 @@ class DecentralizedTrainer:
     def _update_learners(self, s: _Session) -> None:
         assert s.collector is not None  # set by _prepare
         learners: list[LearningAgent | JointLearner] = s.collector.learners
-        for learner in learners:
+        for index, learner in enumerate(learners):
+            s.callbacks.fire("on_batch_begin", self, s.batches,
+                             {"learner": index, "episodes": s.run.episodes, "env_steps": s.run.env_steps})
             metrics = learner.update(self.batch_size) or {}
             s.run.updates += int(metrics.get("gradient_steps", 0))
             s.last_metrics = {k: float(cast(Any, v)) for k, v in metrics.items() if np.isscalar(v)}
+            s.callbacks.fire("on_batch_end", self, s.batches, metrics)
             s.callbacks.fire("on_update_end", self, metrics, s.run.episodes)
+            s.batches += 1
 
     def _periodic_test(self, s: _Session) -> None:
         """Test, record the metric (and a new best), ask ``stop_fn``, save the checkpoint."""
@@ -374,6 +397,7 @@ class DecentralizedTrainer:
             self.save_last_fn()
         out = run_summary(s.run, stopped=s.stopped, tested_against_baseline=bool(s.baseline_on),
                           last_test=s.last_test)
+        out["stopped_by_stop_training"] = bool(self.stop_training)
         s.callbacks.fire("on_train_end", self, out)
         if plot and s.run.history:
             from marl_note.trainers.plot import plot_metric
