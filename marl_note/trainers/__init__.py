@@ -1,9 +1,11 @@
 """The trainer, the collector and their helpers (no framework imports)."""
+from marl_note.trainers.animate import Animation, animate_agent
 from marl_note.trainers.collector import Collector, CollectStats, check_actions
-from marl_note.trainers.plot import plot_metric, visualize_reward
+from marl_note.trainers.plot import plot_metric, plot_run, visualize_loss, visualize_reward, visualize_reward_loss
 from marl_note.trainers.selfplay import Elo, FrozenAgent, OpponentPool, snapshot
 from marl_note.trainers.trainer import DecentralizedTrainer
 from marl_note.types import NonFiniteError
 
 __all__ = ["Collector", "CollectStats", "check_actions", "DecentralizedTrainer", "NonFiniteError", "plot_metric",
-           "visualize_reward", "Elo", "FrozenAgent", "OpponentPool", "snapshot"]
+           "plot_run", "visualize_reward", "visualize_loss", "visualize_reward_loss", "animate_agent", "Animation",
+           "Elo", "FrozenAgent", "OpponentPool", "snapshot"]
