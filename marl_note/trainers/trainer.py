@@ -235,6 +235,10 @@ class DecentralizedTrainer:
         such as plots, are kept) or a ``.zip`` path; anything else is refused before training starts.
         ``resume_from`` continues a saved run with the same agents (their states, replay buffers,
         counters and history are loaded; episodes in flight when it was saved start afresh).
+        ``plot`` draws one figure of the run at the end to ``plot_path`` (``stats["plot_path"]``): test
+        metric, training reward, losses, exploration rates, batch size and other knobs, callbacks'
+        ``plot_series()`` (Elo). The run records them anyway (:mod:`marl_note.trainers.series`,
+        ``trainer.run_state``); :mod:`marl_note.trainers.plot`'s ``visualize_*(trainer)`` draw them.
         """
         session = self._prepare(agents, learning_mask, exploration_mask, test_agents, matchmaker, callbacks,
                                 checkpoint_path, resume_from, baseline)
