@@ -1,54 +1,205 @@
-"""Save a PNG of the test reward metric against training episodes (the original `visualize_reward`)."""
+"""Plots of a training run: the trainer's one figure per run, and the original library's ``visualize_*``.
+
+The figure has one panel per kind of series (see :mod:`marl_note.trainers.series`): the test
+reward metric, the training reward, the losses, the exploration rates (eps, temperature, noise),
+the batch size and other adapted knobs, the other update metrics, and the callbacks' series (an
+opponent pool's Elo rating); panels with nothing recorded are left out. The x axis is training
+episodes.
+
+The ``visualize_*`` functions take a trainer (its current or last run), a ``RunState``, a
+``{name: [(episodes, value), ...]}`` dict (``"test_metric"`` for the test history, other names
+placed by :func:`~marl_note.trainers.series.panel_of`) or, for :func:`visualize_reward`, the
+test history itself. They write a PNG atomically (default ``runs/<what>_<time>.png``), show it
+too when matplotlib uses an interactive backend (``show=None``; ``True``/``False`` force it),
+and return the file's absolute path. Writing never changes matplotlib's backend.
+
+Example:
+    >>> import tempfile, os
+    >>> series = {"test_metric": [(10, 0.2), (20, 0.6)], "loss": [(5, 1.0), (10, 0.7), (20, 0.4)]}
+    >>> path = visualize_reward_loss(series, os.path.join(tempfile.mkdtemp(), "run.png"), show=False)
+    >>> os.path.getsize(path) > 0
+    True
+"""
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from marl_note.atomic_files import write_atomically
+from marl_note.trainers.series import PANELS, panel_of
+
+Points = Sequence[tuple[int, float]]
+_FILE_BACKENDS = {"agg", "cairo", "pdf", "pgf", "ps", "svg", "template"}
 
 
-def plot_metric(history: Sequence[tuple[int, float]], path: str | None = None, title: str = "marl_note",
-                extra: Mapping[str, Sequence[tuple[int, float]]] | None = None) -> str:
-    """Write the plot atomically and return its absolute path (default ``runs/reward_<time>.png``).
+def check_plot_path(path: str | os.PathLike | None) -> str | None:
+    """``path`` as a string if it names a ``.png`` file (or is None); else a ValueError.
 
-    The file gets the usual permissions of a new file (``0o666`` less the umask), or keeps those
-    of the plot it replaces.
-
-    ``extra`` series (e.g. Elo ratings) are drawn against a second y axis.
+    Example:
+        >>> check_plot_path("runs/reward.jpg")
+        Traceback (most recent call last):
+        ...
+        ValueError: a plot path must end in .png (plots are written as PNG), got 'runs/reward.jpg'
     """
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
     if path is None:
-        path = os.path.join("runs", time.strftime("reward_%Y%m%d-%H%M%S.png"))
-    path = os.path.abspath(path)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fig, ax = plt.subplots(figsize=(6, 4))
-    xs = [h[0] for h in history]
-    ys = [h[1] for h in history]
-    ax.plot(xs, ys, marker="o", markersize=3)
-    ax.set_xlabel("training episodes")
-    ax.set_ylabel("test reward metric")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    if extra:
-        ax2 = ax.twinx()
-        for i, (label, series) in enumerate(extra.items()):
-            if series:
-                ax2.plot([p[0] for p in series], [p[1] for p in series], color=f"C{i + 1}", label=label)
-        ax2.set_ylabel(", ".join(extra))
-        ax2.legend(loc="lower right")
-    fig.tight_layout()
-    try:  # a temporary file beside the plot, renamed over it: the umask applies as to any new file
-        write_atomically(path, lambda f: fig.savefig(f, format="png"), suffix=".png")
-    finally:
-        plt.close(fig)
+        return None
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"a plot path must be a str or os.PathLike, got {type(path).__name__}")
+    path = os.fspath(path)
+    if not isinstance(path, str) or not path.lower().endswith(".png"):
+        raise ValueError(f"a plot path must end in .png (plots are written as PNG), got {path!r}")
     return path
 
 
-def visualize_reward(history: Sequence[tuple[int, float]], path: str | None = None) -> str:
-    """The original library's name for :func:`plot_metric`."""
-    return plot_metric(history, path)
+def _interactive() -> bool:
+    """True when matplotlib's backend shows figures (not a file-only backend such as Agg)."""
+    import matplotlib
+
+    return matplotlib.get_backend().lower() not in _FILE_BACKENDS
+
+
+def _panels(source: Any) -> dict[str, dict[str, list[tuple[int, float]]]]:
+    """``{panel: {label: points}}`` of a trainer, a RunState, a series dict or a test history."""
+    from marl_note.trainers.run_state import RunState
+
+    if hasattr(source, "run_state") and not isinstance(source, RunState):
+        state = source.run_state
+        if state is None:
+            raise ValueError(f"{type(source).__name__} has no run to plot yet: call train() first")
+        source = state
+    out: dict[str, dict[str, list[tuple[int, float]]]] = {panel: {} for panel in PANELS}
+    if isinstance(source, RunState):
+        out["test"]["test reward metric"] = list(source.history)
+        for name, s in source.series.items():
+            out[s.panel][name] = s.values()
+        return out
+    if isinstance(source, Mapping):
+        for name, points in source.items():
+            out[panel_of(str(name))][str(name)] = _points(points, f"series {name!r}")
+        return out
+    if isinstance(source, Sequence) and not isinstance(source, (str, bytes)):
+        out["test"]["test reward metric"] = _points(source, "the test history")
+        return out
+    raise TypeError(f"cannot plot a {type(source).__name__}: pass a trainer, a RunState, a "
+                    f"{{name: [(episodes, value), ...]}} dict or a list of (episodes, value) pairs")
+
+
+def _points(points: Any, what: str) -> list[tuple[int, float]]:
+    try:
+        return [(int(e), float(v)) for e, v in points]
+    except (TypeError, ValueError):
+        raise TypeError(f"{what} must be a list of (episodes, value) pairs, got {points!r:.80}") from None
+
+
+def _default_path(what: str) -> str:
+    return os.path.join("runs", time.strftime(f"{what}_%Y%m%d-%H%M%S.png"))
+
+
+def _draw(panels: Mapping[str, Mapping[str, Points]], path: str | None, what: str, title: str,
+          show: bool | None) -> str:
+    """Draw the non-empty panels (in :data:`PANELS` order) in one figure, save it atomically, maybe show it."""
+    path = os.path.abspath(check_plot_path(path) or _default_path(what))
+    drawn = [(p, {k: v for k, v in panels.get(p, {}).items() if v}) for p in PANELS]
+    drawn = [(p, lines) for p, lines in drawn if lines]
+    if not drawn:
+        raise ValueError(f"nothing to plot for the {what} plot: no {' or '.join(PANELS[p] for p in panels)} "
+                         f"recorded yet")
+    show = _interactive() if show is None else bool(show)
+    cols = 1 if len(drawn) == 1 else 2
+    rows = math.ceil(len(drawn) / cols)
+    size = (6.0, 4.0) if cols == 1 else (11.0, 3.2 * rows)
+    if show:
+        import matplotlib.pyplot as plt
+
+        fig = plt.figure(figsize=size)
+    else:  # a bare Figure: no pyplot state, no backend switch
+        from matplotlib.figure import Figure
+
+        fig = Figure(figsize=size)
+    axes = fig.subplots(rows, cols, squeeze=False).ravel()
+    for ax, (panel, lines) in zip(axes, drawn):
+        _draw_panel(ax, panel, lines)
+    for ax in axes[len(drawn):]:
+        ax.set_visible(False)
+    fig.suptitle(title)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    try:  # a temporary file beside the plot, renamed over it: the umask applies as to any new file
+        write_atomically(path, lambda f: fig.savefig(f, format="png"), suffix=".png")
+        if show:
+            import matplotlib.pyplot as plt
+
+            plt.show()
+    finally:
+        if show:
+            import matplotlib.pyplot as plt
+
+            plt.close(fig)
+    return path
+
+
+def _draw_panel(ax: Any, panel: str, lines: Mapping[str, Points]) -> None:
+    for i, (label, points) in enumerate(lines.items()):
+        xs, ys = [p[0] for p in points], [p[1] for p in points]
+        style = {"marker": "o", "markersize": 3} if panel == "test" or len(points) < 3 else {}
+        ax.plot(xs, ys, color=f"C{i}", label=label, **style)
+    values = [v for points in lines.values() for _, v in points]
+    if values and min(values) > 0 and max(values) / min(values) > 1e3:
+        ax.set_yscale("log")  # losses of very different sizes (PPO's policy and value losses)
+    ax.set_title(PANELS[panel], fontsize=10)
+    ax.set_xlabel("training episodes")
+    ax.grid(alpha=0.3)
+    if len(lines) > 1 or panel in ("exploration", "callbacks"):  # a lone loss or reward is named by the title
+        ax.legend(fontsize=8)
+
+
+def plot_run(run: Any, path: str | None = None, title: str = "marl_note", show: bool = False) -> str:
+    """The trainer's figure of a whole run (every panel with data); returns the PNG's absolute path.
+
+    ``run``: a trainer, a ``RunState`` or a series dict (see the module docstring). Default path
+    ``runs/reward_<time>.png``; the file gets the usual permissions of a new file (``0o666`` less
+    the umask), or keeps those of the plot it replaces.
+    """
+    return _draw(_panels(run), path, "reward", title, show)
+
+
+def plot_metric(history: Points, path: str | None = None, title: str = "marl_note",
+                extra: Mapping[str, Points] | None = None) -> str:
+    """The test reward metric against training episodes, ``extra`` series (e.g. Elo) in a panel beside it.
+
+    Returns the PNG's absolute path (default ``runs/reward_<time>.png``).
+    """
+    panels = _panels(list(history))
+    for label, points in (extra or {}).items():
+        panels["callbacks"][str(label)] = _points(points, f"extra series {label!r}")
+    return _draw(panels, path, "reward", title, show=False)
+
+
+def _only(source: Any, wanted: Sequence[str]) -> dict[str, dict[str, list[tuple[int, float]]]]:
+    panels = _panels(source)
+    return {p: panels[p] for p in wanted}
+
+
+def visualize_reward(source: Any, path: str | None = None, show: bool | None = None) -> str:
+    """The test reward metric and the training reward (the original library's name); returns the path.
+
+    ``source``: the test history ``[(episodes, metric), ...]`` (as before), a trainer, a
+    ``RunState`` or a series dict. Default path ``runs/reward_<time>.png``.
+    """
+    return _draw(_only(source, ("test", "reward")), path, "reward", "reward", show)
+
+
+def visualize_loss(source: Any, path: str | None = None, show: bool | None = None) -> str:
+    """Every learner's losses against training episodes; returns the path (default ``runs/loss_<time>.png``).
+
+    ``source``: a trainer, a ``RunState`` or a series dict. A ValueError if no loss was recorded.
+    """
+    return _draw(_only(source, ("loss",)), path, "loss", "loss", show)
+
+
+def visualize_reward_loss(source: Any, path: str | None = None, show: bool | None = None) -> str:
+    """Test metric, training reward and losses in one figure; returns the path (``runs/reward_loss_<time>.png``)."""
+    return _draw(_only(source, ("test", "reward", "loss")), path, "reward_loss", "reward and loss", show)

@@ -19,6 +19,7 @@ import numpy as np
 from marl_note.agents.checkpoints.format import CheckpointError, read_checkpoint, write_checkpoint
 from marl_note.agents.checkpoints.state_check import check_agent_state, check_replay_state, load_checked
 from marl_note.trainers.seats import learner_of
+from marl_note.trainers.series import Series, series_from_json, series_to_json
 
 KIND = "marl_note.run"
 
@@ -37,19 +38,32 @@ class RunState:
     training_time: float = 0.0
     history: list[tuple[int, float]] = field(default_factory=list)  # (episodes, test metric)
     recent_returns: list[list[float]] = field(default_factory=list)  # last 100 training episodes
+    series: dict[str, Series] = field(default_factory=dict)  # for the plots (see marl_note.trainers.series)
+
+    OPTIONAL = ("series",)  # counters that checkpoints written before them lack
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["best"] = None if self.best == -math.inf else self.best
         d["history"] = [[int(e), float(m)] for e, m in self.history]
+        d["series"] = series_to_json(self.series)
         return d
+
+    def all_series(self) -> dict[str, list[tuple[int, float]]]:
+        """``{"test_metric": history, name: points, ...}``: every recorded series as (episodes, value) pairs.
+
+        Example:
+            >>> RunState(history=[(10, 0.5)]).all_series()
+            {'test_metric': [(10, 0.5)]}
+        """
+        return {"test_metric": list(self.history), **{name: s.values() for name, s in self.series.items()}}
 
     @classmethod
     def from_json(cls, d: Any) -> RunState:
         """The counters of a run checkpoint; CheckpointError naming the first one of the wrong type."""
         if not isinstance(d, dict):
             raise CheckpointError(f"run checkpoint counters are {type(d).__name__}, expected an object")
-        missing = [k for k in cls.__dataclass_fields__ if k not in d]
+        missing = [k for k in cls.__dataclass_fields__ if k not in d and k not in cls.OPTIONAL]
         if missing:
             raise CheckpointError(f"run checkpoint counters are incomplete: missing {missing}")
         counts = {k: _count(d[k], k) for k in ("env_steps", "agent_steps", "episodes", "updates", "best_episode",
@@ -65,7 +79,8 @@ class RunState:
             raise CheckpointError(f"run checkpoint counter 'training_time' is negative ({time_})")
         return cls(**counts, best=-math.inf if best is None else best, training_time=time_,
                    history=[(_count(e, "history episodes"), _number(m, "history metric")) for e, m in history],
-                   recent_returns=[[_number(x, "recent_returns") for x in r] for r in recent])
+                   recent_returns=[[_number(x, "recent_returns") for x in r] for r in recent],
+                   series=series_from_json(d.get("series", {})))
 
 
 def _count(value: Any, name: str) -> int:

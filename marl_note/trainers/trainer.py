@@ -19,8 +19,10 @@ from marl_note.envs.vector import SyncVectorEnv
 from marl_note.trainers.callbacks import CallbackList, EpisodeEvents, metric_value, stop_value
 from marl_note.trainers.collector import Collector
 from marl_note.trainers.evaluation import baseline_opponents, evaluate_against, use_baseline
+from marl_note.trainers.plot import check_plot_path
 from marl_note.trainers.run_state import RunState, distinct, load_run, run_summary, save_run
-from marl_note.trainers.seats import check_learners, check_seats, positive_int, seat_flags
+from marl_note.trainers.seats import check_learners, check_seats, learner_of, positive_int, seat_flags
+from marl_note.trainers.series import Recorder, learner_labels
 from marl_note.types import EnvSpec
 
 Seats = Sequence[Agent] | Mapping[str, Agent]  # one agent per seat, in seat order or keyed by agent id
@@ -46,6 +48,7 @@ class _Session:
     test_agents_given: bool
     checkpoint_path: str | None
     collector: Collector | None = None
+    recorder: Recorder | None = None  # the run's series for the plot
     started: float = 0.0  # perf_counter() at the start, less the training time of a resumed run
     baseline_on: bool | None = None  # decided at the first test
     stopped: bool = False  # by stop_fn
@@ -130,7 +133,7 @@ class DecentralizedTrainer:
         self.shared_memory, self.processes = shared_memory, processes
         self.step_timeout = check_timeout("step_timeout", step_timeout)
         self.seed = seed
-        self.plot_path = plot_path
+        self.plot_path = check_plot_path(plot_path)  # a .png path, checked before any work
         probe = adapt(self.env_fn())
         try:
             self.spec: EnvSpec = make_spec(probe)
@@ -157,7 +160,8 @@ class DecentralizedTrainer:
     @property
     def run_state(self) -> RunState | None:
         """The counters of the current (or last) run (``env_steps``, ``episodes``, ``updates``,
-        ``history``, ...); None before the first ``train()``. Read them; the trainer writes them."""
+        ``history``, recorded ``series``, ...); None before the first ``train()``. Read them; the
+        trainer writes them."""
         return self._run
 
     def observation_space(self, agent: str):
@@ -255,6 +259,10 @@ class DecentralizedTrainer:
         such as plots, are kept) or a ``.zip`` path; anything else is refused before training starts.
         ``resume_from`` continues a saved run with the same agents (their states, replay buffers,
         counters and history are loaded; episodes in flight when it was saved start afresh).
+        ``plot`` draws one figure of the run at the end to ``plot_path`` (``stats["plot_path"]``): test
+        metric, training reward, losses, exploration rates, batch size and other knobs, callbacks'
+        ``plot_series()`` (Elo). The run records them anyway (:mod:`marl_note.trainers.series`,
+        ``trainer.run_state``); :mod:`marl_note.trainers.plot`'s ``visualize_*(trainer)`` draw them.
         """
         session = self._prepare(agents, learning_mask, exploration_mask, test_agents, matchmaker, callbacks,
                                 checkpoint_path, resume_from, baseline)
@@ -299,13 +307,16 @@ class DecentralizedTrainer:
                                       **EpisodeEvents(callback_list, self, run.episodes,
                                                       lambda returns: self._metric(returns[None], learn)).hooks())
         session.collector.reset(seed=self.seed if resume_from is None else _resume_seed(self.seed, run))
+        session.recorder = Recorder(run.series, learner_labels(self.spec.possible_agents, seats, learn,
+                                                               session.collector.learners, learner_of))
         return session
 
     def _loop(self, s: _Session, progress: bool) -> None:
         """Collect ``update_freq`` env steps, update every learner, test when due; until the budget is spent."""
         from marl_note.trainers.progress import Progress  # tqdm lives there
 
-        run = s.run
+        run, recorder = s.run, s.recorder
+        assert recorder is not None  # set by _prepare
         bar = Progress(self.episodes_per_train, enabled=progress)
         s.started = time.perf_counter() - run.training_time
         try:
@@ -315,8 +326,9 @@ class DecentralizedTrainer:
                 if run.episodes >= run.next_test or run.episodes >= self.episodes_per_train or self.stop_training:
                     self._periodic_test(s)
                 recent = self._recent_returns(run)
-                bar.update(run.episodes, env_steps=run.env_steps,
-                           train_reward=self._metric(recent, s.learn) if len(recent) and not s.baseline_on else None,
+                train_reward = self._metric(recent, s.learn) if len(recent) and not s.baseline_on else None
+                recorder.chunk(run.episodes, train_reward)
+                bar.update(run.episodes, env_steps=run.env_steps, train_reward=train_reward,
                            test_metric=run.history[-1][1] if run.history else None,
                            best=run.best if run.history else None,
                            **{k: v for k, v in s.last_metrics.items() if k in ("loss", "eps", "epsilon")})
@@ -347,10 +359,12 @@ class DecentralizedTrainer:
     def _update_learners(self, s: _Session) -> None:
         assert s.collector is not None  # set by _prepare
         learners: list[LearningAgent | JointLearner] = s.collector.learners
+        assert s.recorder is not None  # set by _prepare
         for index, learner in enumerate(learners):
             s.callbacks.fire("on_batch_begin", self, s.batches,
                              {"learner": index, "episodes": s.run.episodes, "env_steps": s.run.env_steps})
             metrics = learner.update(self.batch_size) or {}
+            s.recorder.update(index, s.run.episodes, metrics, self.batch_size)
             s.run.updates += int(metrics.get("gradient_steps", 0))
             s.last_metrics = {k: float(cast(Any, v)) for k, v in metrics.items() if np.isscalar(v)}
             s.callbacks.fire("on_batch_end", self, s.batches, metrics)
@@ -379,6 +393,8 @@ class DecentralizedTrainer:
             if self.save_best_fn is not None:
                 self.save_best_fn(run.episodes)
         s.callbacks.fire("on_test_end", self, result, run.episodes)  # the run already holds this test
+        if s.recorder is not None:
+            s.recorder.callbacks(s.callbacks.plot_series())
         if self.stop_fn is not None and stop_value(self.stop_fn(metric, run.episodes)):
             s.stopped = True
         if s.checkpoint_path is not None:
@@ -391,6 +407,8 @@ class DecentralizedTrainer:
 
     def _summarise(self, s: _Session, plot: bool) -> dict[str, Any]:
         """Final checkpoint and ``save_last_fn``, the returned statistics, ``on_train_end``, the plot."""
+        if s.recorder is not None:
+            s.recorder.callbacks(s.callbacks.plot_series())
         if s.checkpoint_path is not None:
             self.save_checkpoint(s.checkpoint_path)
         if self.save_last_fn is not None:
@@ -400,11 +418,12 @@ class DecentralizedTrainer:
         out["stopped_by_stop_training"] = bool(self.stop_training)
         s.callbacks.fire("on_train_end", self, out)
         if plot and s.run.history:
-            from marl_note.trainers.plot import plot_metric
+            from marl_note.trainers.plot import plot_run
 
-            out["plot_path"] = plot_metric(s.run.history, self.plot_path, extra=s.callbacks.plot_series())
-            print(f"marl_note: wrote the reward-metric plot to {out['plot_path']}")
+            out["plot_path"] = plot_run(s.run, self.plot_path)
+            print(f"marl_note: wrote the training plot to {out['plot_path']}")
         return out
+
 
     def save_checkpoint(self, path: str, include_replay: bool = True) -> str:
         """Save the current (or last) run: every distinct agent's state, replay, counters, history.

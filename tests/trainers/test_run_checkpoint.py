@@ -21,6 +21,7 @@ def test_save_and_resume_a_whole_run(tmp_path):
     path = str(tmp_path / "run")
     trainer, agent = make(20)
     first = trainer.train([agent], learning_mask=[1], plot=False, progress=False, checkpoint_path=path)
+    assert {"loss", "eps", "q_mean", "batch_size", "train_reward"} <= set(trainer.run_state.series)  # plot series
     obs = np.random.default_rng(0).normal(size=(32, 4)).astype(np.float32)
     q_saved = agent.q_values(obs)
 
