@@ -321,7 +321,7 @@ class RLCore(AgentCore):
     # -- storing ---------------------------------------------------------------------------------------
     def observe(self, transitions: Transitions) -> None:
         check_transitions(transitions, self.encoder)
-        (self._feed or self.replay).add(transitions)
+        (self.replay if self._feed is None else self._feed).add(transitions)
         self.agent_steps += len(transitions)
         if self.policy is not None and hasattr(self.policy, "step"):
             self.policy.step(len(transitions))
