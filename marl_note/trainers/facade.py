@@ -31,9 +31,9 @@ and the other saving attributes become
 ``marl_note.trainers.checkpointing.CheckpointManager(path, save_freq, max_save_files,
 save_param_only, save_best_only, save_top_k, save_last)`` (see :func:`run_callbacks`). Any other
 keyword is one of the trainer's own settings (``num_train_envs``, ``test_freq``, ``seed``, ...,
-``plot``, ``checkpoint_path``, ...); the defaults here: one train and one test env (or one per
-worker process), an update round every 16 vector steps, 5 test episodes every tenth of the run,
-no plot.
+``plot``, ``checkpoint_path``, ...); the defaults here: one train env (or one per worker
+process), an update round every 16 vector steps, a test of 5 greedy episodes (on 5 envs side by
+side) after every fifth of the run, no plot.
 """
 from __future__ import annotations
 
@@ -184,7 +184,7 @@ def _trainer(agent: Any, env: Any, processes: int | None, settings: dict[str, An
         if processes in (None, last_processes) and (not settings or settings == last_settings):
             return cached[2]
     envs = settings.get("num_train_envs", processes or 1)
-    defaults = {"num_train_envs": envs, "num_test_envs": 1, "episodes_per_test": 5, "update_freq": 16 * envs}
+    defaults = {"num_train_envs": envs, "num_test_envs": 5, "episodes_per_test": 5, "update_freq": 16 * envs}
     trainer = DecentralizedTrainer(env_source(env), processes=processes, **{**defaults, **settings})
     agent.__dict__["_facade"] = (env, (processes, dict(settings)), trainer)
     return trainer
@@ -247,7 +247,7 @@ def train_agent(agent: Any, episodes: int, env: Any = None, pool_network: bool =
     if batch is not None:
         trainer.batch_size = batch
     if "test_freq" not in settings:
-        trainer.test_freq = max(1, episodes // 10)
+        trainer.test_freq = max(1, episodes // 5)
     seats = _seats(agent, trainer)
     train_options.setdefault("plot", False)
     started = time.perf_counter()
