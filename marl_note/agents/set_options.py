@@ -100,16 +100,21 @@ def apply_set(agent: Any, given: Mapping[str, Any]) -> None:
             agent.reconfigure(**changes)
     else:
         changes, fresh, her = _builtin(agent, opts)
-        if "her" in changes and changes["her"] and "compute_reward" not in changes:
+        pending = agent.__dict__.get("_her_pending")
+        if changes.get("her") and "compute_reward" not in changes:
             reward = compute_reward_of(agent.env) if agent.env is not None else None
-            if reward is None:  # bound when train() knows the env
-                agent.__dict__["_her_pending"] = changes.pop("her")
+            if reward is None:  # HER is switched on by train(), which knows the env
+                pending = changes.pop("her")
             else:
                 changes["compute_reward"] = reward
         elif her is False:
-            agent.__dict__.pop("_her_pending", None)
+            pending = None
         if changes:
             _rebuild(agent, changes, fresh)
+        if pending is None:
+            agent.__dict__.pop("_her_pending", None)
+        else:
+            agent.__dict__["_her_pending"] = pending
     agent.run_options.update(run)
 
 

@@ -41,7 +41,6 @@ import copy
 import functools
 import importlib
 import inspect
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -220,8 +219,8 @@ def train_agent(agent: Any, episodes: int, env: Any = None, pool_network: bool =
     for name, value in (("window_size", window_size), ("clearing_freq", clearing_freq)):
         if value is not None:
             raise ValueError(f"train({name}=...) shapes the per-process replay pools of the original asynchronous "
-                             f"pool network (actors and learner in parallel), which marl_note does not have yet "
-                             f"(planned: the actor-learner pool); processes=N runs the envs in worker processes")
+                             f"pool network (actors and a learner in parallel): it needs the actor-learner pool of "
+                             f"issue #11, not available yet; processes=N runs the envs in worker processes")
     if pool_network and processes is None:
         raise ValueError("train(pool_network=True) runs the envs in worker processes: give processes=N")
     if processes is not None:
@@ -250,13 +249,11 @@ def train_agent(agent: Any, episodes: int, env: Any = None, pool_network: bool =
         trainer.test_freq = max(1, episodes // 5)
     seats = _seats(agent, trainer)
     train_options.setdefault("plot", False)
-    started = time.perf_counter()
     try:
         stats = trainer.train(seats, learning_mask=[1] * len(seats), progress=False,
                               callbacks=[*own, *(callbacks or ())], **train_options)
     finally:
         trainer.close()  # worker processes end with the call; the trainer (and its history) is kept
-    stats.setdefault("wall_time", time.perf_counter() - started)
     return stats
 
 

@@ -1,4 +1,4 @@
-"""The original library's RL options on user-defined agents: IRL, TRL, PR (td_error), num_steps, update_param periods."""
+"""The original library's RL options on user-defined agents: IRL, TRL, PR (td_error), num_steps, update_param."""
 import importlib
 
 import gymnasium as gym
@@ -82,7 +82,8 @@ def episodes(n_episodes=3, length=5, seed=0):
     n = n_episodes * length
     done = (np.arange(n) % length) == length - 1
     return Transitions(obs=rng.uniform(-1, 1, (n, 3)).astype(np.float32), act=rng.integers(0, 2, n),
-                       rew=rng.normal(size=n).astype(np.float32), next_obs=rng.uniform(-1, 1, (n, 3)).astype(np.float32),
+                       rew=rng.normal(size=n).astype(np.float32),
+                       next_obs=rng.uniform(-1, 1, (n, 3)).astype(np.float32),
                        terminated=done, truncated=np.zeros(n, bool), stream=np.zeros(n, np.int64))
 
 

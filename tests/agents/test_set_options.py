@@ -102,6 +102,13 @@ def test_her_takes_compute_reward_from_the_env_now_or_at_train():
         other.set(PR=True)
     other.set(HER=False, PR=True)
     assert isinstance(other.replay, PrioritizedReplayBuffer)
+    waiting = algo("DDPG")(env.observation_space, env.action_space, hidden_sizes=(8,), learning_starts=4, seed=0)
+    obs = {k: np.zeros((4, 2), np.float32) for k in ("observation", "achieved_goal", "desired_goal")}
+    waiting.observe(Transitions(obs=obs, act=np.zeros((4, 2)), rew=np.zeros(4), next_obs=obs,
+                                terminated=np.zeros(4, bool), truncated=np.zeros(4, bool)))
+    with pytest.raises(ValueError, match="would discard the 4 transitions"):
+        waiting.set(HER=True, pool_size=50)  # refused as a whole: HER does not stay waiting either
+    assert "_her_pending" not in waiting.__dict__ and waiting.replay.capacity == 100_000
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
