@@ -1,5 +1,6 @@
 """agent.train(...): the original arguments mapped onto DecentralizedTrainer, or refused before any work."""
 import importlib
+import importlib.util
 import multiprocessing
 import subprocess
 import sys
