@@ -213,7 +213,7 @@ def train_agent(agent: Any, episodes: int, env: Any = None, pool_network: bool =
         >>> stats["num_collected_episodes"] >= 4, agent.env
         (True, 'CartPole-v1')
     """
-    from marl_note.agents.set_options import bind_env, set_compile
+    from marl_note.agents.train_bindings import bind_env, set_compile
 
     episodes = positive_int("episodes", episodes)
     for name, value in (("window_size", window_size), ("clearing_freq", clearing_freq)):

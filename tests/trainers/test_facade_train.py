@@ -130,7 +130,7 @@ def test_goal_env_instance_without_a_spec_and_her_bound_at_train():
 
 
 def test_jit_compile_is_the_agents_compile_option():
-    from marl_note.agents.set_options import set_compile
+    from marl_note.agents.train_bindings import set_compile
 
     tf_dqn = importlib.import_module("marl_note.agents.tf").DQN if importlib.util.find_spec("tensorflow") else None
     if tf_dqn is not None:
