@@ -33,6 +33,7 @@ import gymnasium as gym
 import numpy as np
 
 from marl_note.agents.checkpoints.saving import Saving
+from marl_note.agents.workflow import Workflow
 from marl_note.rng import rng_from_array, rng_to_array
 
 __all__ = ["AgentCore", "LEGACY_STATE_KEYS"]
@@ -41,12 +42,14 @@ __all__ = ["AgentCore", "LEGACY_STATE_KEYS"]
 LEGACY_STATE_KEYS = ("torch_rng",)
 
 
-class AgentCore(Saving):
+class AgentCore(Workflow, Saving):
     """Spaces, seeding, counters and numpy state of a built-in agent; ``self.nets`` does the math.
 
     ``rng`` drives exploration and replay sampling; ``init_rng`` (seeded from it) draws the initial
     weights, identically for both backends. Subclasses build ``self.nets = self.Networks(...)`` in
     their ``__init__`` and add their own state through ``_extra_state`` / ``_load_extra_state``.
+    The original library's workflow (``set``, ``train``, ``visualize_*``) comes from
+    :class:`~marl_note.agents.workflow.Workflow`.
     """
 
     Networks: ClassVar[type]  # the backend's networks class, set by the public class

@@ -56,6 +56,7 @@ class DQNConfig:
     learning_starts: int = 1000
     double: bool = True
     target_update: int = 100
+    target_update_agent_steps: int | None = None
     tau: float | None = None
     criterion: str = "huber"
     max_grad_norm: float | None = 10.0
@@ -88,7 +89,13 @@ class DQNConfig:
         put("learning_starts", non_negative_int("learning_starts", self.learning_starts,
                                                 "transitions stored before the first gradient step"))
         put("target_update", positive_int("target_update", self.target_update, "gradient steps between target copies"))
+        put("target_update_agent_steps", optional(positive_int, "target_update_agent_steps",
+                                                  self.target_update_agent_steps,
+                                                  "agent steps between target copies"))
         put("tau", optional(open_unit_interval, "tau", self.tau, "the Polyak step of the target network"))
+        if self.tau is not None and self.target_update_agent_steps is not None:
+            raise ValueError("give tau (the target follows after every gradient step) or "
+                             "target_update_agent_steps (copied every that many agent steps), not both")
         put("max_grad_norm", optional(positive_float, "max_grad_norm", self.max_grad_norm))
         put("replay_ratio", non_negative_float("replay_ratio", self.replay_ratio,
                                                "gradient steps per new transition"))
@@ -145,8 +152,10 @@ class DQNCore(AgentCore):
     ``update_steps`` gradient steps, or ``max(1, round(replay_ratio * new transitions since the
     last call))`` when that is None, and none until ``learning_starts`` transitions are stored.
     With ``tau`` set the target network follows by Polyak averaging after every step; otherwise it
-    is copied every ``target_update`` steps. A ``replay`` with prioritized sampling (batches
-    carrying ``weights``) gets importance-weighted losses and ``update_priorities`` calls.
+    is copied every ``target_update`` steps, or, with ``target_update_agent_steps=n``, at the end of
+    the first ``update()`` call after every ``n`` agent steps (transitions observed) instead. A
+    ``replay`` with prioritized sampling (batches carrying ``weights``) gets importance-weighted
+    losses and ``update_priorities`` calls.
     ``criterion`` is ``"huber"`` or ``"mse"``; gradients are clipped to ``max_grad_norm``.
 
     The Q-network is an MLP (``hidden_sizes``, ``activation``); ``dueling=True`` makes it a
@@ -189,6 +198,7 @@ class DQNCore(AgentCore):
                  lr: float = DQNConfig.lr, gamma: float = DQNConfig.gamma, buffer_size: int = DQNConfig.buffer_size,
                  learning_starts: int = DQNConfig.learning_starts, double: bool = DQNConfig.double,
                  target_update: int = DQNConfig.target_update, tau: float | None = DQNConfig.tau,
+                 target_update_agent_steps: int | None = DQNConfig.target_update_agent_steps,
                  criterion: str = DQNConfig.criterion, max_grad_norm: float | None = DQNConfig.max_grad_norm,
                  replay_ratio: float = DQNConfig.replay_ratio, update_steps: int | None = DQNConfig.update_steps,
                  policy: Any = None, replay: Any = None, seed: int | None = None, device: Any = "cpu",
@@ -204,6 +214,7 @@ class DQNCore(AgentCore):
         self.cfg = cfg = DQNConfig(
             hidden_sizes=hidden_sizes, activation=activation, lr=lr, gamma=gamma, buffer_size=buffer_size,
             learning_starts=learning_starts, double=double, target_update=target_update, tau=tau,
+            target_update_agent_steps=target_update_agent_steps,
             criterion=criterion, max_grad_norm=max_grad_norm, replay_ratio=replay_ratio, update_steps=update_steps,
             policy=policy, replay=replay, PR=PR, alpha=alpha, beta=beta, initial_TD=initial_TD, num_steps=num_steps,
             her=her, compute_reward=compute_reward, augment=augment, dueling=dueling)
@@ -217,6 +228,7 @@ class DQNCore(AgentCore):
                                 seed=None if cfg.replay is not None else int(self.rng.integers(0, 2**63 - 1)))
         self.replay = self._feed.replay
         self._new_transitions = 0
+        self._target_block = 0  # agent_steps // target_update_agent_steps at the last target copy
         q = q_net_weights("q_net", self.encoder.dim, self.n_actions, cfg, self.init_rng)
         target = {"target_net" + k[len("q_net"):]: v.copy() for k, v in q.items()}
         self.nets = self.Networks({**q, **target}, cfg, device=self.device, compile=self.compile)
@@ -271,7 +283,7 @@ class DQNCore(AgentCore):
         self.updates += 1
         if self.cfg.tau is not None:
             self.nets.sync("target_net", "q_net", self.cfg.tau)
-        elif self.updates % self.cfg.target_update == 0:
+        elif self.cfg.target_update_agent_steps is None and self.updates % self.cfg.target_update == 0:
             self.nets.sync("target_net", "q_net")
         if batch.weights is not None and hasattr(self.replay, "update_priorities"):
             self.replay.update_priorities(batch.indices, td_abs)
@@ -286,6 +298,10 @@ class DQNCore(AgentCore):
         if not steps:
             return {"gradient_steps": 0}
         metrics: dict[str, Any] = mean_metrics(lambda: self.learn(self.replay.sample(batch_size)), steps)
+        period = cfg.target_update_agent_steps
+        if period is not None and self.agent_steps // period > self._target_block:
+            self._target_block = self.agent_steps // period
+            self.nets.sync("target_net", "q_net")
         metrics.update({k: float(v) for k, v in getattr(self.policy, "metrics", dict)().items()})
         metrics["gradient_steps"] = steps
         return metrics
@@ -293,12 +309,16 @@ class DQNCore(AgentCore):
     # -- state -------------------------------------------------------------------------------------
     def _extra_state(self) -> dict[str, np.ndarray]:
         state = {"new_transitions": np.asarray(self._new_transitions, np.int64)}
+        if self.cfg.target_update_agent_steps is not None:
+            state["target_block"] = np.asarray(self._target_block, np.int64)
         if hasattr(self.policy, "state_dict"):
             state.update({f"policy.{k}": np.asarray(v) for k, v in self.policy.state_dict().items()})
         return state
 
     def _load_extra_state(self, state: Mapping[str, Any]) -> None:
         self._new_transitions = int(np.asarray(state.get("new_transitions", 0)))
+        if self.cfg.target_update_agent_steps is not None:
+            self._target_block = int(np.asarray(state.get("target_block", 0)))
         if hasattr(self.policy, "load_state_dict"):
             self.policy.load_state_dict({k[len("policy."):]: v for k, v in state.items() if k.startswith("policy.")})
 

@@ -13,8 +13,19 @@ and define:
   float) are float32 ``[B]``. Return one scalar loss for ``self.optimizer``, or a list with one
   loss per optimiser when you set ``self.optimizers = [...]``. The sampled numpy batch is
   ``self.batch`` (for ``next_mask``, importance ``weights``, ...).
-- ``update_param()`` (optional): called after every gradient step, e.g. to sync a target network
-  with ``hard_update`` / ``soft_update``; ``self.updates`` counts the steps.
+- ``update_param()`` (optional): called after every gradient step (or every
+  ``update_param_steps`` agent steps / ``update_param_batches`` gradient steps), e.g. to sync a
+  target network with ``hard_update`` / ``soft_update``; ``self.updates`` counts the steps.
+- ``td_error(s, a, next_s, r, d)`` (with ``PR=True``): ``|TD|`` per batch item, the new
+  priorities; called without gradients after each gradient step on the same batch.
+
+The original library's options (see :class:`~marl_note.agents.rl_config.RLConfig`): ``num_steps``
+(n-step rows, ``self.batch.discount``), ``PR`` (prioritized replay, ``self.batch.weights``),
+``TRL`` (the loss gets ordered step triplets of one episode: every argument gains a pair axis,
+``s`` ``[B, 2, ...]`` holding ``(s_i, s_k)``, ``next_s`` ``(s_k, s_j)``; see
+:class:`~marl_note.replay.triplet.TripletReplayBuffer`) and ``IRL`` (``action(s)`` returns
+``(output, aux)``: acting uses ``output``, ``self.aux`` holds the last acting batch's ``aux`` as
+numpy, and the loss gets ``aux`` for its batch by calling ``self.action(s)``).
 
 :class:`RLCore` is everything of that base class that is numpy: ``act`` (greedy: masked argmax
 for Discrete, the raw output for Box; exploring: the ``policy`` from
@@ -28,88 +39,31 @@ and ``__call__``, takes the checked optimiser steps and reads and writes their n
 """
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
-from marl_note import validation
 from marl_note.agents.checkpoints.restoring import backend_of
 from marl_note.agents.core import AgentCore
 from marl_note.agents.exploration.masked import masked_argmax
 from marl_note.agents.exploration.noise import GaussianWhiteNoiseProcess
 from marl_note.agents.exploration.policies import EpsGreedyQPolicy
+from marl_note.agents.rl_config import REPLAY_FIELDS, RLConfig, discover, loss_list, loss_metrics
 from marl_note.agents.schedule import run_update_schedule
 from marl_note.agents.spaces import ObsEncoder, check_mask, check_transitions
+from marl_note.replay.feed import ReplayFeed
+from marl_note.replay.triplet import TripletReplayBuffer
 from marl_note.types import Transitions
 
 __all__ = ["RLConfig", "RLCore", "discover", "loss_list"]
 
 _SIGNATURES = {"action": "action(self, s)", "__call__": "__call__(self, s, a, next_s, r, d) returning the loss"}
-
-
-@dataclass(frozen=True)
-class RLConfig:
-    """The hyperparameters the RL base class itself uses (the user's class adds its own).
-
-    Example:
-        >>> RLConfig(learning_starts=8).update_steps
-        1
-        >>> RLConfig(gamma=1.5)
-        Traceback (most recent call last):
-        ...
-        ValueError: gamma must be in [0, 1] (the discount factor), got 1.5
-    """
-
-    buffer_size: int = 100_000
-    learning_starts: int = 1000
-    update_steps: int = 1
-    gamma: float = 0.99
-    max_grad_norm: float | None = None
-
-    def __post_init__(self) -> None:
-        checked = {
-            "buffer_size": validation.positive_int("buffer_size", self.buffer_size, "transitions the replay holds"),
-            "learning_starts": validation.non_negative_int("learning_starts", self.learning_starts,
-                                                           "stored transitions before the first update"),
-            "update_steps": validation.non_negative_int("update_steps", self.update_steps,
-                                                        "gradient steps per update() call"),
-            "gamma": validation.unit_interval("gamma", self.gamma, "the discount factor"),
-            "max_grad_norm": validation.optional(validation.positive_float, "max_grad_norm", self.max_grad_norm,
-                                                 "the gradient norm clip"),
-        }
-        for name, value in checked.items():
-            object.__setattr__(self, name, value)
-
-
-def discover(agent: Any, module_type: type, optimizer_type: type) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The user's networks and optimisers on ``agent``: ``({attribute: module}, {name: optimizer})``.
-
-    Optimisers are one attribute (any name) or a list ``agent.optimizers``, named ``optimizers.<i>``.
-
-    Example:
-        >>> from types import SimpleNamespace
-        >>> discover(SimpleNamespace(q=1.0, target=2.0, optimizer="adam", n=3), float, str)
-        ({'q': 1.0, 'target': 2.0}, {'optimizer': 'adam'})
-    """
-    nets = {k: v for k, v in vars(agent).items() if isinstance(v, module_type)}
-    optims = {k: v for k, v in vars(agent).items() if isinstance(v, optimizer_type)}
-    many = getattr(agent, "optimizers", None)
-    if many is not None:
-        if not isinstance(many, (list, tuple)) or not all(isinstance(o, optimizer_type) for o in many):
-            raise TypeError(f"self.optimizers must be a list of {optimizer_type.__module__.split('.')[0]} optimizers")
-        if optims:
-            raise TypeError(f"set either self.optimizers or single optimizer attributes, not both "
-                            f"(found {sorted(optims)})")
-        optims = {f"optimizers.{i}": o for i, o in enumerate(many)}
-    elif len(optims) > 1:
-        raise TypeError(f"several optimizer attributes {sorted(optims)}: put them in a list "
-                        f"self.optimizers = [...] and return one loss per optimizer")
-    return nets, optims
+_KEEP: Any = object()  # "leave unchanged" for RLCore.reconfigure
 
 
 class RLCore(AgentCore):
@@ -146,21 +100,26 @@ class RLCore(AgentCore):
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, *, policy: Any = None,
                  noise: Any = None, buffer_size: int = 100_000, learning_starts: int = 1000, update_steps: int = 1,
-                 gamma: float = 0.99, max_grad_norm: float | None = None, seed: int | None = None, **backend: Any):
+                 gamma: float = 0.99, max_grad_norm: float | None = None, num_steps: int = 1, PR: bool = False,
+                 alpha: float = 0.6, beta: float = 0.4, initial_TD: float = 1.0, TRL: bool = False,
+                 IRL: bool = False, update_param_steps: int | None = None, update_param_batches: int | None = None,
+                 seed: int | None = None, **backend: Any):
         super().__init__(observation_space, action_space, seed=seed)
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
         if not self.discrete and not isinstance(action_space, gym.spaces.Box):
             raise TypeError(f"RL agents support Discrete and Box action spaces, got {action_space!r}")
-        self.cfg = RLConfig(buffer_size=buffer_size, learning_starts=learning_starts, update_steps=update_steps,
-                            gamma=gamma, max_grad_norm=max_grad_norm)
+        cfg = RLConfig(buffer_size=buffer_size, learning_starts=learning_starts, update_steps=update_steps,
+                       gamma=gamma, max_grad_norm=max_grad_norm, num_steps=num_steps, PR=PR, alpha=alpha, beta=beta,
+                       initial_TD=initial_TD, TRL=TRL, IRL=IRL, update_param_steps=update_param_steps,
+                       update_param_batches=update_param_batches)
         self._check_explorers(policy, noise)
+        self._check_td_error(cfg)
         accepted = inspect.signature(self.Networks).parameters
         unknown = sorted(set(backend) - set(accepted))
         if unknown:
             raise TypeError(f"{type(self).__name__}: unexpected argument(s) {unknown}; the "
-                            f"{backend_of(type(self))} RL takes {sorted(accepted)} besides {sorted(vars(self.cfg))}")
-        self.gamma, self.max_grad_norm = self.cfg.gamma, self.cfg.max_grad_norm
-        self.learning_starts, self.update_steps = self.cfg.learning_starts, self.cfg.update_steps
+                            f"{backend_of(type(self))} RL takes {sorted(accepted)} besides {sorted(vars(cfg))}")
+        self._set_config(cfg)
         self.encoder = ObsEncoder(observation_space)
         self.obs_dim = self.encoder.dim
         self.policy: Any = None
@@ -171,13 +130,31 @@ class RLCore(AgentCore):
         else:
             self.noise = noise if noise is not None else GaussianWhiteNoiseProcess(
                 sigma=0.1, size=action_space.shape, seed=int(self.rng.integers(0, 2**63 - 1)))
-        from marl_note.replay import ReplayBuffer
-        self.replay = ReplayBuffer(self.cfg.buffer_size, observation_space, action_space,
-                                   seed=int(self.rng.integers(0, 2**63 - 1)))
+        self._build_replay()
         self.batch: Transitions | None = None
+        self.aux: Any = None  # with IRL: the auxiliary output of the last acting batch
+        self._param_block = 0  # with update_param_steps: agent_steps // update_param_steps at the last call
         self.nets = self.Networks(**backend)
         self.device = self.nets.device
         self._rl_initialised = True
+
+    def _set_config(self, cfg: RLConfig) -> None:
+        self.cfg = cfg
+        self.gamma, self.max_grad_norm = cfg.gamma, cfg.max_grad_norm
+        self.learning_starts, self.update_steps = cfg.learning_starts, cfg.update_steps
+
+    def _build_replay(self) -> None:
+        """``self.replay`` (and ``self._feed`` in front of it, None for TRL) from ``self.cfg``."""
+        cfg, seed = self.cfg, int(self.rng.integers(0, 2**63 - 1))
+        if cfg.TRL:
+            self._feed: ReplayFeed | None = None
+            self.replay: Any = TripletReplayBuffer(cfg.buffer_size, self.observation_space, self.action_space,
+                                                   seed=seed)
+        else:
+            self._feed = ReplayFeed(self.observation_space, self.action_space, buffer_size=cfg.buffer_size,
+                                    gamma=cfg.gamma, PR=cfg.PR, alpha=cfg.alpha, beta=cfg.beta,
+                                    initial_TD=cfg.initial_TD, num_steps=cfg.num_steps, seed=seed)
+            self.replay = self._feed.replay
 
     def _check_explorers(self, policy: Any, noise: Any) -> None:
         if policy is not None and not self.discrete:
@@ -188,6 +165,34 @@ class RLCore(AgentCore):
             raise TypeError(f"policy must have select(values, mask, rng), got {type(policy).__name__}")
         if noise is not None and not callable(getattr(noise, "sample", None)):
             raise TypeError(f"noise must have sample(), got {type(noise).__name__}")
+
+    def _check_td_error(self, cfg: RLConfig) -> None:
+        if cfg.PR and type(self).td_error is RLCore.td_error:
+            raise TypeError(f"PR=True: {type(self).__name__} must define td_error(self, s, a, next_s, r, d) "
+                            f"returning |TD| per batch item (the new priorities)")
+
+    def reconfigure(self, policy: Any = _KEEP, noise: Any = _KEEP, **changes: Any) -> None:
+        """Change the base class's options in place (what ``set()`` does on an RL subclass).
+
+        ``changes`` are :class:`RLConfig` fields. Everything is checked before anything changes; a
+        change of a replay option rebuilds the replay buffer, which must still be empty.
+        """
+        cfg = dataclasses.replace(self.cfg, **changes)
+        self._check_explorers(None if policy is _KEEP else policy, None if noise is _KEEP else noise)
+        self._check_td_error(cfg)
+        rebuild = any(getattr(cfg, f) != getattr(self.cfg, f) for f in REPLAY_FIELDS)
+        held = len(self.replay) + int(getattr(self.replay, "num_pending", 0))
+        if rebuild and held:
+            raise ValueError(f"changing the replay options of {type(self).__name__} would discard the {held} "
+                             f"transitions its replay buffer holds; change them before training")
+        self._set_config(cfg)
+        if rebuild:
+            self._build_replay()
+        if policy is not _KEEP and policy is not None:
+            self.policy = policy
+        if noise is not _KEEP and noise is not None:
+            self.noise = noise
+        self._param_block = self.agent_steps // cfg.update_param_steps if cfg.update_param_steps else 0
 
     # -- to be defined by subclasses --------------------------------------------------------------
     def action(self, s: Any) -> Any:
@@ -200,6 +205,10 @@ class RLCore(AgentCore):
 
     def update_param(self) -> None:
         """Called after each gradient step (target network sync); nothing by default."""
+
+    def td_error(self, s: Any, a: Any, next_s: Any, r: Any, d: Any) -> Any:
+        """``|TD|`` per batch item, the priorities of prioritized replay (``PR=True``); define it to use PR."""
+        raise NotImplementedError
 
     # -- helpers for subclasses ------------------------------------------------------------------------
     @classmethod
@@ -243,19 +252,39 @@ class RLCore(AgentCore):
         return np.asarray(arr, np.float32)
 
     def batch_arrays(self, batch: Transitions) -> tuple[np.ndarray, ...]:
-        """``(s, a, next_s, r, d)`` of a replay batch as the numpy arrays ``__call__`` receives as tensors."""
+        """``(s, a, next_s, r, d)`` of a replay batch as the numpy arrays ``__call__`` receives as tensors.
+
+        With ``TRL`` every array has a pair axis after the batch axis (see the module docstring).
+        """
+        lead = (len(batch), 2) if self.cfg.TRL else (len(batch),)
+        n = math.prod(lead)
+
+        def obs(x: Any, name: str) -> np.ndarray:
+            arr = self.obs_array(np.asarray(x).reshape(n, *np.shape(x)[len(lead):]), name)
+            return arr.reshape(*lead, *arr.shape[1:])
+
         a: np.ndarray
         if self.discrete:
-            a = np.asarray(batch.act, np.int64) - self.action_start
+            a = np.asarray(batch.act, np.int64).reshape(lead) - self.action_start
         else:
-            a = np.asarray(batch.act, np.float32).reshape(len(batch), *self._box.shape)
-        return (self.obs_array(batch.obs), a, self.obs_array(batch.next_obs, "next_obs"),
-                np.asarray(batch.rew, np.float32), np.asarray(batch.terminated, np.float32))
+            a = np.asarray(batch.act, np.float32).reshape(*lead, *self._box.shape)
+        return (obs(batch.obs, "obs"), a, obs(batch.next_obs, "next_obs"),
+                np.asarray(batch.rew, np.float32).reshape(lead), np.asarray(batch.terminated, np.float32).reshape(lead))
 
     # -- acting ----------------------------------------------------------------------------------------
     def act(self, obs: Any, mask: Any = None, explore: bool = False) -> np.ndarray:
         s = self.obs_array(obs)
-        return self._select(self.nets.forward(self, s), len(s), mask, explore)
+        out = self.nets.forward(self, s)
+        name = type(self).__name__
+        if self.cfg.IRL:
+            if not isinstance(out, tuple) or len(out) != 2:
+                raise ValueError(f"{name} has IRL=True: action(s) must return (output, aux), got "
+                                 f"{type(out).__name__}")
+            out, self.aux = out
+        elif isinstance(out, tuple):
+            raise ValueError(f"{name}.action returned a tuple of {len(out)}; return one output, or (output, aux) "
+                             f"with IRL=True (set(IRL=True)) when the second entry is an auxiliary output")
+        return self._select(np.asarray(out), len(s), mask, explore)
 
     def _select(self, out: np.ndarray, batch: int, mask: Any, explore: bool) -> np.ndarray:
         """Greedy or exploring actions from the forward pass ``out`` of ``action(s)``."""
@@ -293,23 +322,37 @@ class RLCore(AgentCore):
     # -- storing ---------------------------------------------------------------------------------------
     def observe(self, transitions: Transitions) -> None:
         check_transitions(transitions, self.encoder)
-        self.replay.add(transitions)
+        (self.replay if self._feed is None else self._feed).add(transitions)
         self.agent_steps += len(transitions)
         if self.policy is not None and hasattr(self.policy, "step"):
             self.policy.step(len(transitions))
 
     # -- learning --------------------------------------------------------------------------------------
     def _gradient_step(self, batch_size: int) -> dict[int, float]:
-        self.batch = self.replay.sample(batch_size)
-        losses = self.nets.train_step(self, self.batch_arrays(self.batch))
+        self.batch = batch = self.replay.sample(batch_size)
+        arrays = self.batch_arrays(batch)
+        losses = self.nets.train_step(self, arrays)
         self.updates += 1
-        self.update_param()
+        if self._feed is not None and self._feed.prioritized:
+            td = np.asarray(self.nets.call(self.td_error, arrays), np.float64)
+            if td.shape != (len(batch),) or not np.all(np.isfinite(td)):
+                raise ValueError(f"{type(self).__name__}.td_error must return {len(batch)} finite numbers (one "
+                                 f"per batch item), got shape {td.shape}")
+            self._feed.update_priorities(batch, td)
+        every = self.cfg.update_param_batches
+        if self.cfg.update_param_steps is None and (every is None or self.updates % every == 0):
+            self.update_param()
         return dict(enumerate(losses))
 
     def update(self, batch_size: int) -> dict[str, Any]:
         """``update_steps`` gradient steps (none before ``learning_starts`` transitions); mean losses."""
-        return run_update_schedule(self, batch_size, self._gradient_step, extra=self._policy_metrics,
-                                   summarise=_loss_metrics)
+        metrics = run_update_schedule(self, batch_size, self._gradient_step, extra=self._policy_metrics,
+                                      summarise=loss_metrics)
+        period = self.cfg.update_param_steps
+        if period is not None and metrics["gradient_steps"] and self.agent_steps // period > self._param_block:
+            self._param_block = self.agent_steps // period
+            self.update_param()
+        return metrics
 
     def _policy_metrics(self) -> dict[str, float]:
         return {} if self.policy is None else {k: float(v) for k, v in self.policy.metrics().items()}
@@ -324,8 +367,10 @@ class RLCore(AgentCore):
         super().load_state_dict(state)
 
     def _extra_state(self) -> dict[str, np.ndarray]:
-        """``policy.<key>`` / ``noise.<key>`` arrays of the exploration state."""
+        """``policy.<key>`` / ``noise.<key>`` arrays of the exploration state (and the update_param clock)."""
         state = {}
+        if self.cfg.update_param_steps is not None:
+            state["update_param_block"] = np.asarray(self._param_block, np.int64)
         for prefix in ("policy", "noise"):
             obj = getattr(self, prefix)
             if obj is not None and hasattr(obj, "state_dict"):
@@ -333,6 +378,8 @@ class RLCore(AgentCore):
         return state
 
     def _load_extra_state(self, state: Mapping[str, Any]) -> None:
+        if self.cfg.update_param_steps is not None:
+            self._param_block = int(np.asarray(state.get("update_param_block", 0)))
         for prefix in ("policy", "noise"):
             obj = getattr(self, prefix)
             part = {k[len(prefix) + 1:]: v for k, v in state.items() if k.startswith(prefix + ".")}
@@ -343,22 +390,3 @@ class RLCore(AgentCore):
         return (f"{type(self).__name__}(nets={sorted(self._nets)}, agent_steps={self.agent_steps}, "
                 f"updates={self.updates})")
 
-
-def loss_list(agent: Any, out: Any, n_optimizers: int) -> list:
-    """What ``agent.__call__`` returned as a list with one loss per optimiser, or a ValueError."""
-    losses = list(out) if isinstance(out, (list, tuple)) else [out]
-    if len(losses) != n_optimizers:
-        raise ValueError(f"{type(agent).__name__}.__call__ returned {len(losses)} losses for {n_optimizers} "
-                         f"optimizers; return one loss per optimizer")
-    return losses
-
-
-def _loss_metrics(totals: dict[int, float], steps: int) -> dict[str, Any]:
-    """``loss`` (the sum over optimisers, averaged over steps) and, with several, ``loss_<i>`` each."""
-    losses = list(totals.values())
-    metrics: dict[str, Any] = {}
-    if steps:
-        metrics["loss"] = sum(losses) / steps
-        if len(losses) > 1:
-            metrics.update({f"loss_{i}": t / steps for i, t in enumerate(losses)})
-    return metrics

@@ -12,7 +12,8 @@ from marl_note.replay.prioritized import PrioritizedReplayBuffer
 from marl_note.replay.rollout import RolloutBuffer, compute_gae
 from marl_note.replay.storage import RingStorage
 from marl_note.replay.sum_tree import SumTree
+from marl_note.replay.triplet import TripletReplayBuffer
 
 __all__ = ["ReplayBuffer", "PrioritizedReplayBuffer", "SumTree", "NStepAccumulator", "RolloutBuffer", "compute_gae",
            "RingStorage", "HERReplayBuffer", "HindsightRelabeler", "HERSample", "goal_observation",
-           "goal_observation_space", "JointReplayBuffer", "ReplayFeed"]
+           "goal_observation_space", "JointReplayBuffer", "ReplayFeed", "TripletReplayBuffer"]

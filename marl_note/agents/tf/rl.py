@@ -26,7 +26,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from marl_note.agents.rl import RLCore, discover, loss_list
+from marl_note.agents.rl import RLCore
+from marl_note.agents.rl_config import discover, loss_list
 from marl_note.agents.tf.common import apply_if, check_finite_update, step_names
 
 __all__ = ["RL", "RLNetworks"]
@@ -86,10 +87,16 @@ class RLNetworks:
         return [(f"{name}.{j}.{v.name}", v) for name, net in self.models.items() for j, v in enumerate(net.weights)]
 
     # -- forward and train step ------------------------------------------------------------------------
-    def forward(self, agent: RLCore, s: np.ndarray) -> np.ndarray:
+    def forward(self, agent: RLCore, s: np.ndarray) -> Any:
+        """``agent.action(s)`` as numpy (a tuple of arrays where it returns a tuple or list)."""
         if self._action_fn is None:
             self._action_fn = tf.function(agent.action, reduce_retracing=True) if self.tf_function else agent.action
-        return np.asarray(self._action_fn(tf.convert_to_tensor(s)))
+        return _numpy(self._action_fn(tf.convert_to_tensor(s)))
+
+    @staticmethod
+    def call(fn: Any, arrays: tuple[np.ndarray, ...]) -> Any:
+        """``fn`` of the batch's tensors (eagerly, no gradient tape) as numpy (e.g. ``td_error``)."""
+        return _numpy(fn(*(tf.convert_to_tensor(x) for x in arrays)))
 
     def _losses_and_grads(self, agent: RLCore, tensors: tuple, groups: list[list]) -> tuple[list, list]:
         with tf.GradientTape(persistent=True) as tape:
@@ -212,6 +219,12 @@ class RLNetworks:
         for i, v in enumerate(opt.variables):
             v.assign(np.asarray(state[f"{name}.{i}"]))
         return group
+
+
+def _numpy(out: Any) -> Any:
+    if isinstance(out, (tuple, list)):
+        return tuple(_numpy(o) for o in out)
+    return np.asarray(out)
 
 
 class RL(RLCore):

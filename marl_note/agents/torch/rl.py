@@ -20,7 +20,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from marl_note.agents.rl import RLCore, discover, loss_list
+from marl_note.agents.rl import RLCore
+from marl_note.agents.rl_config import discover, loss_list
 from marl_note.agents.torch.common import check_finite_update, grad_norm
 from marl_note.agents.torch.networks import TorchNetworks
 
@@ -63,10 +64,15 @@ class RLNetworks(TorchNetworks):
         out = torch.as_tensor(np.asarray(x), device=self.device)
         return out if dtype is None else out.to(dtype)
 
-    def forward(self, agent: RLCore, s: np.ndarray) -> np.ndarray:
+    def forward(self, agent: RLCore, s: np.ndarray) -> Any:
+        """``agent.action(s)`` as numpy (a tuple of arrays where it returns a tuple or list)."""
         with torch.no_grad():
-            out = agent.action(self.tensor(s))
-        return out.detach().cpu().numpy() if torch.is_tensor(out) else np.asarray(out)
+            return _numpy(agent.action(self.tensor(s)))
+
+    def call(self, fn: Any, arrays: tuple[np.ndarray, ...]) -> Any:
+        """``fn`` of the batch's tensors, without gradients, as numpy (e.g. ``td_error``)."""
+        with torch.no_grad():
+            return _numpy(fn(*(self.tensor(x) for x in arrays)))
 
     def _param_lists(self, agent: RLCore) -> list[list[torch.Tensor]]:
         groups = getattr(agent, "param_groups", None)
@@ -99,6 +105,12 @@ class RLNetworks(TorchNetworks):
         for opt in self.optimizers.values():
             opt.step()
         return [loss.item() for loss in losses]
+
+
+def _numpy(out: Any) -> Any:
+    if isinstance(out, (tuple, list)):
+        return tuple(_numpy(o) for o in out)
+    return out.detach().cpu().numpy() if torch.is_tensor(out) else np.asarray(out)
 
 
 class RL(RLCore):
