@@ -1,26 +1,24 @@
 """DecentralizedTrainer: one loop for on- and off-policy agents over any PettingZoo/Gymnasium env."""
 from __future__ import annotations
 
-import time
-import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
-from marl_note.agents.base import Agent, JointLearner, LearningAgent
+from marl_note.agents.base import Agent
 from marl_note.agents.checkpoints.format import check_checkpoint_target
 from marl_note.envs.adapters import adapt, env_factory, make_spec
 from marl_note.envs.main_guard import check_not_reimporting_main
 from marl_note.envs.subproc import DEFAULT_STEP_TIMEOUT, SubprocVectorEnv
 from marl_note.envs.subproc_errors import check_timeout
 from marl_note.envs.vector import SyncVectorEnv
-from marl_note.trainers.callbacks import CallbackList, EpisodeEvents, metric_value, stop_value
+from marl_note.trainers.callbacks import CallbackList, EpisodeEvents, metric_value
 from marl_note.trainers.collector import Collector
-from marl_note.trainers.evaluation import baseline_opponents, evaluate_against, use_baseline
+from marl_note.trainers.evaluation import baseline_opponents, evaluate_against
 from marl_note.trainers.plot import check_plot_path
-from marl_note.trainers.run_state import RunState, distinct, load_run, run_summary, save_run
+from marl_note.trainers.run_loop import RunLoop
+from marl_note.trainers.run_state import RunState, distinct, load_run, save_run
 from marl_note.trainers.seats import check_learners, check_seats, learner_of, positive_int, seat_flags
 from marl_note.trainers.series import Recorder, learner_labels
 from marl_note.types import EnvSpec
@@ -31,30 +29,6 @@ Seats = Sequence[Agent] | Mapping[str, Agent]  # one agent per seat, in seat ord
 def _resume_seed(seed: int | None, run: RunState) -> int | None:
     """A resumed run reseeds its envs differently from the original start (no replayed episodes)."""
     return None if seed is None else seed + 7919 * (run.episodes + 1)
-
-
-@dataclass
-class _Session:
-    """One ``train`` call: its checked seats and masks, and the state its loop carries."""
-
-    seats: list[Agent]
-    test_seats: list[Agent]
-    learn: list[bool]
-    explore: list[bool]
-    callbacks: CallbackList
-    run: RunState
-    baseline: Any
-    opponents: dict[str, Agent] | None
-    test_agents_given: bool
-    checkpoint_path: str | None
-    collector: Collector | None = None
-    recorder: Recorder | None = None  # the run's series for the plot
-    started: float = 0.0  # perf_counter() at the start, less the training time of a resumed run
-    baseline_on: bool | None = None  # decided at the first test
-    stopped: bool = False  # by stop_fn
-    batches: int = 0  # learner update calls of this train(), counted for the batch events
-    last_metrics: dict[str, float] = field(default_factory=dict)
-    last_test: dict[str, Any] = field(default_factory=dict)
 
 
 class DecentralizedTrainer:
@@ -266,12 +240,12 @@ class DecentralizedTrainer:
         """
         session = self._prepare(agents, learning_mask, exploration_mask, test_agents, matchmaker, callbacks,
                                 checkpoint_path, resume_from, baseline)
-        self._loop(session, progress)
-        return self._summarise(session, plot)
+        session.loop(progress)
+        return session.summarise(plot)
 
     def _prepare(self, agents: Seats, learning_mask: Any, exploration_mask: Any, test_agents: Seats | None,
                  matchmaker: Callable | None, callbacks: Sequence[Any], checkpoint_path: str | None,
-                 resume_from: str | None, baseline: Any) -> _Session:
+                 resume_from: str | None, baseline: Any) -> RunLoop:
         """Check every argument (before any work), load a resumed run, seat the train collector."""
         seats = check_seats(self.spec, agents)
         test_seats = seats if test_agents is None else check_seats(self.spec, test_agents)
@@ -298,7 +272,7 @@ class DecentralizedTrainer:
         self._run, self._run_agents = run, seats
         self._run_learners = distinct([a for a, ln in zip(seats, learn) if ln])
         self.history = run.history
-        session = _Session(seats, test_seats, learn, explore, callback_list, run, baseline, opponents,
+        session = RunLoop(self, seats, test_seats, learn, explore, callback_list, run, baseline, opponents,
                            test_agents_given=test_agents is not None, checkpoint_path=checkpoint_path)
         self.stop_training = False
         callback_list.fire("on_train_begin", self)
@@ -310,120 +284,6 @@ class DecentralizedTrainer:
         session.recorder = Recorder(run.series, learner_labels(self.spec.possible_agents, seats, learn,
                                                                session.collector.learners, learner_of))
         return session
-
-    def _loop(self, s: _Session, progress: bool) -> None:
-        """Collect ``update_freq`` env steps, update every learner, test when due; until the budget is spent."""
-        from marl_note.trainers.progress import Progress  # tqdm lives there
-
-        run, recorder = s.run, s.recorder
-        assert recorder is not None  # set by _prepare
-        bar = Progress(self.episodes_per_train, enabled=progress)
-        s.started = time.perf_counter() - run.training_time
-        try:
-            while run.episodes < self.episodes_per_train and not s.stopped and not self.stop_training:
-                self._collect_chunk(s)
-                self._update_learners(s)
-                if run.episodes >= run.next_test or run.episodes >= self.episodes_per_train or self.stop_training:
-                    self._periodic_test(s)
-                recent = self._recent_returns(run)
-                train_reward = self._metric(recent, s.learn) if len(recent) and not s.baseline_on else None
-                recorder.chunk(run.episodes, train_reward)
-                bar.update(run.episodes, env_steps=run.env_steps, train_reward=train_reward,
-                           test_metric=run.history[-1][1] if run.history else None,
-                           best=run.best if run.history else None,
-                           **{k: v for k, v in s.last_metrics.items() if k in ("loss", "eps", "epsilon")})
-        finally:
-            bar.close()
-        run.training_time = time.perf_counter() - s.started
-
-    def _collect_chunk(self, s: _Session) -> None:
-        run, collector = s.run, s.collector
-        assert collector is not None  # set by _prepare
-        if self.train_fn is not None:
-            self.train_fn(run.episodes, run.env_steps)
-        chunk_env_steps = self.update_freq
-        stats = collector.collect(n_steps=chunk_env_steps)
-        run.env_steps += stats.env_steps
-        run.agent_steps += stats.agent_steps
-        run.episodes += stats.episodes
-        run.recent_returns = (run.recent_returns + [r.tolist() for r in stats.returns])[-100:]
-        collector.flush()
-        s.callbacks.fire("on_collect_end", self, stats, run.episodes)
-        first_chunk = run.env_steps == stats.env_steps
-        if first_chunk and run.episodes >= self.episodes_per_train > 1:
-            warnings.warn(f"the first collection chunk (update_freq={chunk_env_steps} env steps) already "
-                          f"finished {run.episodes} episodes, the whole budget of episodes_per_train="
-                          f"{self.episodes_per_train}: the agents are updated once per chunk, so this run "
-                          f"updates them only once. Lower update_freq.", stacklevel=4)
-
-    def _update_learners(self, s: _Session) -> None:
-        assert s.collector is not None  # set by _prepare
-        learners: list[LearningAgent | JointLearner] = s.collector.learners
-        assert s.recorder is not None  # set by _prepare
-        for index, learner in enumerate(learners):
-            s.callbacks.fire("on_batch_begin", self, s.batches,
-                             {"learner": index, "episodes": s.run.episodes, "env_steps": s.run.env_steps})
-            metrics = learner.update(self.batch_size) or {}
-            s.recorder.update(index, s.run.episodes, metrics, self.batch_size)
-            s.run.updates += int(metrics.get("gradient_steps", 0))
-            s.last_metrics = {k: float(cast(Any, v)) for k, v in metrics.items() if np.isscalar(v)}
-            s.callbacks.fire("on_batch_end", self, s.batches, metrics)
-            s.callbacks.fire("on_update_end", self, metrics, s.run.episodes)
-            s.batches += 1
-
-    def _periodic_test(self, s: _Session) -> None:
-        """Test, record the metric (and a new best), ask ``stop_fn``, save the checkpoint."""
-        run = s.run
-        next_test_episode = (run.episodes // self.test_freq + 1) * self.test_freq
-        run.next_test = next_test_episode
-        if self.test_fn is not None:
-            self.test_fn(run.episodes, run.env_steps)
-        if s.baseline_on is None:
-            s.baseline_on = use_baseline(s.baseline, s.seats, s.test_seats if s.test_agents_given else None,
-                                         self._recent_returns(run))
-        if s.baseline_on and s.opponents is not None:
-            result = evaluate_against(self, s.seats[0], s.opponents, self.episodes_per_test)
-        else:
-            result = self.test(s.test_seats, learning_mask=s.learn)
-        s.last_test = result
-        metric = result["reward"]
-        run.history.append((run.episodes, metric))
-        if metric > run.best:
-            run.best, run.best_episode = metric, run.episodes
-            if self.save_best_fn is not None:
-                self.save_best_fn(run.episodes)
-        s.callbacks.fire("on_test_end", self, result, run.episodes)  # the run already holds this test
-        if s.recorder is not None:
-            s.recorder.callbacks(s.callbacks.plot_series())
-        if self.stop_fn is not None and stop_value(self.stop_fn(metric, run.episodes)):
-            s.stopped = True
-        if s.checkpoint_path is not None:
-            run.training_time = time.perf_counter() - s.started
-            self.save_checkpoint(s.checkpoint_path)
-
-    def _recent_returns(self, run: RunState) -> np.ndarray:
-        """The last training episodes' returns as ``[episodes, num_agents]``."""
-        return np.asarray(run.recent_returns, dtype=np.float64).reshape(-1, self.spec.num_agents)
-
-    def _summarise(self, s: _Session, plot: bool) -> dict[str, Any]:
-        """Final checkpoint and ``save_last_fn``, the returned statistics, ``on_train_end``, the plot."""
-        if s.recorder is not None:
-            s.recorder.callbacks(s.callbacks.plot_series())
-        if s.checkpoint_path is not None:
-            self.save_checkpoint(s.checkpoint_path)
-        if self.save_last_fn is not None:
-            self.save_last_fn()
-        out = run_summary(s.run, stopped=s.stopped, tested_against_baseline=bool(s.baseline_on),
-                          last_test=s.last_test)
-        out["stopped_by_stop_training"] = bool(self.stop_training)
-        s.callbacks.fire("on_train_end", self, out)
-        if plot and s.run.history:
-            from marl_note.trainers.plot import plot_run
-
-            out["plot_path"] = plot_run(s.run, self.plot_path)
-            print(f"marl_note: wrote the training plot to {out['plot_path']}")
-        return out
-
 
     def save_checkpoint(self, path: str, include_replay: bool = True) -> str:
         """Save the current (or last) run: every distinct agent's state, replay, counters, history.

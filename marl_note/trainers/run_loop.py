@@ -1,0 +1,163 @@
+"""One training run's loop: the chunk / update / test cycle of ``DecentralizedTrainer.train``.
+
+The trainer owns the envs, the settings and the argument checks; :class:`RunLoop` is what one
+``train()`` call carries from its first chunk to its summary.
+"""
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import numpy as np
+
+from marl_note.agents.base import Agent, JointLearner, LearningAgent
+from marl_note.trainers.callbacks import CallbackList, stop_value
+from marl_note.trainers.collector import Collector
+from marl_note.trainers.evaluation import evaluate_against, use_baseline
+from marl_note.trainers.run_state import RunState, run_summary
+from marl_note.trainers.series import Recorder
+
+__all__ = ["RunLoop"]
+
+
+@dataclass
+class RunLoop:
+    """One ``train()`` call of a :class:`~marl_note.trainers.DecentralizedTrainer`: its checked seats
+    and masks, the state its loop carries, and the loop itself (collect a chunk, update every
+    learner, test when due; then the summary). The trainer checks the arguments and builds it.
+    """
+
+    trainer: Any
+    seats: list[Agent]
+    test_seats: list[Agent]
+    learn: list[bool]
+    explore: list[bool]
+    callbacks: CallbackList
+    run: RunState
+    baseline: Any
+    opponents: dict[str, Agent] | None
+    test_agents_given: bool
+    checkpoint_path: str | None
+    collector: Collector | None = None
+    recorder: Recorder | None = None  # the run's series for the plot
+    started: float = 0.0  # perf_counter() at the start, less the training time of a resumed run
+    baseline_on: bool | None = None  # decided at the first test
+    stopped: bool = False  # by stop_fn
+    batches: int = 0  # learner update calls of this train(), counted for the batch events
+    last_metrics: dict[str, float] = field(default_factory=dict)
+    last_test: dict[str, Any] = field(default_factory=dict)
+
+    def loop(self, progress: bool) -> None:
+        """Collect ``update_freq`` env steps, update every learner, test when due; until the budget is spent."""
+        from marl_note.trainers.progress import Progress  # tqdm lives there
+
+        t, run, recorder = self.trainer, self.run, self.recorder
+        assert recorder is not None  # set by _prepare
+        bar = Progress(t.episodes_per_train, enabled=progress)
+        self.started = time.perf_counter() - run.training_time
+        try:
+            while run.episodes < t.episodes_per_train and not self.stopped and not t.stop_training:
+                self._collect_chunk()
+                self._update_learners()
+                if run.episodes >= run.next_test or run.episodes >= t.episodes_per_train or t.stop_training:
+                    self._periodic_test()
+                recent = self.recent_returns()
+                train_reward = t._metric(recent, self.learn) if len(recent) and not self.baseline_on else None
+                recorder.chunk(run.episodes, train_reward)
+                bar.update(run.episodes, env_steps=run.env_steps, train_reward=train_reward,
+                           test_metric=run.history[-1][1] if run.history else None,
+                           best=run.best if run.history else None,
+                           **{k: v for k, v in self.last_metrics.items() if k in ("loss", "eps", "epsilon")})
+        finally:
+            bar.close()
+        run.training_time = time.perf_counter() - self.started
+
+    def _collect_chunk(self) -> None:
+        run, collector = self.run, self.collector
+        assert collector is not None  # set by _prepare
+        if self.trainer.train_fn is not None:
+            self.trainer.train_fn(run.episodes, run.env_steps)
+        chunk_env_steps = self.trainer.update_freq
+        stats = collector.collect(n_steps=chunk_env_steps)
+        run.env_steps += stats.env_steps
+        run.agent_steps += stats.agent_steps
+        run.episodes += stats.episodes
+        run.recent_returns = (run.recent_returns + [r.tolist() for r in stats.returns])[-100:]
+        collector.flush()
+        self.callbacks.fire("on_collect_end", self.trainer, stats, run.episodes)
+        first_chunk = run.env_steps == stats.env_steps
+        if first_chunk and run.episodes >= self.trainer.episodes_per_train > 1:
+            warnings.warn(f"the first collection chunk (update_freq={chunk_env_steps} env steps) already "
+                          f"finished {run.episodes} episodes, the whole budget of episodes_per_train="
+                          f"{self.trainer.episodes_per_train}: the agents are updated once per chunk, so this run "
+                          f"updates them only once. Lower update_freq.", stacklevel=4)
+
+    def _update_learners(self) -> None:
+        assert self.collector is not None  # set by _prepare
+        learners: list[LearningAgent | JointLearner] = self.collector.learners
+        assert self.recorder is not None  # set by _prepare
+        for index, learner in enumerate(learners):
+            self.callbacks.fire("on_batch_begin", self.trainer, self.batches,
+                             {"learner": index, "episodes": self.run.episodes, "env_steps": self.run.env_steps})
+            metrics = learner.update(self.trainer.batch_size) or {}
+            self.recorder.update(index, self.run.episodes, metrics, self.trainer.batch_size)
+            self.run.updates += int(metrics.get("gradient_steps", 0))
+            self.last_metrics = {k: float(cast(Any, v)) for k, v in metrics.items() if np.isscalar(v)}
+            self.callbacks.fire("on_batch_end", self.trainer, self.batches, metrics)
+            self.callbacks.fire("on_update_end", self.trainer, metrics, self.run.episodes)
+            self.batches += 1
+
+    def _periodic_test(self) -> None:
+        """Test, record the metric (and a new best), ask ``stop_fn``, save the checkpoint."""
+        run = self.run
+        next_test_episode = (run.episodes // self.trainer.test_freq + 1) * self.trainer.test_freq
+        run.next_test = next_test_episode
+        if self.trainer.test_fn is not None:
+            self.trainer.test_fn(run.episodes, run.env_steps)
+        if self.baseline_on is None:
+            given = self.test_seats if self.test_agents_given else None
+            self.baseline_on = use_baseline(self.baseline, self.seats, given, self.recent_returns())
+        if self.baseline_on and self.opponents is not None:
+            result = evaluate_against(self.trainer, self.seats[0], self.opponents, self.trainer.episodes_per_test)
+        else:
+            result = self.trainer.test(self.test_seats, learning_mask=self.learn)
+        self.last_test = result
+        metric = result["reward"]
+        run.history.append((run.episodes, metric))
+        if metric > run.best:
+            run.best, run.best_episode = metric, run.episodes
+            if self.trainer.save_best_fn is not None:
+                self.trainer.save_best_fn(run.episodes)
+        self.callbacks.fire("on_test_end", self.trainer, result, run.episodes)  # the run already holds this test
+        if self.recorder is not None:
+            self.recorder.callbacks(self.callbacks.plot_series())
+        if self.trainer.stop_fn is not None and stop_value(self.trainer.stop_fn(metric, run.episodes)):
+            self.stopped = True
+        if self.checkpoint_path is not None:
+            run.training_time = time.perf_counter() - self.started
+            self.trainer.save_checkpoint(self.checkpoint_path)
+
+    def recent_returns(self) -> np.ndarray:
+        """The last training episodes' returns as ``[episodes, num_agents]``."""
+        return np.asarray(self.run.recent_returns, dtype=np.float64).reshape(-1, self.trainer.spec.num_agents)
+
+    def summarise(self, plot: bool) -> dict[str, Any]:
+        """Final checkpoint and ``save_last_fn``, the returned statistics, ``on_train_end``, the plot."""
+        if self.recorder is not None:
+            self.recorder.callbacks(self.callbacks.plot_series())
+        if self.checkpoint_path is not None:
+            self.trainer.save_checkpoint(self.checkpoint_path)
+        if self.trainer.save_last_fn is not None:
+            self.trainer.save_last_fn()
+        out = run_summary(self.run, stopped=self.stopped, tested_against_baseline=bool(self.baseline_on),
+                          last_test=self.last_test)
+        out["stopped_by_stop_training"] = bool(self.trainer.stop_training)
+        self.callbacks.fire("on_train_end", self.trainer, out)
+        if plot and self.run.history:
+            from marl_note.trainers.plot import plot_run
+
+            out["plot_path"] = plot_run(self.run, self.trainer.plot_path)
+            print(f"marl_note: wrote the training plot to {out['plot_path']}")
+        return out
