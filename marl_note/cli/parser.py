@@ -8,6 +8,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 __all__ = ["build_parser"]
 
@@ -39,24 +40,21 @@ marl_note_run.json; it must be new, empty or an earlier run directory. The summa
 agent(s) against a random player in each seat of a board game (--eval-episodes games per seat)."""
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
-    return value
+def _int_at_least(minimum: int, what: str) -> Callable[[str], int]:
+    """An argparse ``type``: the text as an int of at least ``minimum``, else an error saying it must be ``what``."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a {what} integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be a {what} integer, got {value}")
+        return value
+    return parse
 
 
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {value}")
-    return value
+_positive = _int_at_least(1, "positive")
+_non_negative = _int_at_least(0, "non-negative")
 
 
 def _env_options(p: argparse.ArgumentParser, required: bool) -> None:

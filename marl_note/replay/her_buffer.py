@@ -6,6 +6,7 @@ from collections.abc import Mapping
 import gymnasium as gym
 import numpy as np
 
+from marl_note.replay.episodes import EpisodeRing, EpisodeRingBuffer
 from marl_note.replay.her import (
     GOAL_KEYS,
     HERSample,
@@ -15,24 +16,15 @@ from marl_note.replay.her import (
     goal_observation,
     goal_observation_space,
 )
-from marl_note.replay.storage import (
-    RingStorage,
-    as_column,
-    check_batch_size,
-    check_rng_state_array,
-    rng_state_array,
-    set_rng_state,
-    state_int,
-)
-from marl_note.types import NumpyState, Transitions, space_shape_dtype
+from marl_note.replay.storage import as_column, check_batch_size
+from marl_note.types import Transitions, space_shape_dtype
 
-# transition columns (also what an in-progress episode holds) and per-item episode bookkeeping
+# transition columns (also what an in-progress episode holds)
 _DATA = ("observation", "desired_goal", "next_observation", "next_achieved_goal", "act", "rew", "terminated",
          "truncated")
-_BOOK = ("ep_first", "ep_len", "step")
 
 
-class HERReplayBuffer:
+class HERReplayBuffer(EpisodeRingBuffer):
     """Hindsight experience replay for Dict goal observations.
 
     ``add`` takes :class:`~marl_note.types.Transitions` whose ``obs``/``next_obs`` are
@@ -75,11 +67,7 @@ class HERReplayBuffer:
                        "next_achieved_goal": goal_spec, "act": space_shape_dtype(action_space),
                        "rew": ((), np.dtype(np.float32)), "terminated": ((), np.dtype(bool)),
                        "truncated": ((), np.dtype(bool))}
-        book = {name: ((), np.dtype(np.int64)) for name in _BOOK}
-        self._storage = RingStorage(capacity, {**self._specs, **book})
-        self._rng = np.random.default_rng(seed)
-        self._added = 0  # items ever written; item g lives in slot g % capacity
-        self._pending: dict[int, list[dict[str, np.ndarray]]] = {}
+        self._ring = EpisodeRing(capacity, self._specs, seed, steps=True)  # ep_first, ep_len, step per item
 
     @classmethod
     def from_env(cls, env: gym.Env, capacity: int, strategy: str = "future", k: int = 4,
@@ -93,10 +81,6 @@ class HERReplayBuffer:
         return cls(capacity, env.observation_space, env.action_space, reward_fn, strategy, k, seed)
 
     @property
-    def capacity(self) -> int:
-        return self._storage.capacity
-
-    @property
     def strategy(self) -> str:
         return self.relabeler.strategy
 
@@ -104,25 +88,16 @@ class HERReplayBuffer:
     def k(self) -> int:
         return self.relabeler.k
 
-    def __len__(self) -> int:
-        """Stored transitions (episodes still in progress are not counted)."""
-        return len(self._storage)
-
-    @property
-    def num_pending(self) -> int:
-        """Transitions held in episodes that have not ended yet."""
-        return sum(len(c["rew"]) for chunks in self._pending.values() for c in chunks)
-
     def __repr__(self) -> str:
         return (f"HERReplayBuffer(len={len(self)}, pending={self.num_pending}, capacity={self.capacity}, "
                 f"strategy={self.strategy!r}, k={self.k})")
 
     def column(self, name: str) -> np.ndarray:
         """Read-only view of a stored column (also ``ep_first``, ``ep_len``, ``step``)."""
-        return self._storage.column(name)
+        return self._ring.storage.column(name)
 
     # -- writing ---------------------------------------------------------------------------------
-    def _columns(self, t: Transitions) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    def _columns(self, t: Transitions) -> dict[str, np.ndarray]:
         if not isinstance(t, Transitions):
             raise ValueError(f"expected a Transitions batch, got {type(t).__name__}")
         for name, keys in (("obs", ("observation", "desired_goal")), ("next_obs", ("observation", "achieved_goal"))):
@@ -140,35 +115,11 @@ class HERReplayBuffer:
         source = {"observation": t.obs["observation"], "desired_goal": t.obs["desired_goal"],
                   "next_observation": t.next_obs["observation"], "next_achieved_goal": t.next_obs["achieved_goal"],
                   "act": t.act, "rew": t.rew, "terminated": t.terminated, "truncated": t.truncated}
-        cols = {name: np.array(as_column(name, source[name], *self._specs[name], n)) for name in _DATA}
-        stream = np.zeros(n, np.int64) if t.stream is None else as_column("stream", t.stream, (), np.dtype(np.int64), n)
-        return cols, stream
+        return {name: np.array(as_column(name, source[name], *self._specs[name], n)) for name in _DATA}
 
     def add(self, transitions: Transitions) -> None:
         """Queue transitions per stream; write each stream's episode when it ends."""
-        cols, stream = self._columns(transitions)  # validates everything first
-        done = cols["terminated"] | cols["truncated"]
-        for s in np.unique(stream):  # (order between streams does not matter)
-            idx = np.flatnonzero(stream == s)
-            queue = self._pending.setdefault(int(s), [])
-            start = 0
-            for end in np.flatnonzero(done[idx]) + 1:
-                queue.append({k: v[idx[start:end]] for k, v in cols.items()})
-                self._write_episode(queue)
-                queue.clear()
-                start = int(end)
-            if start < idx.size:
-                queue.append({k: v[idx[start:]] for k, v in cols.items()})
-        self._pending = {s: q for s, q in self._pending.items() if q}
-
-    def _write_episode(self, chunks: list[dict[str, np.ndarray]]) -> None:
-        episode = {k: np.concatenate([c[k] for c in chunks]) for k in _DATA}
-        length = episode["rew"].shape[0]
-        episode["ep_first"] = np.full(length, self._added, np.int64)
-        episode["ep_len"] = np.full(length, length, np.int64)
-        episode["step"] = np.arange(length, dtype=np.int64)
-        self._storage.write(episode)
-        self._added += length
+        self._ring.add(self._columns(transitions), transitions.stream)  # validates everything first
 
     # -- sampling --------------------------------------------------------------------------------
     def sample_relabeled(self, batch_size: int) -> HERSample:
@@ -176,15 +127,16 @@ class HERReplayBuffer:
         batch_size = check_batch_size(batch_size)
         if len(self) == 0:
             raise ValueError("cannot sample from an empty buffer (episodes are stored when they end)")
-        idx = self._rng.integers(0, len(self), size=batch_size, dtype=np.int64)
-        rows = self._storage.read(idx)
-        first_step = np.maximum(0, self._added - self.capacity - rows["ep_first"])
-        relabel, goal_step = self.relabeler.goal_steps(rows["step"], first_step, rows["ep_len"], self._rng)
+        ring = self._ring
+        idx = ring.rng.integers(0, len(self), size=batch_size, dtype=np.int64)
+        rows = ring.storage.read(idx)
+        first_step = np.maximum(0, ring.added - self.capacity - rows["ep_first"])
+        relabel, goal_step = self.relabeler.goal_steps(rows["step"], first_step, rows["ep_len"], ring.rng)
         goal_index = np.where(relabel, (rows["ep_first"] + goal_step) % self.capacity, -1)
         goal = rows["desired_goal"].copy()
         rew = rows["rew"].copy()
         if relabel.any():
-            goal[relabel] = self._storage.read(goal_index[relabel], ["next_achieved_goal"])["next_achieved_goal"]
+            goal[relabel] = ring.storage.read(goal_index[relabel], ["next_achieved_goal"])["next_achieved_goal"]
             rew[relabel] = self.relabeler.rewards(rows["next_achieved_goal"][relabel], goal[relabel])
         transitions = Transitions(
             obs=goal_observation({"observation": rows["observation"]}, goal), act=rows["act"], rew=rew,
@@ -195,57 +147,3 @@ class HERReplayBuffer:
     def sample(self, batch_size: int) -> Transitions:
         """``batch_size`` uniformly drawn transitions, goals relabelled; flat ``[observation, goal]`` obs."""
         return self.sample_relabeled(batch_size).transitions
-
-    # -- persistence -----------------------------------------------------------------------------
-    def state_dict(self) -> NumpyState:
-        """Stored episodes, in-progress episodes (``pending_*``), counters and generator state; numpy only."""
-        state = self._storage.state_dict()
-        state["added"] = np.int64(self._added)
-        state["rng_state"] = rng_state_array(self._rng)
-        chunks = [(s, c) for s, q in self._pending.items() for c in q]
-        for name in _DATA:
-            shape, dtype = self._specs[name]
-            state["pending_" + name] = (np.concatenate([c[name] for _, c in chunks]) if chunks
-                                        else np.zeros((0, *shape), dtype))
-        state["pending_stream"] = np.concatenate([np.full(len(c["rew"]), s, np.int64) for s, c in chunks]) \
-            if chunks else np.zeros(0, np.int64)
-        return state
-
-    def check_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
-        """Raise ValueError naming the problem if ``load_state_dict(state)`` would refuse ``state``; changes nothing."""
-        self._checked(state)
-
-    def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
-        """Restore from :meth:`state_dict`; raises ValueError naming the problem and changes nothing then."""
-        state, rng_state, added, stream, pending_cols = self._checked(state)
-        self._storage.load_state_dict(state)
-        self._added = added
-        set_rng_state(self._rng, rng_state)
-        self._pending = {int(s): [{k: v[stream == s] for k, v in pending_cols.items()}] for s in np.unique(stream)}
-
-    def _checked(self, state: Mapping[str, np.ndarray]):
-        state = dict(state)
-        ours = ["added", "rng_state", "pending_stream"] + ["pending_" + n for n in _DATA]
-        missing = [k for k in ours if k not in state]
-        if missing:
-            raise ValueError(f"state_dict is missing keys {missing}")
-        extra = {k: state.pop(k) for k in ours}
-        rng_state = check_rng_state_array(extra["rng_state"])
-        self._storage.check_state_dict(state)
-        added, size, ptr = state_int(extra, "added"), state_int(state, "size"), state_int(state, "ptr")
-        if added < size or added % self.capacity != ptr:
-            raise ValueError(f"state_dict added={added} is inconsistent with size={size}, ptr={ptr}")
-        stream = np.asarray(extra["pending_stream"])
-        if stream.ndim != 1 or stream.dtype != np.int64:
-            raise ValueError(f"state_dict['pending_stream'] must be 1-D int64, got {stream.dtype} {stream.shape}")
-        pending_cols = {}
-        for name in _DATA:
-            arr = np.asarray(extra["pending_" + name])
-            shape, dtype = self._specs[name]
-            if arr.shape != (stream.shape[0], *shape) or arr.dtype != dtype:
-                raise ValueError(f"state_dict['pending_{name}'] is {arr.dtype} {arr.shape}, "
-                                 f"expected {dtype} {(stream.shape[0], *shape)}")
-            pending_cols[name] = arr.copy()
-        if np.any(pending_cols["terminated"] | pending_cols["truncated"]):
-            raise ValueError("state_dict pending transitions must not contain episode ends")
-        return state, rng_state, added, stream, pending_cols

@@ -13,21 +13,13 @@ import gymnasium as gym
 import numpy as np
 
 from marl_note.replay.buffer import transition_specs
-from marl_note.replay.storage import (
-    RingStorage,
-    as_column,
-    check_batch_size,
-    check_rng_state_array,
-    rng_state_array,
-    set_rng_state,
-    state_int,
-)
-from marl_note.types import NumpyState, Transitions
+from marl_note.replay.episodes import CheckedState, EpisodeRing, EpisodeRingBuffer
+from marl_note.replay.storage import as_column, check_batch_size
+from marl_note.types import Transitions
 
 __all__ = ["TripletReplayBuffer", "distinct_sorted_triplets"]
 
 _DATA = ("obs", "act", "rew", "next_obs", "terminated", "truncated")
-_BOOK = ("ep_first", "ep_len")  # per item: global index of its episode's first item, the episode's length
 
 
 def distinct_sorted_triplets(lengths: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -52,7 +44,7 @@ def distinct_sorted_triplets(lengths: np.ndarray, rng: np.random.Generator) -> n
     return np.sort(np.stack([a, b, c], axis=1), axis=1)
 
 
-class TripletReplayBuffer:
+class TripletReplayBuffer(EpisodeRingBuffer):
     """Whole episodes in a ring of ``capacity`` transitions; ``sample`` draws ordered step triplets.
 
     ``add`` takes :class:`~marl_note.types.Transitions` (``stream`` separates interleaved envs or
@@ -89,25 +81,8 @@ class TripletReplayBuffer:
         self.observation_space = observation_space
         self.action_space = action_space
         self._specs = transition_specs(observation_space, action_space)
-        book = {name: ((), np.dtype(np.int64)) for name in _BOOK}
-        self._storage = RingStorage(capacity, {**self._specs, **book})
-        self._rng = np.random.default_rng(seed)
-        self._added = 0  # items ever written; item g lives in slot g % capacity
-        self._pending: dict[int, list[dict[str, np.ndarray]]] = {}
+        self._ring = EpisodeRing(capacity, self._specs, seed)  # ep_first, ep_len per item
         self._episodes = np.zeros((0, 2), np.int64)  # (global first item, length) of every stored episode
-
-    @property
-    def capacity(self) -> int:
-        return self._storage.capacity
-
-    def __len__(self) -> int:
-        """Stored transitions (episodes still in progress are not counted)."""
-        return len(self._storage)
-
-    @property
-    def num_pending(self) -> int:
-        """Transitions held in episodes that have not ended yet."""
-        return sum(len(c["rew"]) for chunks in self._pending.values() for c in chunks)
 
     def __repr__(self) -> str:
         return f"TripletReplayBuffer(len={len(self)}, pending={self.num_pending}, capacity={self.capacity})"
@@ -122,38 +97,15 @@ class TripletReplayBuffer:
             raise ValueError(f"rew must be 1-D (one reward per transition), got shape {rew.shape}")
         n = rew.shape[0]
         cols = {name: np.array(as_column(name, getattr(transitions, name), *self._specs[name], n)) for name in _DATA}
-        stream = (np.zeros(n, np.int64) if transitions.stream is None
-                  else as_column("stream", transitions.stream, (), np.dtype(np.int64), n))
-        done = cols["terminated"] | cols["truncated"]
-        for s in np.unique(stream):
-            idx = np.flatnonzero(stream == s)
-            queue = self._pending.setdefault(int(s), [])
-            start = 0
-            for end in np.flatnonzero(done[idx]) + 1:
-                queue.append({k: v[idx[start:end]] for k, v in cols.items()})
-                self._write_episode(queue)
-                queue.clear()
-                start = int(end)
-            if start < idx.size:
-                queue.append({k: v[idx[start:]] for k, v in cols.items()})
-        self._pending = {s: q for s, q in self._pending.items() if q}
-
-    def _write_episode(self, chunks: list[dict[str, np.ndarray]]) -> None:
-        episode = {k: np.concatenate([c[k] for c in chunks]) for k in _DATA}
-        length = episode["rew"].shape[0]
-        episode["ep_first"] = np.full(length, self._added, np.int64)
-        episode["ep_len"] = np.full(length, length, np.int64)
-        self._storage.write(episode)
-        self._episodes = np.concatenate([self._episodes, [[self._added, length]]])
-        self._added += length
-        oldest = self._added - len(self._storage)
-        self._episodes = self._episodes[self._episodes.sum(axis=1) > oldest]  # drop fully overwritten ones
+        written = self._ring.add(cols, transitions.stream)
+        if written:
+            episodes = np.concatenate([self._episodes, np.array(written, np.int64)])
+            self._episodes = episodes[episodes.sum(axis=1) > self._ring.oldest]  # drop fully overwritten ones
 
     # -- sampling --------------------------------------------------------------------------------
     def _usable(self) -> tuple[np.ndarray, np.ndarray]:
         """Global first stored item and stored length of every episode with at least 3 stored steps."""
-        oldest = self._added - len(self._storage)
-        first = np.maximum(self._episodes[:, 0], oldest)
+        first = np.maximum(self._episodes[:, 0], self._ring.oldest)
         length = self._episodes.sum(axis=1) - first
         keep = length >= 3
         return first[keep], length[keep]
@@ -165,14 +117,14 @@ class TripletReplayBuffer:
         if len(first) == 0:
             raise ValueError(f"no stored episode has 3 steps yet ({len(self)} stored transitions, "
                              f"{self.num_pending} in unfinished episodes): a triplet needs 3 steps of one episode")
-        pick = self._rng.integers(0, len(first), size=batch_size)
-        steps = distinct_sorted_triplets(length[pick], self._rng)
+        pick = self._ring.rng.integers(0, len(first), size=batch_size)
+        steps = distinct_sorted_triplets(length[pick], self._ring.rng)
         return (first[pick, None] + steps) % self.capacity
 
     def sample(self, batch_size: int) -> Transitions:
         """``batch_size`` triplets as pair-axis Transitions (see the class docstring)."""
         idx = self.sample_indices(batch_size)
-        i, k, j = (self._storage.read(idx[:, c], _DATA) for c in range(3))
+        i, k, j = (self._ring.storage.read(idx[:, c], _DATA) for c in range(3))
 
         def pair(a: np.ndarray, b: np.ndarray) -> np.ndarray:
             return np.stack([a, b], axis=1)
@@ -183,61 +135,21 @@ class TripletReplayBuffer:
                            truncated=pair(i["truncated"], k["truncated"]), indices=idx)
 
     # -- persistence -----------------------------------------------------------------------------
-    def state_dict(self) -> NumpyState:
-        """Stored episodes, in-progress episodes (``pending_*``), counters and generator state; numpy only."""
-        state = self._storage.state_dict()
-        state["added"] = np.int64(self._added)
-        state["rng_state"] = rng_state_array(self._rng)
-        chunks = [(s, c) for s, q in self._pending.items() for c in q]
-        for name in _DATA:
-            shape, dtype = self._specs[name]
-            state["pending_" + name] = (np.concatenate([c[name] for _, c in chunks]) if chunks
-                                        else np.zeros((0, *shape), dtype))
-        state["pending_stream"] = (np.concatenate([np.full(len(c["rew"]), s, np.int64) for s, c in chunks])
-                                   if chunks else np.zeros(0, np.int64))
-        return state
-
     def check_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
         """Raise ValueError naming the problem if ``load_state_dict(state)`` would refuse ``state``; changes nothing."""
         self._checked(state)
 
     def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
         """Restore from :meth:`state_dict`; raises ValueError naming the problem and changes nothing then."""
-        state, rng_state, added, stream, pending = self._checked(state)
-        self._storage.load_state_dict(state)
-        self._added = added
-        set_rng_state(self._rng, rng_state)
-        self._pending = {int(s): [{k: v[stream == s] for k, v in pending.items()}] for s in np.unique(stream)}
-        firsts, where = np.unique(np.asarray(state["ep_first"], np.int64), return_index=True)
-        lengths = np.asarray(state["ep_len"], np.int64)[where]
+        checked = self._checked(state)
+        self._ring.load_checked(checked)
+        firsts, where = np.unique(np.asarray(checked.storage["ep_first"], np.int64), return_index=True)
+        lengths = np.asarray(checked.storage["ep_len"], np.int64)[where]
         self._episodes = np.stack([firsts, lengths], axis=1) if len(firsts) else np.zeros((0, 2), np.int64)
 
-    def _checked(self, state: Mapping[str, np.ndarray]):
-        state = dict(state)
-        ours = ["added", "rng_state", "pending_stream"] + ["pending_" + n for n in _DATA]
-        missing = [k for k in ours if k not in state]
-        if missing:
-            raise ValueError(f"state_dict is missing keys {missing}")
-        extra = {k: state.pop(k) for k in ours}
-        rng_state = check_rng_state_array(extra["rng_state"])
-        self._storage.check_state_dict(state)
-        added, size, ptr = state_int(extra, "added"), state_int(state, "size"), state_int(state, "ptr")
-        if added < size or added % self.capacity != ptr:
-            raise ValueError(f"state_dict added={added} is inconsistent with size={size}, ptr={ptr}")
-        first, length = np.asarray(state["ep_first"]), np.asarray(state["ep_len"])
-        if np.any(length < 1) or np.any(first < 0) or np.any(first + length > added):
+    def _checked(self, state: Mapping[str, np.ndarray]) -> CheckedState:
+        checked = self._ring.check_state_dict(state)
+        first, length = np.asarray(checked.storage["ep_first"]), np.asarray(checked.storage["ep_len"])
+        if np.any(length < 1) or np.any(first < 0) or np.any(first + length > checked.added):
             raise ValueError("state_dict ep_first/ep_len describe episodes outside the items ever added")
-        stream = np.asarray(extra["pending_stream"])
-        if stream.ndim != 1 or stream.dtype != np.int64:
-            raise ValueError(f"state_dict['pending_stream'] must be 1-D int64, got {stream.dtype} {stream.shape}")
-        pending = {}
-        for name in _DATA:
-            arr = np.asarray(extra["pending_" + name])
-            shape, dtype = self._specs[name]
-            if arr.shape != (stream.shape[0], *shape) or arr.dtype != dtype:
-                raise ValueError(f"state_dict['pending_{name}'] is {arr.dtype} {arr.shape}, "
-                                 f"expected {dtype} {(stream.shape[0], *shape)}")
-            pending[name] = arr.copy()
-        if np.any(pending["terminated"] | pending["truncated"]):
-            raise ValueError("state_dict pending transitions must not contain episode ends")
-        return state, rng_state, added, stream, pending
+        return checked

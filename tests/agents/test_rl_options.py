@@ -7,6 +7,7 @@ import pytest
 
 from marl_note.replay import PrioritizedReplayBuffer, TripletReplayBuffer
 from marl_note.types import Transitions
+from tests.user_agents import loss_only_rl
 
 OBS = gym.spaces.Box(-1, 1, (3,), np.float32)
 ACT = gym.spaces.Discrete(2)
@@ -126,22 +127,7 @@ def test_pr_feeds_td_error_back_as_priorities(backend):
     assert len(untouched) and p[sampled].min() > 19 * p[untouched].max()
 
 def test_pr_needs_td_error():
-    torch = pytest.importorskip("torch")
-    from marl_note.agents.torch import RL
-
-    class NoTD(RL):
-        def __init__(self, o, a):
-            super().__init__(o, a)
-            self.q = torch.nn.Linear(3, 2)
-            self.optimizer = torch.optim.SGD(self.q.parameters(), lr=0.1)
-
-        def action(self, s):
-            return self.q(s)
-
-        def __call__(self, s, a, next_s, r, d):
-            return self.q(s).sum()
-
-    agent = NoTD(OBS, ACT)
+    agent = loss_only_rl(3)(OBS, ACT)
     with pytest.raises(TypeError, match="must define td_error"):
         agent.set(PR=True)
     assert not agent.cfg.PR and type(agent.replay).__name__ == "ReplayBuffer"

@@ -13,6 +13,7 @@ from marl_note.envs.goal_envs import PointReachEnv
 
 torch = pytest.importorskip("torch")
 from marl_note.agents.torch import DQN  # noqa: E402
+from tests.user_agents import loss_only_rl  # noqa: E402
 
 CARTPOLE = gym.make("CartPole-v1")
 
@@ -128,21 +129,7 @@ def test_jit_compile_is_the_agents_compile_option():
         set_compile(agent, True)
         assert agent.compile and agent.config["compile"] and np.array_equal(agent.q_values(np.ones((1, 3))), q)
 
-    from marl_note.agents.torch import RL
-
-    class Mine(RL):
-        def __init__(self, o, a):
-            super().__init__(o, a)
-            self.q = torch.nn.Linear(4, 2)
-            self.optimizer = torch.optim.SGD(self.q.parameters(), lr=0.1)
-
-        def action(self, s):
-            return self.q(s)
-
-        def __call__(self, s, a, next_s, r, d):
-            return self.q(s).sum()
-
-    mine = Mine(CARTPOLE.observation_space, CARTPOLE.action_space)
+    mine = loss_only_rl(4)(CARTPOLE.observation_space, CARTPOLE.action_space)
     with pytest.raises(ValueError, match="compile them yourself"):
         mine.train(2, env="CartPole-v1", jit_compile=True)
     set_compile(mine, False)  # nothing to turn off
