@@ -10,6 +10,7 @@ import pytest
 
 from marl_note.agents.checkpoints import restore
 from marl_note.types import Transitions
+from tests.agents.rl_helpers import user_rl
 
 BOX_OBS = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
 BOX_ACT = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
@@ -48,48 +49,6 @@ EXPECTED = {
     "MADDPG": {"a.actor_optimizer": 1e-3, "a.critic_optimizer": 2e-3, "b.actor_optimizer": 1e-3,
                "b.critic_optimizer": 2e-3},
 }
-
-
-def user_rl(module, lr=1e-3):
-    """A user-defined DQN on the backend's RL base class, with its own Adam."""
-    if module.__name__.endswith("torch"):
-        import torch
-
-        class Mine(module.RL):
-            def __init__(self, observation_space, action_space, lr=1e-3, seed=None):
-                super().__init__(observation_space, action_space, learning_starts=4, seed=seed)
-                torch_gen = torch.Generator().manual_seed(0)
-                self.q = torch.nn.Linear(self.obs_dim, self.n_actions)
-                with torch.no_grad():
-                    for p in self.q.parameters():
-                        p.uniform_(-0.3, 0.3, generator=torch_gen)
-                self.optimizer = torch.optim.Adam(self.q.parameters(), lr=lr)
-
-            def action(self, s):
-                return self.q(s)
-
-            def __call__(self, s, a, next_s, r, d):
-                return (self.q(s).gather(1, a[:, None]).squeeze(1) - r).pow(2).mean()
-    else:
-        import keras
-        import tensorflow as tf
-
-        class Mine(module.RL):
-            def __init__(self, observation_space, action_space, lr=1e-3, seed=None):
-                super().__init__(observation_space, action_space, learning_starts=4, seed=seed)
-                init = keras.initializers.RandomUniform(-0.3, 0.3, seed=0)
-                self.q = keras.Sequential([keras.Input((self.obs_dim,)),
-                                           keras.layers.Dense(self.n_actions, kernel_initializer=init,
-                                                              bias_initializer=init)])
-                self.optimizer = keras.optimizers.Adam(lr)
-
-            def action(self, s):
-                return self.q(s)
-
-            def __call__(self, s, a, next_s, r, d):
-                q = tf.reduce_sum(self.q(s) * tf.one_hot(a, self.n_actions), 1)
-                return tf.reduce_mean(tf.square(q - r))
-    return Mine(BOX_OBS, DISCRETE, lr=lr, seed=0)
 
 
 def batch(n=16, seed=0, act_space=DISCRETE):
@@ -167,17 +126,17 @@ def test_a_set_rate_drives_one_optimizer_of_several(backend):
 
 
 def test_rl_subclass_learning_rates(backend, tmp_path):
-    agent = user_rl(backend, lr=1e-3)
+    agent = user_rl(backend, BOX_OBS, DISCRETE, lr=1e-3)
     assert agent.learning_rates() == pytest.approx({"optimizer": 1e-3})
     agent.set_learning_rate(0.25)
     assert float(agent.state_dict()["optimizer.lr"]) == pytest.approx(0.25)
     data = batch(16)
-    built = user_rl(backend, lr=0.25)
+    built = user_rl(backend, BOX_OBS, DISCRETE, lr=0.25)
     for a in (agent, built):
         a.observe(data)
         a.update(batch_size=8)
     assert all(np.allclose(weights(agent)[k], weights(built)[k], atol=1e-6) for k in weights(built))
-    twin = user_rl(backend)
+    twin = user_rl(backend, BOX_OBS, DISCRETE)
     twin.load_state_dict(agent.state_dict())
     assert twin.learning_rates() == pytest.approx({"optimizer": 0.25})
 
@@ -186,7 +145,7 @@ def test_tf_rl_state_saved_before_a_step_resets_a_stepped_optimizer():
     """Loading a state saved before the first step gives back a fresh optimiser (no moments of later
     steps), so the state reads as it did: the TF RL optimiser used to keep its moments and step count."""
     module = pytest.importorskip("marl_note.agents.tf")
-    agent = user_rl(module)
+    agent = user_rl(module, BOX_OBS, DISCRETE)
     before, replay = agent.state_dict(), {k: v.copy() for k, v in agent.replay.state_dict().items()}
     agent.observe(batch(16))
     agent.update(batch_size=8)
@@ -197,7 +156,7 @@ def test_tf_rl_state_saved_before_a_step_resets_a_stepped_optimizer():
     assert sorted(after) == sorted(before)
     assert all(np.array_equal(after[k], before[k]) for k in before)
     # and it trains again like a fresh agent
-    fresh = user_rl(module)
+    fresh = user_rl(module, BOX_OBS, DISCRETE)
     for a in (agent, fresh):
         a.observe(batch(16, seed=1))
         a.update(batch_size=8)
@@ -209,8 +168,8 @@ def test_tf_rl_checkpoint_without_lr_still_loads():
     module = pytest.importorskip("marl_note.agents.tf")
     from marl_note.agents.checkpoints.state_check import check_agent_state
 
-    agent = user_rl(module, lr=0.003)
-    old = {k: v for k, v in user_rl(module, lr=0.5).state_dict().items() if not k.endswith(".lr")}
+    agent = user_rl(module, BOX_OBS, DISCRETE, lr=0.003)
+    old = {k: v for k, v in user_rl(module, BOX_OBS, DISCRETE, lr=0.5).state_dict().items() if not k.endswith(".lr")}
     state, _ = check_agent_state(agent, old, "old checkpoint")
     agent.load_state_dict(state)
     assert agent.learning_rates() == pytest.approx({"optimizer": 0.003})
@@ -219,7 +178,7 @@ def test_tf_rl_checkpoint_without_lr_still_loads():
 def test_tf_rl_schedule_cannot_be_set():
     module = pytest.importorskip("marl_note.agents.tf")
     keras = pytest.importorskip("keras")
-    agent = user_rl(module)
+    agent = user_rl(module, BOX_OBS, DISCRETE)
     agent.optimizer = keras.optimizers.Adam(keras.optimizers.schedules.ExponentialDecay(0.1, 10, 0.5))
     agent.nets.discover(agent)
     assert agent.learning_rates() == pytest.approx({"optimizer": 0.1})
