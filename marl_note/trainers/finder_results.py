@@ -175,12 +175,12 @@ class OptFinderResult:
             rank  score  candidate
                1     42  {'lr': 0.001}
         """
-        head = f"rank  {'score':>5}  candidate"
-        lines = [head]
-        for row in self.rows:
-            score = "nan" if math.isnan(row["score"]) else f"{row['score']:.4g}"
+        scores = ["nan" if math.isnan(row["score"]) else f"{row['score']:.4g}" for row in self.rows]
+        width = max([5, *map(len, scores)])
+        lines = [f"rank  {'score':>{width}}  candidate"]
+        for row, score in zip(self.rows, scores):
             note = "  (diverged)" if row.get("diverged") else ""
-            lines.append(f"{row['rank']:>4}  {score:>5}  {row['candidate']}{note}")
+            lines.append(f"{row['rank']:>4}  {score:>{width}}  {row['candidate']}{note}")
         return "\n".join(lines)
 
     def __repr__(self) -> str:

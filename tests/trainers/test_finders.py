@@ -10,7 +10,7 @@ import pytest
 
 from marl_note.trainers import DecentralizedTrainer
 from marl_note.trainers.collector import CollectStats
-from marl_note.trainers.finder_parts import LRSearch, SearchDone
+from marl_note.trainers.finder_parts import LRSearch, SearchDone, start_from, weights_of
 from marl_note.trainers.finders import LRFinder, OptFinder
 from tests.agents.rl_helpers import user_rl
 
@@ -94,7 +94,7 @@ def test_the_agent_is_put_back_exactly(backend, algo):
         if algo == "DQN":  # n-step windows and prioritized replay: state held outside the weights
             return dqn(backend, num_steps=3, PR=True)
         if algo == "PPO":  # a partly filled rollout
-            return backend.PPO(OBS, ACT, hidden_sizes=(16,), n_steps=128, n_epochs=2, seed=0)
+            return backend.PPO(OBS, ACT, hidden_sizes=(16,), n_steps=128, n_epochs=1, seed=0)
         return user_rl(backend, OBS, ACT, learning_starts=16)
     agent, twin = build(), build()
     for a in (agent, twin):  # some history: optimiser moments, counters, replay contents, exploration
@@ -104,7 +104,7 @@ def test_the_agent_is_put_back_exactly(backend, algo):
     before, lrs = agent.state_dict(), agent.learning_rates()
     replay = getattr(agent, "replay", None)
     replay_before = replay.state_dict() if replay is not None else {}
-    result = LRFinder(agent).find("CartPole-v1", start_lr=1e-3, end_lr=1.0, num=4, diverge=1e9, seed=3,
+    result = LRFinder(agent).find("CartPole-v1", start_lr=1e-3, end_lr=1.0, num=3, diverge=1e9, seed=3,
                                   update_freq=128 if algo == "PPO" else 16, batch_size=16)
     assert len(result) >= 1
     after = agent.state_dict()
@@ -248,13 +248,24 @@ def test_opt_finder_same_start_and_ranking_follows_the_scores(backend, tmp_path)
         return backend.DQN(trainer.observation_space("agent_0"), trainer.action_space("agent_0"),
                            hidden_sizes=hidden, lr=lr, learning_starts=16, seed=len(calls))
     result = OptFinder(factory, [{"lr": 1e-4}, {"lr": 1e-2}, {"hidden": (8,)}]).find(
-        "CartPole-v1", episodes_per_train=3, **FAST)
+        "CartPole-v1", episodes_per_train=2, **FAST)
     assert calls == [1e-4, 1e-2, 1e-3]  # every candidate built before any training
     scores = result.scores()
     assert scores == sorted(scores, reverse=True) and result.best == result.rows[0]["candidate"]
     assert {row["index"]: row["same_init"] for row in result.rows} == {0: True, 1: True, 2: False}
     assert "rank  score  candidate" in result.table() and len(result.table().splitlines()) == 4
     assert result.plot(tmp_path / "opt.png").endswith("opt.png")
+
+
+def test_candidates_start_from_the_same_weights_where_they_fit(backend):
+    reference, other = dqn(backend, seed=1), dqn(backend, seed=2)
+    ref = weights_of(reference)
+    assert not all(np.array_equal(v, weights_of(other)[k]) for k, v in ref.items())
+    assert start_from(other, ref)
+    assert all(np.array_equal(v, weights_of(other)[k]) for k, v in ref.items())
+    wider = dqn(backend, hidden_sizes=(8,))
+    own = weights_of(wider)
+    assert not start_from(wider, ref) and all(np.array_equal(v, weights_of(wider)[k]) for k, v in own.items())
 
 
 def test_opt_finder_ranks_a_diverged_candidate_last(backend):
@@ -323,7 +334,8 @@ def original_example_optfinder(name):
     env = gym.make("Pendulum-v1")
     model = module.DDPG(env.observation_space, env.action_space, hidden_sizes=(16,), learning_starts=32, seed=0)
     opt_finder = OptFinder(model, [{"actor_lr": 1e-4, "critic_lr": 1e-3}, {"actor_lr": 1e-3, "critic_lr": 1e-2}])
-    result = opt_finder.find("Pendulum-v1", episodes_per_train=1, update_freq=50, episodes_per_test=1)
+    short = lambda: gym.make("Pendulum-v1", max_episode_steps=60)  # noqa: E731
+    result = opt_finder.find(short, episodes_per_train=1, update_freq=20, episodes_per_test=1)
     assert opt_finder.result is result and len(result.rows) == 2
     assert result.best in opt_finder.candidates and result.rows[0]["score"] >= result.rows[1]["score"]
     assert result.best_agent.learning_rates() == pytest.approx(
