@@ -26,7 +26,7 @@ Example:
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -35,6 +35,7 @@ import numpy as np
 from marl_note.agents.checkpoints.saving import Saving
 from marl_note.agents.workflow import Workflow
 from marl_note.rng import rng_from_array, rng_to_array
+from marl_note.validation import positive_float
 
 __all__ = ["AgentCore", "LEGACY_STATE_KEYS"]
 
@@ -81,6 +82,60 @@ class AgentCore(Workflow, Saving):
 
     def _optimizer_slot_shapes(self) -> dict[str, list[tuple[int, ...]]]:
         return self.nets.optimizer_slot_shapes()
+
+    # -- learning rates ------------------------------------------------------------------------------
+    def learning_rates(self) -> dict[str, float]:
+        """``{optimizer name: learning rate}`` of every optimiser, read from the optimisers themselves.
+
+        The names are those of the state keys (``optimizer``, ``actor_optimizer``,
+        ``agent_0.critic_optimizer``, ...); ``state_dict()`` saves each rate as ``<name>.lr``.
+
+        Example:
+            >>> import gymnasium as gym
+            >>> from marl_note.agents.torch import DDPG
+            >>> agent = DDPG(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Box(-1, 1, (1,)), hidden_sizes=(4,), seed=0)
+            >>> agent.learning_rates()
+            {'actor_optimizer': 0.001, 'critic_optimizer': 0.001}
+            >>> agent.set_learning_rate(3e-4, "critic_optimizer")
+            {'actor_optimizer': 0.001, 'critic_optimizer': 0.0003}
+            >>> float(agent.state_dict()["critic_optimizer.lr"])
+            0.0003
+        """
+        return dict(self.nets.learning_rates())
+
+    def set_learning_rate(self, lr: float, optimizer: str | Sequence[str] | None = None) -> dict[str, float]:
+        """Set the learning rate of ``optimizer`` (a name from :meth:`learning_rates`, a list of
+        names, or None: every optimiser) to ``lr``, effective from the next gradient step.
+
+        Every optimiser named gets the same ``lr`` (to keep the ratios of several, read
+        :meth:`learning_rates` and set each). The constructor's ``lr`` arguments (``agent.config``)
+        are left as they were; ``state_dict()`` and ``save()`` record the new rates, and loading
+        a state sets them back. Returns :meth:`learning_rates`. A rate that is not a positive
+        finite number, or an unknown optimiser name, raises before anything is changed.
+
+        Example:
+            >>> import gymnasium as gym
+            >>> from marl_note.agents.torch import DQN
+            >>> agent = DQN(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), hidden_sizes=(4,), seed=0)
+            >>> agent.set_learning_rate(1e-2)
+            {'optimizer': 0.01}
+            >>> agent.set_learning_rate(1e-2, "critic")
+            Traceback (most recent call last):
+            ...
+            KeyError: "DQN has no optimizer 'critic'; its optimizers are ['optimizer']"
+        """
+        lr = positive_float("lr", lr, "the learning rate")
+        current = self.learning_rates()
+        names = list(current) if optimizer is None else [optimizer] if isinstance(optimizer, str) else list(optimizer)
+        if not names:
+            raise ValueError("optimizer names no optimiser: pass a name, a non-empty list of names, or None for all")
+        unknown = [n for n in names if n not in current]
+        if unknown:
+            what = f"optimizer {unknown[0]!r}" if len(unknown) == 1 else f"optimizers {unknown}"
+            raise KeyError(f"{type(self).__name__} has no {what}; its optimizers are {list(current)}")
+        for name in names:
+            self.nets.set_learning_rate(name, lr)
+        return self.learning_rates()
 
     # -- state ---------------------------------------------------------------------------------------
     def _extra_state(self) -> dict[str, np.ndarray]:

@@ -92,6 +92,7 @@ class Saving:
 
         def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
     nonfinite_state_keys: tuple[str, ...] = ()  # state keys (fnmatch patterns) that may legitimately hold NaN/inf
+    optional_state_keys: tuple[str, ...] = ()  # state keys (fnmatch patterns) an older checkpoint may lack
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

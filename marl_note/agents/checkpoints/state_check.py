@@ -10,7 +10,8 @@ shape: optimiser slots ``<optimizer>.<i>.<slot>`` against parameter ``i``
 (``_optimizer_slot_shapes()``; absent before the first update), per-env noise copies
 ``...env.<k>.<key>`` like their template ``...<key>``; any other extra array must be numeric and
 finite. Live slots and noise copies that the checkpoint lacks are not required (loading drops
-them). Only then does :func:`load_checked` assign, and should the object's own
+them), nor are the keys an agent lists in ``optional_state_keys`` (arrays newer than the
+checkpoint). Only then does :func:`load_checked` assign, and should the object's own
 ``load_state_dict`` still refuse, it puts the previous state back.
 
 Example:
@@ -43,14 +44,21 @@ _ENV_COPY = re.compile(r"(?:^|(?<=\.))env\.\d+\.")
 
 def check_arrays(live: Mapping[str, Any], saved: Mapping[str, Any], what: str, *,
                  slot_shapes: Mapping[str, Sequence[tuple[int, ...]]] | None = None,
-                 nonfinite_ok: Iterable[str] = ()) -> dict[str, np.ndarray]:
-    """Check ``saved`` against ``live`` (see the module doc); return the arrays to load, cast to the live dtypes."""
+                 nonfinite_ok: Iterable[str] = (), may_lack: Iterable[str] = ()) -> dict[str, np.ndarray]:
+    """Check ``saved`` against ``live`` (see the module doc); return the arrays to load, cast to the live dtypes.
+
+    ``may_lack``: live keys (fnmatch patterns) a checkpoint need not hold (arrays added to a state
+    after it was written); the agent keeps its own values of those it lacks.
+    """
     slot_shapes = slot_shapes or {}
     patterns = tuple(nonfinite_ok)
+    lackable = tuple(may_lack)
     saved_slot_opts = {m["opt"] for k in saved if (m := _SLOT.fullmatch(k)) and m["opt"] in slot_shapes}
 
     def optional(key: str) -> bool:
         """Slots of an optimiser the checkpoint has none for (not stepped yet), per-env noise copies."""
+        if any(fnmatch.fnmatchcase(key, p) for p in lackable):
+            return True
         m = _SLOT.fullmatch(key)
         if m and m["opt"] in slot_shapes:
             return m["opt"] not in saved_slot_opts
@@ -147,7 +155,8 @@ def check_agent_state(agent: Any, saved: Mapping[str, Any], what: str, keys: Seq
     nonfinite = tuple(getattr(agent, "nonfinite_state_keys", ()))
     if keys is None:
         slot_shapes = slot_fn() if callable(slot_fn) else {}
-        return check_arrays(live, saved, what, slot_shapes=slot_shapes, nonfinite_ok=nonfinite), live
+        return check_arrays(live, saved, what, slot_shapes=slot_shapes, nonfinite_ok=nonfinite,
+                            may_lack=tuple(getattr(agent, "optional_state_keys", ()))), live
     part = check_arrays({k: live[k] for k in keys}, {k: saved[k] for k in keys if k in saved}, what,
                         nonfinite_ok=nonfinite)
     return {**live, **part}, live

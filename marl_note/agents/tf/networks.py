@@ -128,6 +128,17 @@ class TFNetworks:
         for (_, t, _), (_, s, _) in zip(self.params[target], self.params[source], strict=True):
             t.assign(s if tau is None else t + tau * (s - t))
 
+    # -- learning rates --------------------------------------------------------------------------------
+    def learning_rates(self) -> dict[str, float]:
+        """``{optimizer name: learning rate}``, as the state saves them."""
+        return {name: float(entry[2]) for name, entry in self.optimizers.items()}
+
+    def set_learning_rate(self, name: str, lr: float) -> None:
+        """Set optimiser ``name``'s learning rate to ``lr`` (checked by the caller); traced steps read it."""
+        entry = self.optimizers[name]
+        entry[2] = float(lr)
+        entry[0].learning_rate.assign(lr)
+
     # -- numpy state -----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:
         out: dict[str, np.ndarray] = {}

@@ -14,8 +14,9 @@ same forward pass, loss ``i`` only with respect to group ``i``, then every optim
 own, and none does unless every loss and gradient norm is finite.
 
 ``state_dict()`` keys: ``<network attribute>.<index>.<variable name>`` for weights,
-``<optimizer attribute>.<index>`` for optimiser variables (with ``<name>.var_index`` naming the
-weights it trains), counters, the numpy rng and the policy/noise state.
+``<optimizer attribute>.lr`` for the learning rate, ``<optimizer attribute>.<index>`` for optimiser
+variables once it has stepped (with ``<name>.var_index`` naming the weights it trains), counters,
+the numpy rng and the policy/noise state.
 """
 from __future__ import annotations
 
@@ -50,6 +51,7 @@ class RLNetworks:
         self.groups: list[list] | None = None
         self._action_fn: Any = None
         self._step_fn: Any = None
+        self._fresh: dict[str, list[np.ndarray]] = {}  # optimizer name -> its variables right after build
 
     @property
     def weight_names(self) -> tuple[str, ...]:
@@ -144,9 +146,14 @@ class RLNetworks:
         return self._apply(losses, [[g for g in grads[0] if g is not None]], agent.max_grad_norm)
 
     def _build_optimizers(self) -> None:
-        for opt, group in zip(self.optimizers.values(), self.groups or []):
+        for name, opt, group in zip(self.optimizers, self.optimizers.values(), self.groups or []):
             if not opt.built:
-                opt.build(group)
+                self._build(name, opt, group)
+
+    def _build(self, name: str, opt: Any, group: list) -> None:
+        """Build ``opt`` on ``group`` and remember its fresh variables (what loading an unstepped state resets to)."""
+        opt.build(group)
+        self._fresh[name] = [np.array(v.numpy()) for v in opt.variables]
 
     def train_step(self, agent: RLCore, arrays: tuple[np.ndarray, ...]) -> list[float]:
         """One guarded gradient step of the user's loss(es) on the numpy batch; the losses as floats."""
@@ -167,16 +174,36 @@ class RLNetworks:
         check_finite_update(type(agent).__name__, agent.updates + 1, names, values[k:])
         return [float(x) for x in values[:k]]
 
+    # -- learning rates --------------------------------------------------------------------------------
+    def learning_rates(self) -> dict[str, float]:
+        """``{optimizer name: learning rate}`` (a schedule's current value)."""
+        return {name: float(np.asarray(opt.learning_rate)) for name, opt in self.optimizers.items()}
+
+    def set_learning_rate(self, name: str, lr: float) -> None:
+        """Set optimiser ``name``'s learning rate; a Keras optimiser built on a schedule refuses."""
+        opt = self.optimizers[name]
+        if not _settable(opt):
+            raise TypeError(f"{name} ({type(opt).__name__}) follows a LearningRateSchedule, so its learning rate "
+                            f"cannot be set; give it a float learning_rate to set it at run time")
+        opt.learning_rate = lr
+
     # -- numpy state -----------------------------------------------------------------------------------
     def optimizer_slot_shapes(self) -> dict[str, list[tuple[int, ...]]]:
         return {}  # optimiser variables are saved whole (``<name>.<i>``), not as per-parameter slots
 
+    def lr_keys(self) -> tuple[str, ...]:
+        """The ``<name>.lr`` state keys (optimisers with a settable learning rate)."""
+        return tuple(f"{name}.lr" for name, opt in self.optimizers.items() if _settable(opt))
+
     def state_dict(self) -> dict[str, np.ndarray]:
+        """Weights, ``<name>.lr`` and, once an optimiser has stepped, its variables and ``var_index``."""
         weights = self.weights()
         out = {key: np.array(v.numpy()) for key, v in weights}
         ids = {id(v): i for i, (_, v) in enumerate(weights)}
         for k, (name, opt) in enumerate(self.optimizers.items()):
-            if opt.built and self.groups is not None:
+            if _settable(opt):
+                out[f"{name}.lr"] = np.asarray(float(np.asarray(opt.learning_rate)), np.float64)
+            if opt.built and self.groups is not None and int(opt.iterations.numpy()) > 0:
                 out[f"{name}.var_index"] = np.asarray([ids[id(v)] for v in self.groups[k]], np.int64)
                 out.update({f"{name}.{i}": np.array(v.numpy()) for i, v in enumerate(opt.variables)})
         return out
@@ -193,21 +220,25 @@ class RLNetworks:
         for k, (name, opt) in enumerate(self.optimizers.items()):
             if f"{name}.var_index" in state:
                 groups[k] = self._load_optimizer(name, opt, state, weights)
+            elif name in self._fresh:  # a state saved before this optimiser stepped: back to its fresh variables
+                for v, fresh in zip(opt.variables, self._fresh[name]):
+                    v.assign(fresh)
+            if f"{name}.lr" in state and _settable(opt):
+                opt.learning_rate = float(np.asarray(state[f"{name}.lr"]))
         for key, v in weights:
             v.assign(np.asarray(state[key], v.dtype))
         if all(g is not None for g in groups):
             self.groups = groups
             self._step_fn = None
 
-    @staticmethod
-    def _load_optimizer(name: str, opt: Any, state: Mapping[str, Any], weights: list[tuple[str, Any]]) -> list:
+    def _load_optimizer(self, name: str, opt: Any, state: Mapping[str, Any], weights: list[tuple[str, Any]]) -> list:
         """Build ``opt`` on the weights its ``var_index`` names and load its variables; returns those weights."""
         index = np.asarray(state[f"{name}.var_index"], np.int64).reshape(-1)
         if index.size and (index.min() < 0 or index.max() >= len(weights)):
             raise ValueError(f"{name}.var_index points outside the {len(weights)} network weights")
         group = [weights[i][1] for i in index]
         if not opt.built:
-            opt.build(group)
+            self._build(name, opt, group)
         saved = sorted(int(key[len(name) + 1:]) for key in state
                        if key.startswith(name + ".") and key[len(name) + 1:].isdigit())
         if saved != list(range(len(opt.variables))):
@@ -225,6 +256,11 @@ def _numpy(out: Any) -> Any:
     if isinstance(out, (tuple, list)):
         return tuple(_numpy(o) for o in out)
     return np.asarray(out)
+
+
+def _settable(opt: Any) -> bool:
+    """Whether a Keras optimiser's learning rate is a variable (not a LearningRateSchedule)."""
+    return isinstance(opt.learning_rate, keras.Variable)
 
 
 class RL(RLCore):
@@ -264,6 +300,11 @@ class RL(RLCore):
     """
 
     Networks = RLNetworks
+
+    @property
+    def optional_state_keys(self) -> tuple[str, ...]:  # type: ignore[override]
+        """``<optimizer>.lr``: checkpoints written before the state saved learning rates lack them."""
+        return self.nets.lr_keys()
 
     @property
     def tf_function(self) -> bool:

@@ -120,6 +120,19 @@ class TorchNetworks:
             else:
                 t.lerp_(s, tau)
 
+    # -- learning rates --------------------------------------------------------------------------------
+    def learning_rates(self) -> dict[str, float]:
+        """``{optimizer name: learning rate}`` (a torch optimiser's first parameter group's, which the state saves)."""
+        return {name: float(opt.param_groups[0]["lr"]) for name, opt in self.optimizers.items()}
+
+    def set_learning_rate(self, name: str, lr: float) -> None:
+        """Set every parameter group of optimiser ``name`` to ``lr`` (checked by the caller)."""
+        for group in self.optimizers[name].param_groups:
+            if torch.is_tensor(group["lr"]):
+                group["lr"].fill_(lr)
+            else:
+                group["lr"] = lr
+
     # -- numpy state -----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:
         out: dict[str, np.ndarray] = {}
