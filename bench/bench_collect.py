@@ -1,8 +1,10 @@
 """Collection speed: DecentralizedTrainer's collector against a plain loop over one raw PettingZoo env.
 
 Tic-tac-toe, 16 in-process envs. Prints agent-steps/s of each and the ratio collector / raw loop,
-all measured in this one process (the machines are shared and noisy; compare ratios, not rates).
-Target (issue 2): random agents >= 0.7x the raw single-env loop.
+all measured in this one process, interleaved, in CPU time by default (the machines are shared and
+noisy; compare ratios, not rates). Targets: random agents >= 0.7x the raw single-env loop (issue 2);
+DQN acting, exploring and greedy, >= 1.0x (issue 11). Then the cost of one ``act`` call of DQN on
+a batch of 16 through its numpy copy against the framework (``numpy_acting=False``).
 
 The cost of the non-finite check (issue 16), on tic-tac-toe (rewards checked, int8 boards skipped)
 and on CartPole-v1 (float observations checked too), random agents: the ratio of collection speed
@@ -10,7 +12,7 @@ with / without ``check_finite`` in CPU time (alternating order; still noisy on a
 and the check timed alone on recorded step results, as a share of the collector's CPU time per
 vector step (the steadier figure).
 
-Run:  python bench/bench_collect.py [--steps N] [--repeats R]
+Run:  python bench/bench_collect.py [--steps N] [--repeats R] [--tf] [--no-check]
 """
 from __future__ import annotations
 
@@ -27,13 +29,13 @@ from marl_note.envs import SyncVectorEnv, adapt, make_spec
 from marl_note.trainers import Collector
 
 
-def raw_loop(steps: int, seed: int = 0) -> float:
+def raw_loop(steps: int, seed: int = 0, clock=time.perf_counter) -> float:
     """Agent-steps/s of the textbook AEC loop: last(), a uniformly random legal action, step()."""
     env = tictactoe_v3.env()
     env.reset(seed=seed)
     rng = np.random.default_rng(seed)
     done = 0
-    start = time.perf_counter()
+    start = clock()
     while done < steps:
         obs, _, term, trunc, _ = env.last()
         if term or trunc:
@@ -44,7 +46,7 @@ def raw_loop(steps: int, seed: int = 0) -> float:
             done += 1
         if not env.agents:
             env.reset()
-    return done / (time.perf_counter() - start)
+    return done / (clock() - start)
 
 
 def collector_rate(agents, steps: int, num_envs: int = 16, explore: bool = True, check_finite: bool = True,
@@ -87,36 +89,91 @@ def check_cost(env_fn, agents, steps: int, repeats: int, num_envs: int = 16) -> 
     return float(np.median(rates[True]) / np.median(rates[False])), check_s * 1e6, check_s / per_step
 
 
+def acting_ms(agent, obs: np.ndarray, mask: np.ndarray, explore: bool, repeats: int = 2000) -> float:
+    """Milliseconds per ``agent.act`` call on one batch (best of 3 timings of ``repeats`` calls)."""
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        for _ in range(repeats):
+            agent.act(obs, mask, explore=explore)
+        best = min(best, (time.perf_counter() - start) / repeats)
+    return best * 1e3
+
+
+def dqn_agents(spec, backends: list[str]) -> dict[str, tuple[object, object | None]]:
+    """Backend -> (DQN acting as configured by default, the same DQN acting in the framework or None
+    where this version has no ``numpy_acting`` option)."""
+    import inspect
+
+    out = {}
+    for backend in backends:
+        try:
+            if backend == "torch":
+                import torch
+
+                from marl_note.agents.torch import DQN
+                torch.set_num_threads(1)
+            else:
+                import tensorflow as tf
+
+                from marl_note.agents.tf import DQN  # type: ignore[assignment]
+                tf.config.threading.set_intra_op_parallelism_threads(1)
+        except ImportError:
+            print(f"{backend} not installed: skipping its DQN rows")
+            continue
+        obs_space, act_space = spec.observation_space("player_1"), spec.action_space("player_1")
+        framework = None
+        if "numpy_acting" in inspect.signature(DQN).parameters:
+            framework = DQN(obs_space, act_space, seed=0, numpy_acting=False)
+        out[backend] = DQN(obs_space, act_space, seed=0), framework
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--steps", type=int, default=30_000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--tf", action="store_true", help="DQN rows in TensorFlow too (slow to import)")
+    parser.add_argument("--no-check", action="store_true", help="skip the check_finite cost rows")
+    parser.add_argument("--wall", action="store_true", help="rates in wall-clock time (default: CPU time of "
+                        "this process, steadier on a shared machine; every row runs on one thread)")
     args = parser.parse_args()
+    clock = time.perf_counter if args.wall else time.process_time
     spec = make_spec(adapt(tictactoe_v3.env()))
     randoms = [RandomAgent(spec.action_space(a), seed=i) for i, a in enumerate(spec.possible_agents)]
-    rows = {"raw single-env loop": [], "collector, random agents": [], "collector, DQN acting": []}
-    dqn = None
-    try:
-        import torch
-
-        from marl_note.agents.torch import DQN
-
-        torch.set_num_threads(1)
-        dqn = DQN(spec.observation_space("player_1"), spec.action_space("player_1"), seed=0)
-    except ImportError:
-        print("torch not installed: skipping the DQN row")
+    dqns = dqn_agents(spec, ["torch", "tf"] if args.tf else ["torch"])
+    rows: dict[str, list[float]] = {"raw single-env loop": [], "collector, random agents": []}
+    for backend in dqns:
+        rows[f"collector, DQN ({backend}) exploring"] = []
+        rows[f"collector, DQN ({backend}) greedy"] = []
     for _ in range(args.repeats):  # interleave so that machine noise hits every row alike
-        rows["raw single-env loop"].append(raw_loop(args.steps))
-        rows["collector, random agents"].append(collector_rate(randoms, args.steps))
-        if dqn is not None:
-            rows["collector, DQN acting"].append(collector_rate([dqn, dqn], args.steps, explore=False))
+        rows["raw single-env loop"].append(raw_loop(args.steps, clock=clock))
+        rows["collector, random agents"].append(collector_rate(randoms, args.steps, clock=clock))
+        for backend, (dqn, _) in dqns.items():
+            for explore, how in ((True, "exploring"), (False, "greedy")):
+                rows[f"collector, DQN ({backend}) {how}"].append(collector_rate([dqn, dqn], args.steps,
+                                                                                explore=explore, clock=clock))
     base = float(np.median(rows["raw single-env loop"]))
     print(f"machine: {platform.processor() or platform.machine()}, {platform.python_version()}; "
-          f"tic-tac-toe, 16 in-process envs, {args.steps} agent steps x {args.repeats} (median)")
+          f"tic-tac-toe, 16 in-process envs, {args.steps} agent steps x {args.repeats} (median), "
+          f"{'wall-clock' if args.wall else 'CPU'} time; "
+          f"DQN with its default 128-128 MLP")
     for name, rates in rows.items():
         if rates:
             med = float(np.median(rates))
-            print(f"{name:28s} {med:10.0f} agent-steps/s   {med / base:5.2f}x raw loop")
+            print(f"{name:36s} {med:10.0f} agent-steps/s   {med / base:5.2f}x raw loop "
+                  f"(range {min(rates) / base:4.2f}-{max(rates) / base:4.2f}x)")
+    obs = np.random.default_rng(0).integers(0, 2, (16, *spec.observation_space("player_1").shape)).astype(np.int8)
+    mask = np.ones((16, spec.action_space("player_1").n), bool)
+    for backend, (dqn, framework) in dqns.items():
+        if framework is None:
+            continue
+        for explore, how in ((False, "greedy"), (True, "exploring")):
+            fast, slow = acting_ms(dqn, obs, mask, explore), acting_ms(framework, obs, mask, explore)
+            print(f"DQN ({backend}) act(), batch of 16, {how:9s}: numpy copy {fast:6.3f} ms, framework "
+                  f"{slow:6.3f} ms: {slow / fast:5.1f}x faster")
+    if args.no_check:
+        return
     cartpole = lambda: gym.make("CartPole-v1")  # noqa: E731
     cartpole_agents = [RandomAgent(gym.spaces.Discrete(2), seed=0)]
     for name, env_fn, agents in (("tic-tac-toe (rewards)", tictactoe_v3.env, randoms),

@@ -33,6 +33,7 @@ import gymnasium as gym
 import numpy as np
 
 from marl_note.agents.checkpoints.saving import Saving
+from marl_note.agents.numpy_policy import NumpyPolicy
 from marl_note.agents.workflow import Workflow
 from marl_note.rng import rng_from_array, rng_to_array
 from marl_note.validation import positive_float
@@ -73,6 +74,21 @@ class AgentCore(Workflow, Saving):
         self.agent_steps = 0
         self.updates = 0
         self.nets: Any = None
+        self._numpy_policy: NumpyPolicy | None = None  # set by _publish_numpy (numpy_acting=True)
+
+    # -- the numpy acting copy ---------------------------------------------------------------------
+    def _publish_numpy(self, numpy_acting: bool, nets: Mapping[str, tuple[str, str]], activation: str,
+                       extra: tuple[str, ...] = ()) -> None:
+        """Act through a numpy copy of ``nets`` (see :class:`NumpyPolicy`) when ``numpy_acting``."""
+        self._numpy_policy = NumpyPolicy(nets, activation, extra) if numpy_acting else None
+
+    def numpy_policy(self) -> NumpyPolicy | None:
+        """The numpy copy of the acting networks, refreshed if the weights changed since it was taken
+        (``version`` is the networks' change count); None when acting goes through the framework."""
+        policy = self._numpy_policy
+        if policy is not None and policy.version != self.nets.version:
+            policy.load(self.nets.numpy_weights(policy.prefixes), self.nets.version)
+        return policy
 
     # -- what Saving needs -------------------------------------------------------------------------
     @property

@@ -143,6 +143,9 @@ class DDPGCore(AgentCore):
     stores ``fn(transitions)`` (e.g. mirrored states and actions) next to every stored batch.
     ``compile=True`` runs the losses through ``torch.compile`` (PyTorch) or the step under XLA
     (TensorFlow). ``self.cfg`` is the checked :class:`DDPGConfig`.
+    Acting goes through a numpy copy of the actor (:class:`~marl_note.agents.numpy_policy.NumpyPolicy`,
+    refreshed after every weight change, equal to the framework's output to float32 rounding);
+    ``numpy_acting=False`` acts through the framework instead.
 
     Example:
         >>> import gymnasium as gym, numpy as np
@@ -169,7 +172,7 @@ class DDPGCore(AgentCore):
                  max_grad_norm: float | None = _D.max_grad_norm, PR: bool = _D.PR, alpha: float = _D.alpha,
                  beta: float = _D.beta, initial_TD: float = _D.initial_TD, num_steps: int = _D.num_steps,
                  her=None, compute_reward=None, replay=None, augment=None, seed: int | None = None,
-                 device: Any = "cpu", compile: bool = False):
+                 device: Any = "cpu", compile: bool = False, numpy_acting: bool = True):
         super().__init__(observation_space, action_space, seed=seed, device=device, compile=compile)
         box = check_box_action_space(action_space, "DDPG")
         self.encoder = ObsEncoder(network_space(observation_space))
@@ -192,6 +195,7 @@ class DDPGCore(AgentCore):
                    **mlp_weights("critic", obs_dim + act_dim, cfg.hidden_sizes, 1, self.init_rng)}
         weights.update({k.replace(".", "_target.", 1): v.copy() for k, v in weights.items()})
         self.nets = self.Networks(weights, cfg, device=self.device, compile=self.compile)
+        self._publish_numpy(numpy_acting, {"actor": ("mlp", "actor")}, cfg.activation)
 
     @property
     def prioritized(self) -> bool:
@@ -199,8 +203,11 @@ class DDPGCore(AgentCore):
 
     # -- acting ------------------------------------------------------------------------------------
     def unit_actions(self, obs: Any) -> np.ndarray:
-        """Deterministic actor outputs in [-1, 1], ``[B, action_dim]`` float32."""
-        return self.nets.actions(self.encoder(self._feed.observation(obs)))
+        """Deterministic actor outputs in [-1, 1], ``[B, action_dim]`` float32 (through the numpy copy
+        of the actor unless ``numpy_acting=False``)."""
+        x = self.encoder(self._feed.observation(obs))
+        policy = self.numpy_policy()
+        return self.nets.actions(x) if policy is None else np.tanh(policy.forward("actor", x))
 
     def act(self, obs: Any, mask: np.ndarray | None = None, explore: bool = False) -> np.ndarray:
         """Actions within the Box bounds, ``[B, *action_shape]``; ``mask`` is ignored (Box actions)."""

@@ -173,6 +173,10 @@ class DQNCore(AgentCore):
     boards with mirrored actions and masks) next to every stored batch; ``agent_steps`` and the
     ``replay_ratio`` schedule still count only the real transitions.
 
+    The agent acts through a numpy copy of its Q-network (:class:`~marl_note.agents.numpy_policy.NumpyPolicy`,
+    refreshed after every weight change, equal to the framework's output to float32 rounding);
+    ``numpy_acting=False`` acts through the framework instead.
+
     ``compile=True`` compiles the gradient step (``torch.compile`` of the loss, falling back to
     eager mode with a warning where that fails; XLA in TensorFlow). Both backends start from the
     same weights for the same ``seed`` and write the same ``state_dict()`` keys and layouts.
@@ -205,7 +209,7 @@ class DQNCore(AgentCore):
                  compile: bool = False, PR: bool = DQNConfig.PR, alpha: float = DQNConfig.alpha,
                  beta: float = DQNConfig.beta, initial_TD: float = DQNConfig.initial_TD,
                  num_steps: int = DQNConfig.num_steps, her: Any = None, compute_reward: Callable | None = None,
-                 augment: Callable | None = None, dueling: bool = DQNConfig.dueling):
+                 augment: Callable | None = None, dueling: bool = DQNConfig.dueling, numpy_acting: bool = True):
         if not isinstance(action_space, gym.spaces.Discrete):
             raise TypeError(f"DQN needs a Discrete action space, got {action_space!r}; "
                             f"use a continuous-control agent for Box actions")
@@ -232,11 +236,14 @@ class DQNCore(AgentCore):
         q = q_net_weights("q_net", self.encoder.dim, self.n_actions, cfg, self.init_rng)
         target = {"target_net" + k[len("q_net"):]: v.copy() for k, v in q.items()}
         self.nets = self.Networks({**q, **target}, cfg, device=self.device, compile=self.compile)
+        self._publish_numpy(numpy_acting, {"q_net": ("dueling" if cfg.dueling else "mlp", "q_net")}, cfg.activation)
 
     # -- acting ------------------------------------------------------------------------------------
     def q_values(self, obs: Any) -> np.ndarray:
-        """Online Q-values ``[B, n]`` as float32 numpy."""
-        return self.nets.q_values(self.encoder(self._feed.observation(obs)))
+        """Online Q-values ``[B, n]`` as float32 numpy (through the numpy copy unless ``numpy_acting=False``)."""
+        x = self.encoder(self._feed.observation(obs))
+        policy = self.numpy_policy()
+        return self.nets.q_values(x) if policy is None else policy.forward("q_net", x)
 
     def act(self, obs: Any, mask: np.ndarray | None = None, explore: bool = False) -> np.ndarray:
         q = self.q_values(obs)

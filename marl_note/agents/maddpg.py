@@ -128,6 +128,9 @@ class MADDPGCore(AgentCore):
     The spaces are dicts ``{agent: space}``; :class:`~marl_note.agents.core.AgentCore` holds them
     as ``gym.spaces.Dict`` in ``observation_space`` / ``action_space`` (agents in the given order),
     and checkpoints record the dicts (``saving_spaces``), so a checkpoint restores in either backend.
+    Acting goes through a numpy copy of the actors (:class:`~marl_note.agents.numpy_policy.NumpyPolicy`,
+    refreshed after every weight change, equal to the framework's output to float32 rounding);
+    ``numpy_acting=False`` acts through the framework instead.
 
     Example:
         >>> import gymnasium as gym, numpy as np
@@ -159,7 +162,7 @@ class MADDPGCore(AgentCore):
                  noise: Mapping[str, Any] | None = _D.noise, action_reg: float = _D.action_reg,
                  max_grad_norm: float | None = _D.max_grad_norm, centralized_critic: bool = _D.centralized_critic,
                  MARL: bool | None = _D.MARL, reward_done_func_ma: Callable | None = _D.reward_done_func_ma,
-                 seed: int | None = None, device: Any = "cpu", compile: bool = False):
+                 seed: int | None = None, device: Any = "cpu", compile: bool = False, numpy_acting: bool = True):
         self.agents = _check_agents(observation_spaces, action_spaces)
         self.cfg = cfg = MADDPGConfig(
             hidden_sizes=hidden_sizes, activation=activation, actor_lr=actor_lr, critic_lr=critic_lr,
@@ -201,6 +204,7 @@ class MADDPGCore(AgentCore):
                                 for k, v in weights.items() if k.startswith(f"{a}.{net}.")})
         self.nets = self.Networks(weights, agents=self.agents, discrete=self.discrete, config=cfg,
                                   device=self.device, compile=self.compile)
+        self._publish_numpy(numpy_acting, {a: ("mlp", f"{a}.actor") for a in self.agents}, cfg.activation)
 
     def _noise(self, agent: str) -> PerEnvNoise:
         seed = int(self.rng.integers(0, 2**63 - 1))
@@ -228,8 +232,11 @@ class MADDPGCore(AgentCore):
 
     # -- acting ------------------------------------------------------------------------------------
     def actor_outputs(self, agent: str, obs: Any) -> np.ndarray:
-        """Actor output ``[B, act_dim]``: logits (Discrete) or tanh units in [-1, 1] (Box)."""
-        return self.nets.actor_output(agent, self.encoders[agent](obs))
+        """Actor output ``[B, act_dim]``: logits (Discrete) or tanh units in [-1, 1] (Box), through the
+        numpy copy of the actors unless ``numpy_acting=False``."""
+        x, policy = self.encoders[agent](obs), self.numpy_policy()
+        out = self.nets.actor_output(agent, x) if policy is None else policy.forward(agent, x)
+        return out if policy is None or self.discrete[agent] else np.tanh(out)
 
     def act_agent(self, agent: str, obs: Any, mask: np.ndarray | None = None, explore: bool = False,
                   env_ids: np.ndarray | None = None) -> np.ndarray:

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-__all__ = ["ACTIVATIONS", "INITS", "init_linear", "mlp_weights", "mlp_forward", "check_hidden_sizes"]
+__all__ = ["ACTIVATIONS", "INITS", "activate", "init_linear", "mlp_weights", "mlp_forward", "check_hidden_sizes"]
 
 ACTIVATIONS = ("relu", "tanh", "elu", "gelu")
 INITS = ("default", "orthogonal")
@@ -77,7 +77,8 @@ def mlp_weights(prefix: str, in_dim: int, hidden_sizes: Iterable[int], out_dim: 
     return out
 
 
-def _activation(x: np.ndarray, name: str) -> np.ndarray:
+def activate(x: np.ndarray, name: str) -> np.ndarray:
+    """The activation ``name`` (one of :data:`ACTIVATIONS`) applied to ``x`` in numpy."""
     if name == "relu":
         return np.maximum(x, 0.0)
     if name == "tanh":
@@ -95,7 +96,7 @@ def mlp_forward(weights: Mapping[str, np.ndarray], prefix: str, x: np.ndarray, a
     j = 0
     while f"{prefix}.{2 * j}.weight" in weights:
         if j:
-            x = _activation(x, activation)
+            x = activate(x, activation)
         x = x @ weights[f"{prefix}.{2 * j}.weight"].T + weights[f"{prefix}.{2 * j}.bias"]
         j += 1
     if j == 0:

@@ -132,6 +132,10 @@ class PPOCore(AgentCore):
     back after every minibatch, items start at ``lambda_ * initial_TD + (1 - lambda_) *
     initial_ratio``, ``alpha`` is the prioritization exponent and the importance weights'
     ``beta`` anneals linearly to 1 over 100k gradient steps; both loss terms are weighted.
+    Acting goes through a numpy copy of the policy network and ``log_std``
+    (:class:`~marl_note.agents.numpy_policy.NumpyPolicy`, refreshed after every weight change,
+    equal to the framework's output to float32 rounding);
+    ``numpy_acting=False`` acts through the framework instead.
 
     Example:
         >>> import gymnasium as gym, numpy as np
@@ -153,7 +157,7 @@ class PPOCore(AgentCore):
                  target_kl: float | None = None, log_std_init: float = 0.0,
                  seed: int | None = None, device: Any = "cpu", compile: bool = False,
                  PR: bool = False, alpha: float = 0.6, beta: float = 0.4, initial_TD: float = 1.0,
-                 lambda_: float = 0.5, initial_ratio: float = 1.0):
+                 lambda_: float = 0.5, initial_ratio: float = 1.0, numpy_acting: bool = True):
         self.continuous, self.out_dim = action_output(action_space)
         super().__init__(observation_space, action_space, seed=seed, device=device, compile=compile)
         self.cfg = PPOConfig(hidden_sizes=hidden_sizes, activation=activation, shared=shared, lr=lr, gamma=gamma,
@@ -167,6 +171,9 @@ class PPOCore(AgentCore):
         self.rollout = RolloutBuffer(observation_space, action_space)
         self.nets = self.Networks(self._initial_weights(), self.cfg, self.continuous, device=self.device,
                                   compile=self.compile)
+        actor = ("shared", "net") if self.cfg.shared else ("mlp", "net.pi")
+        self._publish_numpy(numpy_acting, {"pi": actor}, self.cfg.activation,
+                            ("net.log_std",) if self.continuous else ())
 
     def __getattr__(self, name: str) -> Any:
         """The hyperparameters read as attributes too (``agent.gamma``, ``agent.n_steps``, ...)."""
@@ -194,11 +201,13 @@ class PPOCore(AgentCore):
 
     # -- acting ------------------------------------------------------------------------------------
     def act(self, obs: np.ndarray, mask: np.ndarray | None = None, explore: bool = False) -> np.ndarray:
-        out = self.nets.policy(self.encoder(obs)).astype(np.float64)
+        x, policy = self.encoder(obs), self.numpy_policy()  # the numpy copy unless numpy_acting=False
+        out = (self.nets.policy(x) if policy is None else policy.forward("pi", x)).astype(np.float64)
         if self.continuous:
             if explore:
-                out = out + np.exp(self.nets.log_std().astype(np.float64)) * self.rng.standard_normal(out.shape)
-            return out.reshape((len(out), *self.action_space.shape)).astype(self.action_space.dtype)  # type: ignore[misc]
+                log_std = self.nets.log_std() if policy is None else policy.weights["net.log_std"]
+                out = out + np.exp(log_std.astype(np.float64)) * self.rng.standard_normal(out.shape)
+            return out.reshape((len(out), *self.action_space.shape)).astype(self.action_space.dtype)  # type: ignore[misc, arg-type]
         mask = check_mask(mask, len(out), self.out_dim)
         a = sample_categorical(masked_softmax(out, mask), self.rng) if explore else masked_argmax(out, mask)
         return a + self.action_start

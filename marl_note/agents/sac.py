@@ -149,6 +149,9 @@ class SACCore(AgentCore):
     prioritization exponent, the temperature is ``init_temperature``), ``num_steps=n``,
     ``her=..., compute_reward=...`` for goal envs, ``replay=<buffer>`` and ``augment=fn``.
     ``compile=True`` runs the TF step under XLA and the torch losses through ``torch.compile``.
+    Acting goes through a numpy copy of the actor (:class:`~marl_note.agents.numpy_policy.NumpyPolicy`,
+    refreshed after every weight change, equal to the framework's output to float32 rounding);
+    ``numpy_acting=False`` acts through the framework instead.
 
     Example:
         >>> import gymnasium as gym, numpy as np
@@ -177,7 +180,7 @@ class SACCore(AgentCore):
                  target_entropy_scale: float = 0.98, max_grad_norm: float | None = None,
                  PR: bool = False, alpha: float = 0.6, beta: float = 0.4, initial_TD: float = 1.0,
                  num_steps: int = 1, her=None, compute_reward=None, replay=None, augment=None,
-                 seed: int | None = None, device: Any = "cpu", compile: bool = False):
+                 seed: int | None = None, device: Any = "cpu", compile: bool = False, numpy_acting: bool = True):
         self.cfg = cfg = SACConfig(
             hidden_sizes=hidden_sizes, activation=activation, actor_lr=actor_lr, critic_lr=critic_lr,
             temperature_lr=temperature_lr, gamma=gamma, tau=tau, buffer_size=buffer_size,
@@ -219,6 +222,7 @@ class SACCore(AgentCore):
                                   actor_lr=cfg.actor_lr, critic_lr=cfg.critic_lr, temperature_lr=cfg.temperature_lr,
                                   log_alpha=math.log(cfg.init_temperature), autotune=cfg.autotune, tau=cfg.tau,
                                   max_grad_norm=cfg.max_grad_norm, device=self.device, compile=self.compile)
+        self._publish_numpy(numpy_acting, {"actor": ("mlp", "actor")}, cfg.activation)
 
     @property
     def prioritized(self) -> bool:
@@ -239,17 +243,22 @@ class SACCore(AgentCore):
             mask = check_mask(mask, n, self.n_actions)
             if warmup:
                 return uniform_legal(mask, (n, self.n_actions), self.rng) + self.action_start
-            logits = self.nets.policy(x)
+            logits = self._policy_out(x)
             a = sample_categorical(masked_softmax(logits, mask), self.rng) if explore else \
                 masked_argmax(logits, mask)
             return a + self.action_start
         if warmup:
             return self.scaler.to_env(self.rng.uniform(-1.0, 1.0, (n, self.action_dim)))
-        out = self.nets.policy(x).astype(np.float64)
+        out = self._policy_out(x).astype(np.float64)
         mean, raw = out[:, :self.action_dim], out[:, self.action_dim:]
         if explore:
             mean = mean + np.exp(squash_log_std(raw)) * self.rng.standard_normal(mean.shape)
         return self.scaler.to_env(np.tanh(mean))
+
+    def _policy_out(self, x: np.ndarray) -> np.ndarray:
+        """Raw actor outputs, through the numpy copy of the actor unless ``numpy_acting=False``."""
+        policy = self.numpy_policy()
+        return self.nets.policy(x) if policy is None else policy.forward("actor", x)
 
     # -- storing -----------------------------------------------------------------------------------
     def observe(self, transitions: Transitions) -> None:

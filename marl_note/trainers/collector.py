@@ -132,6 +132,7 @@ class Collector:
         # per env and seat: the inference group; per env: the assemblers that hear each agent's
         # actions, every assembler of the env (told each step result) and the matchmaker's tag
         self.env_group = np.zeros((self.num_envs, self.num_agents), dtype=np.int64)
+        self._group_of: list[dict[str, int]] = [{} for _ in range(self.num_envs)]  # env_group by name, plain ints
         self.env_listeners: list[dict[str, tuple[Assembler, ...]]] = [{} for _ in range(self.num_envs)]
         self.env_assemblers: list[tuple[Assembler, ...]] = [() for _ in range(self.num_envs)]
         self.env_tag: list[Any] = [None] * self.num_envs
@@ -155,6 +156,7 @@ class Collector:
                 self.group_agent.append(agent)
                 self.group_explore.append(bool(ex))
             self.env_group[i, seat] = self._group_index[key]
+            self._group_of[i][names[seat]] = self._group_index[key]
             learner_of_seat.append(self._learner(agent) if ln else -1)
         # a centralised learner hears every agent of its env; a learning seat is also heard by its
         # own learner's assembler, centralised learner beside it or not
@@ -229,8 +231,12 @@ class Collector:
             results = self.venv.step(actions)
             if self.finite is not None:
                 self.finite.step(results, self.ep_len, self.env_steps)
+            # the step counters of every stepped env at once (one array operation, not two per env)
+            stepped = slice(None) if len(results) == self.num_envs else list(results)
+            self.ep_len[stepped] += 1
+            self.env_steps[stepped] += 1
+            stats.env_steps += len(results)
             for i, res in results.items():
-                stats.env_steps += 1
                 if self._absorb(i, res, stats) and done_eps is not None:
                     done_eps[i] += 1
             if quota is not None and done_eps is not None:
@@ -245,14 +251,15 @@ class Collector:
         who: list[list[tuple[int, str]]] = [[] for _ in range(ngroups)]
         obs: list[list[Any]] = [[] for _ in range(ngroups)]
         masks: list[list[Any]] = [[] for _ in range(ngroups)]
-        env_group, seat_of = self.env_group, self.seat_of
+        pending, has_mask = self.pending, spec.has_action_mask
         for i in active:
-            res = self.pending[i]
+            res = pending[i]
+            group_of = self._group_of[i]
             for name, ob in res.obs.items():
-                g = env_group[i, seat_of[name]]
+                g = group_of[name]
                 who[g].append((i, name))
                 obs[g].append(ob)
-                if spec.has_action_mask:
+                if has_mask:
                     masks[g].append(res.masks[name])
         actions: dict[int, dict[str, Any]] = {i: {} for i in active}
         env_listeners = self.env_listeners
@@ -269,18 +276,21 @@ class Collector:
                 raw = agent.act(batch, mask, explore=self.group_explore[g])
             # all seats of a group share one action space (checked by the trainer)
             first = who[g][0][1]
-            stored, for_env = check_actions(raw, spec.action_spaces[first], mask, len(who[g]),
+            space = spec.action_spaces[first]
+            stored, for_env = check_actions(raw, space, mask, len(who[g]),
                                             f"agent {type(agent).__name__} in seat {first!r}")
+            # Discrete actions reach the env as Python ints, as PettingZoo's own loops pass them (a
+            # numpy integer takes the slow path of the space's contains() in every env step)
+            rows = for_env.tolist() if isinstance(space, gym.spaces.Discrete) else for_env
             for k, (i, name) in enumerate(who[g]):
-                actions[i][name] = for_env[k]
+                actions[i][name] = rows[k]
                 for assembler in env_listeners[i][name]:
                     assembler.on_act(i, name, obs[g][k], stored[k], None if mask is None else mask[k])
         return actions
 
     def _absorb(self, i: int, res: StepResult, stats: CollectStats) -> bool:
-        """Fold one env's step result into returns and transitions; True if an episode ended."""
-        self.ep_len[i] += 1
-        self.env_steps[i] += 1
+        """Fold one env's step result (its step already counted) into returns and transitions; True
+        if an episode ended."""
         for assembler in self.env_assemblers[i]:
             assembler.on_step(i, res)
         seat_of = self.seat_of

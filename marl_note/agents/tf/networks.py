@@ -25,6 +25,7 @@ import numpy as np
 import tensorflow as tf
 
 from marl_note.agents.networks import ACTIVATIONS
+from marl_note.agents.numpy_policy import named_by
 from marl_note.agents.tf.common import (
     Adam,
     check_finite_update,
@@ -76,6 +77,7 @@ class TFNetworks:
         self.models: dict[str, Any] = {}
         self.params: dict[str, list] = {}  # name -> [(torch key, variable, transposed)]
         self.optimizers: dict[str, list] = {}  # name -> [optimizer, params, lr]
+        self.version = 0  # counts weight changes (train steps, syncs, loads): the numpy copy's freshness
 
     # -- building --------------------------------------------------------------------------------------
     def mlp(self, name: str, weights: Mapping[str, np.ndarray], activation: str):
@@ -118,13 +120,16 @@ class TFNetworks:
         grads = tape.gradient(loss, variables)
         return guarded_apply(opt, grads, variables, loss, max_grad_norm, ok)
 
-    @staticmethod
-    def check(who: str, update: int, names: list[str], checks: Any) -> None:
-        """Raise :class:`~marl_note.types.NonFiniteError` if a guarded step was refused."""
+    def check(self, who: str, update: int, names: list[str], checks: Any) -> None:
+        """Raise :class:`~marl_note.types.NonFiniteError` if a guarded step was refused.
+
+        Every train step calls it after its graph step, so it also counts the weight change."""
+        self.version += 1
         check_finite_update(who, update, names, checks)
 
     def sync(self, target: str, source: str, tau=None) -> None:
         """Graph or eager code: copy ``source`` into ``target``, or move it ``tau`` of the way."""
+        self.version += 1  # once per trace in graph code; the train step's check counts those
         for (_, t, _), (_, s, _) in zip(self.params[target], self.params[source], strict=True):
             t.assign(s if tau is None else t + tau * (s - t))
 
@@ -148,7 +153,18 @@ class TFNetworks:
             out.update(optimizer_to_numpy(name, opt, lr, params))
         return out
 
+    def numpy_weights(self, prefixes: Iterable[str]) -> dict[str, np.ndarray]:
+        """Copies of the weight arrays named by ``prefixes`` (see :func:`~marl_note.agents.numpy_policy.named_by`)."""
+        prefixes = tuple(prefixes)
+        out: dict[str, np.ndarray] = {}
+        for params in self.params.values():
+            mine = [p for p in params if named_by(prefixes, p[0])]
+            if mine:
+                out.update(params_to_numpy(mine))
+        return out
+
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.version += 1
         for params in self.params.values():
             params_from_numpy(params, state)
         for name, entry in self.optimizers.items():

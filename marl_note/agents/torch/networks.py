@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from marl_note.agents.networks import ACTIVATIONS
+from marl_note.agents.numpy_policy import named_by
 from marl_note.agents.torch.common import (
     checked_step,
     module_from_numpy,
@@ -73,6 +74,7 @@ class TorchNetworks:
         self.compile = bool(compile)
         self.modules: dict[str, nn.Module] = {}
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
+        self.version = 0  # counts weight changes (optimiser steps, syncs, loads): the numpy copy's freshness
 
     # -- building --------------------------------------------------------------------------------------
     def mlp(self, name: str, weights: Mapping[str, np.ndarray], activation: str, trainable: bool = True
@@ -106,6 +108,7 @@ class TorchNetworks:
         weight is written.
         """
         opt = self.optimizers[optimizer]
+        self.version += 1
         opt.zero_grad(set_to_none=True)
         loss.backward()
         params = [p for group in opt.param_groups for p in group["params"]]
@@ -114,6 +117,7 @@ class TorchNetworks:
     @torch.no_grad()
     def sync(self, target: str, source: str, tau: float | None = None) -> None:
         """Copy ``source`` into ``target`` (``tau=None``) or move it ``tau`` of the way (Polyak)."""
+        self.version += 1
         for t, s in zip(self.modules[target].parameters(), self.modules[source].parameters(), strict=True):
             if tau is None:
                 t.copy_(s)
@@ -142,7 +146,17 @@ class TorchNetworks:
             out.update(optimizer_to_numpy(name, opt))
         return out
 
+    def numpy_weights(self, prefixes: Iterable[str]) -> dict[str, np.ndarray]:
+        """Copies of the weight arrays named by ``prefixes`` (see :func:`~marl_note.agents.numpy_policy.named_by`)."""
+        prefixes = tuple(prefixes)
+        out: dict[str, np.ndarray] = {}
+        for name, module in self.modules.items():
+            if named_by(prefixes, name, module=True):
+                out.update((k, v) for k, v in module_to_numpy(name, module).items() if named_by(prefixes, k))
+        return out
+
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.version += 1
         for name, module in self.modules.items():
             module_from_numpy(name, module, state)
         for name, opt in self.optimizers.items():
