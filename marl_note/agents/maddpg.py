@@ -19,7 +19,7 @@ from marl_note.agents.exploration.masked import masked_argmax
 from marl_note.agents.exploration.noise import GaussianWhiteNoiseProcess
 from marl_note.agents.exploration.per_env import PerEnvNoise
 from marl_note.agents.exploration.policies import GumbelSoftmaxPolicy
-from marl_note.agents.maddpg_seats import MADDPGSeat
+from marl_note.agents.maddpg_seats import MADDPGSeat, check_agent_spaces
 from marl_note.agents.networks import ACTIVATIONS, check_hidden_sizes, mlp_weights
 from marl_note.agents.schedule import gradient_steps, mean_metrics
 from marl_note.agents.spaces import ActionScaler, ObsEncoder, check_mask
@@ -163,7 +163,7 @@ class MADDPGCore(AgentCore):
                  max_grad_norm: float | None = _D.max_grad_norm, centralized_critic: bool = _D.centralized_critic,
                  MARL: bool | None = _D.MARL, reward_done_func_ma: Callable | None = _D.reward_done_func_ma,
                  seed: int | None = None, device: Any = "cpu", compile: bool = False, numpy_acting: bool = True):
-        self.agents = _check_agents(observation_spaces, action_spaces)
+        self.agents = check_agent_spaces(observation_spaces, action_spaces)
         self.cfg = cfg = MADDPGConfig(
             hidden_sizes=hidden_sizes, activation=activation, actor_lr=actor_lr, critic_lr=critic_lr,
             gamma=gamma, tau=tau, buffer_size=buffer_size, learning_starts=learning_starts,
@@ -386,21 +386,3 @@ class MADDPGCore(AgentCore):
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(agents={list(self.agents)}, centralized_critic={self.centralized_critic}, "
                 f"rows={len(self.replay)}, updates={self.updates})")
-
-
-def _check_agents(observation_spaces: Any, action_spaces: Any) -> tuple[str, ...]:
-    """The agents of two ``{agent: space}`` dicts over the same agents, or a TypeError/ValueError."""
-    if not isinstance(observation_spaces, Mapping) or not isinstance(action_spaces, Mapping):
-        raise TypeError("MADDPG takes dicts {agent: space} of observation and action spaces "
-                        "(MADDPG.from_trainer(trainer) builds them)")
-    agents = tuple(observation_spaces)
-    if not agents or set(agents) != set(action_spaces):
-        raise ValueError(f"observation and action spaces must cover the same non-empty agents, got "
-                         f"{list(observation_spaces)} and {list(action_spaces)}")
-    for a in agents:
-        obs, act = observation_spaces[a], action_spaces[a]
-        if not isinstance(obs, gym.Space) or not isinstance(act, gym.Space):
-            raise TypeError(f"agent {a!r}: spaces must be gymnasium spaces")
-        if not isinstance(act, (gym.spaces.Discrete, gym.spaces.Box)):
-            raise TypeError(f"MADDPG handles Discrete and Box actions; agent {a!r} has {act!r}")
-    return agents

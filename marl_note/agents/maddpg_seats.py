@@ -1,4 +1,5 @@
-"""What MADDPG's trainer and replay see of it, numpy only: the seats and Box action scaling.
+"""What MADDPG's trainer and replay see of it, numpy only: the seats, Box action scaling and the
+check of the ``{agent: space}`` dicts it is built from.
 
 A MADDPG is one learner over all agents; the trainer plays its :class:`MADDPGSeat` objects, one
 per agent, which act through it and hand it nothing (the collector gives the learner the joint
@@ -7,11 +8,13 @@ a Box's bounds and stored actions back.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 
-__all__ = ["MADDPGSeat"]
+__all__ = ["MADDPGSeat", "check_agent_spaces"]
 
 
 class MADDPGSeat:
@@ -44,3 +47,21 @@ class MADDPGSeat:
 
     def __repr__(self) -> str:
         return f"MADDPGSeat({self.agent_id!r}, {self.action_space})"
+
+
+def check_agent_spaces(observation_spaces: Any, action_spaces: Any) -> tuple[str, ...]:
+    """The agents of two ``{agent: space}`` dicts over the same agents, or a TypeError/ValueError."""
+    if not isinstance(observation_spaces, Mapping) or not isinstance(action_spaces, Mapping):
+        raise TypeError("MADDPG takes dicts {agent: space} of observation and action spaces "
+                        "(MADDPG.from_trainer(trainer) builds them)")
+    agents = tuple(observation_spaces)
+    if not agents or set(agents) != set(action_spaces):
+        raise ValueError(f"observation and action spaces must cover the same non-empty agents, got "
+                         f"{list(observation_spaces)} and {list(action_spaces)}")
+    for a in agents:
+        obs, act = observation_spaces[a], action_spaces[a]
+        if not isinstance(obs, gym.Space) or not isinstance(act, gym.Space):
+            raise TypeError(f"agent {a!r}: spaces must be gymnasium spaces")
+        if not isinstance(act, (gym.spaces.Discrete, gym.spaces.Box)):
+            raise TypeError(f"MADDPG handles Discrete and Box actions; agent {a!r} has {act!r}")
+    return agents
