@@ -16,7 +16,7 @@ Example:
 """
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 import gymnasium as gym
 import numpy as np
@@ -95,7 +95,7 @@ class WinOrBlockPlayer(BoardPlayer):
         return self.pick(legal)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _ttt_value(cells: tuple[int, ...]) -> int:
     """Exact minimax value (+1 win, 0 draw, -1 loss) for the player to move (+1 pieces) on ``cells``."""
     board = np.asarray(cells, np.int8)
