@@ -98,7 +98,8 @@ class KeepBest:
 
 def train(episodes: int = 15000, seed: int = 0, snapshot_every: int = 2000, fixed_fraction: float = 0.7,
           plot: str | None = None, progress: bool = True, final_games: int = 500, replay_ratio: float = 0.5) -> dict:
-    """Train, restore the best weights, and measure them; returns the figures the script prints."""
+    """Train, restore the best weights, and measure them; returns the figures the script prints and
+    the kept ``learner``."""
     torch.set_num_threads(1)  # these small MLPs train fastest on one thread of a 2-core machine
     trainer = DecentralizedTrainer(connect_four_v3.env, num_train_envs=16, num_test_envs=16, batch_size=128,
                                    update_freq=128, test_freq=1000, episodes_per_train=episodes,
@@ -132,7 +133,7 @@ def train(episodes: int = 15000, seed: int = 0, snapshot_every: int = 2000, fixe
     return {"games": stats["num_collected_episodes"], "env_steps": stats["num_collected_steps"],
             "gradient_steps": stats["num_gradient_steps"], "seconds": time.perf_counter() - start,
             "elo": stats["elo"], "first_snapshot": first, "best_min_win": best.best,
-            "test_history": best.history, "vs_random": final}
+            "test_history": best.history, "vs_random": final, "learner": learner}
 
 
 def main() -> None:

@@ -20,27 +20,35 @@ def outcome_rates(rewards: np.ndarray, seat: int) -> dict[str, float]:
     return {"win": float((r > 0).mean()), "draw": float((r == 0).mean()), "loss": float((r < 0).mean())}
 
 
+def train(episodes: int = 6000, seed: int = 0, plot: str | None = "runs/tictactoe_selfplay.png",
+          progress: bool = True):
+    """Train the self-play DQN; returns ``(learner, random_opponent, trainer, stats)``, the random player
+    the periodic tests used (the caller closes the trainer)."""
+    torch.set_num_threads(1)  # these small MLPs train fastest on one thread of a 2-core machine
+    random_opponent = RandomAgent(tictactoe_v3.env().action_space("player_2"), seed=seed)
+    trainer = DecentralizedTrainer(
+        tictactoe_v3.env, num_train_envs=16, num_test_envs=16, batch_size=64, update_freq=100,
+        test_freq=500, episodes_per_train=episodes, episodes_per_test=100, seed=seed,
+        # periodic tests play the learner (player_1) against the random agent: metric = its mean return
+        reward_metric=lambda r: float(r[:, 0].mean()), plot_path=plot)
+
+    learner = DQN(trainer.observation_space("player_1"), trainer.action_space("player_1"), seed=seed,
+                  hidden_sizes=(128, 128), lr=1e-3, gamma=0.99, buffer_size=50_000, learning_starts=1000,
+                  target_update=250)
+
+    # self-play: one network in both seats, both seats learn
+    stats = trainer.train([learner, learner], learning_mask=[1, 1], test_agents=[learner, random_opponent],
+                          plot=plot is not None, progress=progress)
+    return learner, random_opponent, trainer, stats
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--episodes", type=int, default=6000, help="training episodes (self-play games)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--plot", default="runs/tictactoe_selfplay.png")
     args = parser.parse_args()
-    torch.set_num_threads(1)  # these small MLPs train fastest on one thread of a 2-core machine
-
-    random_opponent = RandomAgent(tictactoe_v3.env().action_space("player_2"), seed=args.seed)
-    trainer = DecentralizedTrainer(
-        tictactoe_v3.env, num_train_envs=16, num_test_envs=16, batch_size=64, update_freq=100,
-        test_freq=500, episodes_per_train=args.episodes, episodes_per_test=100, seed=args.seed,
-        # periodic tests play the learner (player_1) against the random agent: metric = its mean return
-        reward_metric=lambda r: float(r[:, 0].mean()), plot_path=args.plot)
-
-    learner = DQN(trainer.observation_space("player_1"), trainer.action_space("player_1"), seed=args.seed,
-                  hidden_sizes=(128, 128), lr=1e-3, gamma=0.99, buffer_size=50_000, learning_starts=1000,
-                  target_update=250)
-
-    # self-play: one network in both seats, both seats learn
-    stats = trainer.train([learner, learner], learning_mask=[1, 1], test_agents=[learner, random_opponent])
+    learner, random_opponent, trainer, stats = train(args.episodes, args.seed, args.plot)
     print(f"trained {stats['num_collected_episodes']} self-play games, {stats['num_collected_steps']} env steps, "
           f"{stats['num_gradient_steps']} gradient steps in {stats['training_time']:.0f} s")
 
