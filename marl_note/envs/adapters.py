@@ -22,8 +22,18 @@ from marl_note.types import EnvSpec
 
 try:  # pettingzoo is a core dependency, but keep the import error readable
     from pettingzoo import AECEnv, ParallelEnv
+    from pettingzoo.utils import wrappers as _pz_wrappers
 except ImportError:  # pragma: no cover
     AECEnv = ParallelEnv = ()
+    _pz_wrappers = None
+
+# PettingZoo's own AEC wrappers that neither override ``last()`` nor keep their own ``terminations``,
+# ``truncations``, ``infos`` or ``_cumulative_rewards``: under a chain of only these, ``last()`` is
+# exactly ``observe(agent)`` through the chain plus those dicts of the unwrapped env
+_PLAIN_AEC_WRAPPERS: tuple[type, ...] = () if _pz_wrappers is None else tuple(
+    getattr(_pz_wrappers, name) for name in ("OrderEnforcingWrapper", "AssertOutOfBoundsWrapper",
+                                             "TerminateIllegalWrapper", "ClipOutOfBoundsWrapper",
+                                             "CaptureStdoutWrapper") if hasattr(_pz_wrappers, name))
 
 GYM_AGENT = "agent_0"
 
@@ -190,6 +200,7 @@ class AECAdapter:
         # forwards them through a Python __getattr__, which dominated the step cost
         self._base = getattr(env, "unwrapped", env)
         self.possible_agents = tuple(env.possible_agents)
+        self._direct_last = plain_aec_chain(env, self._base)
 
     def raw_spaces(self) -> tuple[dict, dict]:
         return ({a: self.env.observation_space(a) for a in self.possible_agents},
@@ -210,10 +221,15 @@ class AECAdapter:
 
     def _advance(self, res: StepResult) -> StepResult:
         """Consume dead agents until a live agent must act or the episode is over."""
-        env, base = self.env, self._base
+        env, base, direct = self.env, self._base, self._direct_last
         while base.agents:
             agent = base.agent_selection
-            raw, reward, term, trunc, info = env.last()
+            if direct and agent is not None:  # what last() returns, without its wrapper-chain lookups
+                raw = env.observe(agent)
+                reward, term = base._cumulative_rewards[agent], base.terminations[agent]
+                trunc, info = base.truncations[agent], base.infos[agent]
+            else:
+                raw, reward, term, trunc, info = env.last()
             obs, mask = _split(raw, info)
             if reward:
                 res.rewards[agent] = res.rewards.get(agent, 0.0) + float(reward)
@@ -235,6 +251,28 @@ class AECAdapter:
 
     def close(self) -> None:
         self.env.close()
+
+
+_SHADOWED = {"last", "terminations", "truncations", "infos", "_cumulative_rewards"}
+
+
+def plain_aec_chain(env: Any, base: Any) -> bool:
+    """Whether ``env`` is ``base`` under only PettingZoo's plain wrappers (see ``_PLAIN_AEC_WRAPPERS``),
+    so that its ``last()`` may be read from ``base``'s dicts (each wrapper layer forwards every
+    attribute through a Python ``__getattr__``, which made ``last()`` half of a tic-tac-toe step).
+
+    Example:
+        >>> from pettingzoo.classic import tictactoe_v3
+        >>> env = tictactoe_v3.env()
+        >>> plain_aec_chain(env, env.unwrapped)
+        True
+    """
+    if getattr(type(env), "last", None) is not AECEnv.last or "last" in vars(env):
+        return False
+    layer = env
+    while type(layer) in _PLAIN_AEC_WRAPPERS and not _SHADOWED & set(vars(layer)):
+        layer = layer.env
+    return layer is base
 
 
 Adapter = GymAdapter | ParallelAdapter | AECAdapter

@@ -197,3 +197,20 @@ def test_random_agent_batches_dict_observations():
     actions = agent.act(obs)
     assert actions.shape == (5, *env.action_space.shape)
     assert all(env.action_space.contains(a) for a in actions)
+
+
+def test_argmax_checked_matches_the_float64_masked_argmax_on_ties_nans_and_ints():
+    from marl_note.agents.exploration.masked import argmax_checked, check_values, masked_values
+
+    rng = np.random.default_rng(1)
+    for dtype in (np.float32, np.float16, np.float64, np.int64):
+        for _ in range(50):
+            values = rng.integers(-2, 2, (6, 5)).astype(dtype)  # many ties
+            if dtype != np.int64:
+                values[rng.random(values.shape) < 0.1] = np.nan
+            mask = rng.random((6, 5)) < 0.5
+            mask[np.arange(6), rng.integers(0, 5, 6)] = True
+            for m in (mask, None):
+                want = masked_values(values, m).argmax(axis=1)
+                got = argmax_checked(*check_values(values, m))
+                assert got.dtype == np.int64 and got.tolist() == want.tolist()

@@ -1,4 +1,5 @@
 import gymnasium as gym
+import numpy as np
 import pytest
 from pettingzoo.classic import tictactoe_v3
 
@@ -99,3 +100,68 @@ def test_vector_env_autoresets_in_the_same_step():
     assert list(res) == [0]
     assert res[0].episode_over and list(res[0].obs) == ["player_0"]
     assert res[0].obs["player_0"].tolist() == [2, 0]  # first turn of the next game
+
+
+def _play(adapter, seed, moves=60):
+    """Seeded random games (and one illegal move per game) through an adapter: every StepResult."""
+    rng = np.random.default_rng(seed)
+    out = [adapter.reset(seed=seed)]
+    for k in range(moves):
+        res = out[-1]
+        if res.episode_over:
+            res = adapter.reset()
+            out.append(res)
+        (agent,) = res.obs
+        legal = np.flatnonzero(res.masks[agent])
+        illegal = np.flatnonzero(~res.masks[agent])
+        move = int(illegal[0]) if k % 7 == 6 and len(illegal) else int(rng.choice(legal))
+        out.append(adapter.step({agent: move}))
+    return out
+
+
+def _same(a, b):
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, np.ndarray):
+        return a.dtype == b.dtype and np.array_equal(a, b)
+    return a == b
+
+
+def test_aec_adapter_reads_last_from_the_unwrapped_env_with_identical_results(monkeypatch):
+    """Under PettingZoo's own wrappers the adapter skips last()'s wrapper-chain lookups and returns
+    exactly what last() gives (legal, illegal-move and dead steps alike)."""
+    from pettingzoo.classic import connect_four_v3
+    from pettingzoo.utils.env import AECEnv
+
+    calls = []
+    original = AECEnv.last
+    monkeypatch.setattr(AECEnv, "last", lambda self, observe=True: calls.append(1) or original(self, observe))
+    for make in (tictactoe_v3.env, connect_four_v3.env):
+        fast = AECAdapter(make())
+        slow = AECAdapter(make())
+        slow._direct_last = False
+        got, want = _play(fast, seed=3), _play(slow, seed=3)
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            assert _same(vars(g), vars(w))
+        assert any(r.episode_over for r in got) and any(r.rewards for r in got)
+    assert len(calls) > 0  # the slow adapters went through last() ...
+    calls.clear()
+    _play(AECAdapter(tictactoe_v3.env()), seed=0)
+    assert calls == []  # ... the plain ones never do
+
+
+def test_aec_adapter_keeps_last_of_a_custom_wrapper():
+    from pettingzoo.utils import BaseWrapper
+
+    class Shaped(BaseWrapper):
+        def last(self, observe=True):
+            obs, rew, term, trunc, info = super().last(observe)
+            return obs, rew * 10 + 0.5, term, trunc, info
+
+    env = AECAdapter(Shaped(tictactoe_v3.env()))
+    res = env.reset(seed=0)
+    assert res.rewards == {"player_1": 0.5}
+    wrapped = tictactoe_v3.env()
+    wrapped.env.terminations = {}  # a layer that keeps its own copy falls back to last() too
+    assert not AECAdapter(wrapped)._direct_last and AECAdapter(tictactoe_v3.env())._direct_last

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["check_values", "masked_values", "masked_argmax", "masked_softmax", "boltzmann_probs",
+__all__ = ["check_values", "masked_values", "masked_argmax", "argmax_checked", "masked_softmax", "boltzmann_probs",
            "sample_categorical", "uniform_legal", "gumbel_noise"]
 
 
@@ -51,7 +51,21 @@ def masked_argmax(values: np.ndarray, mask: np.ndarray | None = None) -> np.ndar
         >>> masked_argmax(np.array([[3., 1., 2.]]), np.array([[False, True, True]])).tolist()
         [2]
     """
-    return masked_values(values, mask).argmax(axis=1).astype(np.int64)
+    return argmax_checked(*check_values(values, mask))
+
+
+def argmax_checked(values: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+    """:func:`masked_argmax` of a pair already through :func:`check_values` (the exploration
+    policies check once). Illegal entries become ``-inf`` in the values' own float type: a
+    float32 -> float64 cast is exact, so the order and the first-on-ties pick are the same.
+
+    Example:
+        >>> argmax_checked(np.array([[3., 1., 2.]], np.float32), np.array([[False, True, True]])).tolist()
+        [2]
+    """
+    if mask is None:
+        return values.astype(np.float64, copy=False).argmax(axis=1).astype(np.int64)
+    return np.where(mask, values, -np.inf).argmax(axis=1).astype(np.int64)
 
 
 def masked_softmax(logits: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from marl_note.agents.exploration.masked import (
+    argmax_checked,
     boltzmann_probs,
     check_values,
     gumbel_noise,
@@ -142,7 +143,7 @@ class EpsGreedyQPolicy(Policy):
 
     def select(self, values, mask, rng):
         values, mask = check_values(values, mask)
-        greedy = masked_argmax(values, mask)
+        greedy = argmax_checked(values, mask)
         explore = rng.random(len(values)) < self.eps
         if not explore.any():
             return greedy
