@@ -1,12 +1,18 @@
+import os
+
 import pytest
+
+# torch reads this when it is imported: a test module that imports torch lazily (inside a fixture
+# or a test) starts on one intra-op thread too, and so do CLI subprocesses the tests start.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture(autouse=True)
 def _one_torch_thread(request):
     """Every test runs torch on one intra-op thread (faster on 2 shared cores); restored afterwards.
 
-    torch is touched only when a torch test module already imported it, so the numpy-only tests
-    here never import it.
+    torch is touched only when a test module already imported it, so the numpy-only tests never
+    import it.
     """
     import sys
     torch = sys.modules.get("torch")

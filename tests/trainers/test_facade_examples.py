@@ -21,11 +21,8 @@ CARTPOLE = gym.make("CartPole-v1")
 @pytest.fixture(params=BACKENDS)
 def backend(request):
     if request.param == "torch":
-        torch = pytest.importorskip("torch")
-        before = torch.get_num_threads()
-        torch.set_num_threads(1)
+        pytest.importorskip("torch")
         yield importlib.import_module("marl_note.agents.torch")
-        torch.set_num_threads(before)
     else:
         pytest.importorskip("tensorflow")
         yield importlib.import_module("marl_note.agents.tf")

@@ -18,14 +18,6 @@ from tests.user_agents import loss_only_rl  # noqa: E402
 CARTPOLE = gym.make("CartPole-v1")
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def dqn(**kwargs):
     return DQN(CARTPOLE.observation_space, CARTPOLE.action_space, hidden_sizes=(16,), learning_starts=32, seed=0,
                **kwargs)

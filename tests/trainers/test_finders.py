@@ -19,20 +19,6 @@ OBS, ACT = CARTPOLE.observation_space, CARTPOLE.action_space
 FAST = dict(update_freq=16, batch_size=16)
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """Torch on one intra-op thread (faster on a small shared machine); restored afterwards."""
-    try:
-        import torch
-    except ImportError:
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(params=["torch", "tf"])
 def backend(request):
     pytest.importorskip("torch" if request.param == "torch" else "tensorflow")
