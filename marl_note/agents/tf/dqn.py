@@ -65,8 +65,9 @@ class DQNNetworks(TFNetworks):
         legal = tf.TensorSpec([None, n], tf.bool)
         self._forward = tf.function(lambda x: self.q_net(x), input_signature=[obs], reduce_retracing=True)
         self._target_fn = self.function(self._target, [obs, vec, vec, vec, legal])
-        self._step_fn = self.function(self._step, [obs, tf.TensorSpec([None], tf.int32), obs, vec, vec, vec, legal,
-                                                    vec])
+        step_signature = [obs, tf.TensorSpec([None], tf.int32), obs, vec, vec, vec, legal, vec]
+        self._step_fn = self.function(self._step, step_signature)
+        self._grad_sq_fn = self.function(self._grad_sq, step_signature)
 
     def q_network(self, name: str, weights: Mapping[str, np.ndarray]):
         if not self.config.dueling:
@@ -88,16 +89,33 @@ class DQNNetworks(TFNetworks):
     def td_target(self, arrays: Mapping[str, np.ndarray]) -> np.ndarray:
         return self._target_fn(*(arrays[k] for k in _TARGET_INPUTS)).numpy()
 
+    def _loss(self, obs, act, target, weights):
+        q = tf.gather(self.q_net(obs, training=True), act, batch_dims=1)
+        err = q - target
+        if self.config.criterion == "huber":
+            losses = tf.where(tf.abs(err) < 1.0, 0.5 * tf.square(err), tf.abs(err) - 0.5)
+        else:
+            losses = tf.square(err)
+        return tf.reduce_mean(weights * losses), q
+
+    def _grad_sq(self, obs, act, next_obs, rew, discount, alive, legal, weights):
+        target = self._target(next_obs, rew, discount, alive, legal)
+        with tf.GradientTape() as tape:
+            loss, _ = self._loss(obs, act, target, weights)
+        grads = tape.gradient(loss, self.variables("q_net"))
+        return tf.add_n([tf.reduce_sum(tf.square(tf.cast(g, tf.float64))) for g in grads])
+
+    def grad_sq_norm(self, arrays: Mapping[str, np.ndarray]) -> float:
+        """``|G_B|^2``: the squared norm of the gradient of the batch's mean loss over the online
+        network's variables, unclipped, summed in float64. A graph of its own: no optimiser step, no
+        variable or version change."""
+        return float(self._grad_sq_fn(*[arrays[k].astype(np.int32) if k == "act" else arrays[k]
+                                        for k in _STEP_INPUTS]).numpy())
+
     def _step(self, obs, act, next_obs, rew, discount, alive, legal, weights):
         target = self._target(next_obs, rew, discount, alive, legal)
         with tf.GradientTape() as tape:
-            q = tf.gather(self.q_net(obs, training=True), act, batch_dims=1)
-            err = q - target
-            if self.config.criterion == "huber":
-                losses = tf.where(tf.abs(err) < 1.0, 0.5 * tf.square(err), tf.abs(err) - 0.5)
-            else:
-                losses = tf.square(err)
-            loss = tf.reduce_mean(weights * losses)
+            loss, q = self._loss(obs, act, target, weights)
         _, checks = self.apply("optimizer", tape, loss, self.config.max_grad_norm)
         td_abs = tf.abs(target - q)
         return tf.stack([loss, tf.reduce_mean(q), tf.reduce_mean(td_abs)]), td_abs, checks

@@ -87,6 +87,15 @@ class DQNNetworks(TorchNetworks):
             losses = nn.functional.mse_loss(q, target, reduction="none")
         return (weights * losses).mean(), q
 
+    def grad_sq_norm(self, arrays: Mapping[str, np.ndarray]) -> float:
+        """``|G_B|^2``: the squared norm of the gradient of the batch's mean loss over the online
+        network's parameters, unclipped, in float64. Nothing is written: no ``.grad``, no optimiser
+        step, no weight or version change (``torch.autograd.grad`` returns the gradients)."""
+        b = self._tensors(arrays)
+        loss, _ = self._loss(b["obs"], b["act"], self._target(b), b["weights"])
+        grads = torch.autograd.grad(loss, [p for p in self.q_net.parameters() if p.requires_grad])
+        return float(sum(g.double().square().sum() for g in grads))
+
     def train_step(self, arrays: Mapping[str, np.ndarray], who: str, update: int
                    ) -> tuple[dict[str, float], np.ndarray]:
         """One Adam step on the batch; returns ``(metrics, |TD| per row)``. Non-finite steps raise, unwritten."""
