@@ -80,8 +80,8 @@ def check_fits(nbytes: int, capacity: int, warn: bool = True) -> None:
     if avail is None or nbytes <= WARN_FRACTION * avail:
         return
     per_item = nbytes / max(1, capacity)
-    what = (f"a replay buffer of capacity {capacity} (the agent's buffer_size={capacity}) needs "
-            f"{format_bytes(nbytes)} ({format_bytes(per_item)} per transition)")
+    what = (f"replay buffer_size={capacity} (the buffer's capacity) needs {format_bytes(nbytes)} "
+            f"({format_bytes(per_item)} per transition)")
     fits = int(avail // per_item)
     if nbytes > avail:
         raise ReplayMemoryError(f"{what}, but only {format_bytes(avail)} of memory is available on this machine; "
