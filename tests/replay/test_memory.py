@@ -57,7 +57,8 @@ def test_refused_before_allocating(monkeypatch):
 @pytest.mark.parametrize("make", [
     lambda cap: PrioritizedReplayBuffer(cap, PISTONBALL, ACT_SPACE),
     lambda cap: TripletReplayBuffer(cap, PISTONBALL, ACT_SPACE),
-    lambda cap: JointReplayBuffer(cap, ("a", "b"), {"a": PISTONBALL, "b": PISTONBALL}, {"a": ACT_SPACE, "b": ACT_SPACE}),
+    lambda cap: JointReplayBuffer(cap, ("a", "b"), {"a": PISTONBALL, "b": PISTONBALL},
+                                  {"a": ACT_SPACE, "b": ACT_SPACE}),
 ], ids=["prioritized", "triplet", "joint"])
 def test_every_buffer_kind_is_checked(monkeypatch, make):
     _patch_available(monkeypatch, 10**9)
