@@ -6,11 +6,13 @@ from collections.abc import Mapping
 import gymnasium as gym
 import numpy as np
 
+from marl_note.replay.memory import storage_nbytes
 from marl_note.replay.storage import (
     RingStorage,
     Spec,
     as_column,
     check_batch_size,
+    check_capacity,
     check_rng_state_array,
     rng_state_array,
     set_rng_state,
@@ -79,6 +81,12 @@ class ReplayBuffer:
     are stored when the first batch carries them; once stored, every later batch
     must carry them too (and a field cannot first appear in a non-empty buffer).
 
+    Storage is preallocated at full size. :attr:`nbytes_estimate` (or, before building one,
+    :meth:`estimate_nbytes`) gives its bytes; construction raises
+    :class:`~marl_note.replay.memory.ReplayMemoryError` (a MemoryError and a ValueError) before
+    allocating when that exceeds the machine's available memory, and warns above half of it.
+    ``extra_bytes`` counts memory a wrapper keeps beside the storage (a prioritized buffer's tree).
+
     Example:
         >>> import gymnasium as gym, numpy as np
         >>> from marl_note.types import Transitions
@@ -93,12 +101,23 @@ class ReplayBuffer:
     """
 
     def __init__(self, capacity: int, observation_space: gym.Space, action_space: gym.Space,
-                 seed: int | None = None):
+                 seed: int | None = None, *, extra_bytes: int = 0):
         self.observation_space = observation_space
         self.action_space = action_space
         self._specs = transition_specs(observation_space, action_space)
-        self._storage = RingStorage(capacity, self._specs)
+        self._storage = RingStorage(capacity, self._specs, extra_bytes=extra_bytes)
         self._rng = np.random.default_rng(seed)
+
+    @staticmethod
+    def estimate_nbytes(capacity: int, observation_space: gym.Space, action_space: gym.Space) -> int:
+        """Bytes a buffer of ``capacity`` transitions over these spaces would allocate (optional mask and
+        discount columns, stored only when batches carry them, not counted); allocates nothing."""
+        return storage_nbytes(check_capacity(capacity), transition_specs(observation_space, action_space))
+
+    @property
+    def nbytes_estimate(self) -> int:
+        """Bytes this buffer's storage takes at full size (every stored column, plus ``extra_bytes``)."""
+        return self._storage.nbytes_estimate
 
     @property
     def capacity(self) -> int:
@@ -207,4 +226,4 @@ class ReplayBuffer:
 def _without(storage: RingStorage, name: str) -> RingStorage:
     """A copy of an empty storage minus one column."""
     specs = {n: storage.spec(n) for n in storage.names if n != name}
-    return RingStorage(storage.capacity, specs)
+    return RingStorage(storage.capacity, specs, extra_bytes=storage.extra_bytes)

@@ -184,6 +184,11 @@ class EpisodeRingBuffer:
     def capacity(self) -> int:
         return self._ring.storage.capacity
 
+    @property
+    def nbytes_estimate(self) -> int:
+        """Bytes the ring takes at full size; construction refuses one that exceeds the available memory."""
+        return self._ring.storage.nbytes_estimate
+
     def __len__(self) -> int:
         """Stored transitions (episodes still in progress are not counted)."""
         return len(self._ring.storage)

@@ -88,6 +88,11 @@ class JointReplayBuffer:
         return self._storage.capacity
 
     @property
+    def nbytes_estimate(self) -> int:
+        """Bytes the storage takes at full size; construction refuses one that exceeds the available memory."""
+        return self._storage.nbytes_estimate
+
+    @property
     def num_agents(self) -> int:
         return len(self.agents)
 

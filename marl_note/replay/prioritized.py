@@ -35,6 +35,9 @@ class PrioritizedReplayBuffer:
     :meth:`update_priorities` takes TD errors, or for PPO-style learners mixes
     ``lambda_ * |td| + (1 - lambda_) * |ratio - 1|``.
 
+    Like :class:`ReplayBuffer`, construction refuses (before allocating) a buffer whose
+    :attr:`nbytes_estimate`, sum tree included, exceeds the machine's available memory.
+
     Example:
         >>> import gymnasium as gym, numpy as np
         >>> from marl_note.types import Transitions
@@ -70,12 +73,24 @@ class PrioritizedReplayBuffer:
         if not (np.isfinite(eps) and eps >= 0):
             raise ValueError(f"eps must be a non-negative finite number, got {eps}")
         self.eps = float(eps)
-        self._buffer = ReplayBuffer(capacity, observation_space, action_space, seed=seed)
+        self._buffer = ReplayBuffer(capacity, observation_space, action_space, seed=seed,
+                                    extra_bytes=SumTree.estimate_nbytes(capacity))  # memory checked with the tree
         self._tree = SumTree(capacity)
         self._max_priority = float(initial_TD)  # in |td| units, before eps and alpha
         self._sample_calls = 0
 
+    @staticmethod
+    def estimate_nbytes(capacity: int, observation_space: gym.Space, action_space: gym.Space) -> int:
+        """Bytes a buffer of ``capacity`` transitions would allocate, sum tree included; allocates nothing."""
+        return (ReplayBuffer.estimate_nbytes(capacity, observation_space, action_space)
+                + SumTree.estimate_nbytes(capacity))
+
     # -- delegated storage -----------------------------------------------------------------------
+    @property
+    def nbytes_estimate(self) -> int:
+        """Bytes of the storage at full size plus the sum tree (checked against the available memory)."""
+        return self._buffer.nbytes_estimate
+
     @property
     def capacity(self) -> int:
         return self._buffer.capacity

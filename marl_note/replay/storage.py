@@ -11,6 +11,7 @@ from collections.abc import Mapping
 import numpy as np
 from numpy.typing import DTypeLike
 
+from marl_note.replay.memory import check_fits, storage_nbytes
 from marl_note.rng import rng_from_array, rng_to_array
 from marl_note.types import NumpyState
 
@@ -47,6 +48,11 @@ def as_column(name: str, value, shape: Shape, dtype: np.dtype, length: int) -> n
 class RingStorage:
     """Named, preallocated numpy columns written as a ring.
 
+    Before allocating, the storage estimates its size (:attr:`nbytes_estimate`: ``capacity`` rows
+    of every column plus ``extra_bytes`` its owner keeps beside it, such as a sum tree) and raises
+    :class:`~marl_note.replay.memory.ReplayMemoryError` when that exceeds the machine's available
+    memory (a warning above half of it); see :mod:`marl_note.replay.memory`.
+
     Example:
         >>> s = RingStorage(3, {"x": ((2,), np.float32)})
         >>> s.write({"x": np.arange(8, dtype=np.float32).reshape(4, 2)}).tolist()  # 4 rows into 3 slots
@@ -55,13 +61,20 @@ class RingStorage:
         (3, [[6.0, 7.0]])
     """
 
-    def __init__(self, capacity: int, specs: Mapping[str, Spec]):
+    def __init__(self, capacity: int, specs: Mapping[str, Spec], extra_bytes: int = 0):
         self.capacity = check_capacity(capacity)
+        self.extra_bytes = int(extra_bytes)
+        check_fits(storage_nbytes(self.capacity, specs, self.extra_bytes), self.capacity)
         self._arrays: dict[str, np.ndarray] = {}
         for name, (shape, dtype) in specs.items():
-            self.allocate(name, shape, dtype)
+            self.allocate(name, shape, dtype, check=False)
         self._ptr = 0
         self._size = 0
+
+    @property
+    def nbytes_estimate(self) -> int:
+        """Bytes this storage takes at full size: ``capacity`` rows of every column plus ``extra_bytes``."""
+        return storage_nbytes(self.capacity, {n: self.spec(n) for n in self._arrays}, self.extra_bytes)
 
     def __len__(self) -> int:
         return self._size
@@ -82,12 +95,19 @@ class RingStorage:
         arr = self._arrays[name]
         return arr.shape[1:], arr.dtype
 
-    def allocate(self, name: str, shape: Shape, dtype) -> None:
-        """Add a column. Only allowed while the storage is empty (old rows would have no value)."""
+    def allocate(self, name: str, shape: Shape, dtype, check: bool = True) -> None:
+        """Add a column. Only allowed while the storage is empty (old rows would have no value).
+
+        With ``check`` the new total size is checked against the available memory first
+        (raising :class:`~marl_note.replay.memory.ReplayMemoryError`, without a second warning).
+        """
         if name in self._arrays:
             raise ValueError(f"column {name!r} already exists")
         if getattr(self, "_size", 0):
             raise ValueError(f"cannot add column {name!r} to a storage that already holds {self._size} rows")
+        if check:
+            column = storage_nbytes(self.capacity, {name: (tuple(shape), np.dtype(dtype))})
+            check_fits(self.nbytes_estimate + column, self.capacity, warn=False)
         self._arrays[name] = np.zeros((self.capacity, *tuple(shape)), dtype=np.dtype(dtype))
 
     def positions(self, n: int) -> tuple[np.ndarray, int]:

@@ -31,9 +31,14 @@ class SumTree:
 
     def __init__(self, capacity: int):
         self.capacity = check_capacity(capacity)
-        self._leaf0 = 1 << max(0, (self.capacity - 1).bit_length())  # first leaf's node index
+        self._leaf0 = _first_leaf(self.capacity)  # first leaf's node index
         self._nodes = np.zeros(2 * self._leaf0, dtype=np.float64)
         self._ptr = 0
+
+    @staticmethod
+    def estimate_nbytes(capacity: int) -> int:
+        """Bytes the tree of a ``capacity``-item buffer allocates (float64 nodes); allocates nothing."""
+        return 2 * _first_leaf(check_capacity(capacity)) * np.dtype(np.float64).itemsize
 
     def __len__(self) -> int:
         return self.capacity
@@ -143,3 +148,8 @@ class SumTree:
             self._nodes[nodes] = self._nodes[2 * nodes] + self._nodes[2 * nodes + 1]
             node //= 2
         self._ptr = ptr
+
+
+def _first_leaf(capacity: int) -> int:
+    """Node index of the first leaf: ``capacity`` rounded up to a power of two."""
+    return 1 << max(0, (capacity - 1).bit_length())

@@ -366,3 +366,16 @@ def test_config_holds_the_checked_hyperparameters():
         DQNConfig(learning_starts=-1)
     with pytest.raises(TypeError, match="augment must be a function"):
         DQNConfig(augment="mirror")
+
+
+def test_default_buffer_on_image_frames_refused_before_allocating(monkeypatch):
+    """The default 100,000-slot replay on pistonball-size frames needs 32.9 GB: refused, naming buffer_size."""
+    pytest.importorskip("torch")
+    torch_dqn = importlib.import_module("marl_note.agents.torch").DQN
+    from marl_note.replay import ReplayMemoryError, memory
+    monkeypatch.setattr(memory, "available_bytes", lambda: 8 * 10**9)
+    frames = gym.spaces.Box(0, 255, (120, 457, 3), np.uint8)
+    with pytest.raises(ReplayMemoryError, match=r"buffer_size=100000 .*needs 32.9 GB.*lower buffer_size"):
+        torch_dqn(frames, gym.spaces.Discrete(3), seed=0)
+    small = torch_dqn(frames, gym.spaces.Discrete(3), buffer_size=100, hidden_sizes=(4,), seed=0)
+    assert small.replay.nbytes_estimate < 100 * 330_000
