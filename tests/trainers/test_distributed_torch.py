@@ -1,0 +1,176 @@
+"""PyTorch agents on two local ranks (gloo, 127.0.0.1): equal updates, the trainer in lockstep,
+rank 0's checkpoint, a killed rank. Each test starts its ranks with ``launch`` (spawned processes)."""
+import multiprocessing
+import os
+import signal
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from marl_note.distributed import DistributedContext
+from marl_note.trainers.distributed import RankFailedError, launch
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.timeout(120)
+
+OBS, N_ACT = gym.spaces.Box(-1, 1, (4,), np.float32), gym.spaces.Discrete(3)
+GLOBAL_BATCH = 8
+
+
+def _global_batch():
+    rng = np.random.default_rng(7)
+    n = GLOBAL_BATCH
+    dqn = {"obs": rng.normal(size=(n, 4)).astype(np.float32), "act": rng.integers(0, 3, n),
+           "next_obs": rng.normal(size=(n, 4)).astype(np.float32), "rew": rng.normal(size=n).astype(np.float32),
+           "discount": np.full(n, 0.99, np.float32), "alive": (rng.random(n) > 0.2).astype(np.float32),
+           "legal": np.ones((n, 3), bool), "weights": rng.uniform(0.5, 1.0, n).astype(np.float32)}
+    ppo = (rng.normal(size=(n, 4)).astype(np.float32), rng.integers(0, 3, n), np.ones((n, 3), bool),
+           np.log(np.full(n, 1 / 3, np.float32)), rng.normal(size=n).astype(np.float32),
+           rng.normal(size=n).astype(np.float32), np.ones(n, np.float32))
+    return dqn, ppo
+
+
+def _one_update(ctx: DistributedContext, seed: int) -> dict[str, np.ndarray]:
+    """DQN's and PPO's weights after one train step on this rank's share of the global batch."""
+    from marl_note.agents.torch import DQN, PPO
+
+    dqn = DQN(OBS, N_ACT, hidden_sizes=(16,), max_grad_norm=0.5, seed=seed)
+    ppo = PPO(OBS, N_ACT, hidden_sizes=(16,), max_grad_norm=0.5, seed=seed)
+    for agent in (dqn, ppo):
+        ctx.prepare(agent)
+    dqn_batch, ppo_batch = _global_batch()
+    share = slice(ctx.rank * GLOBAL_BATCH // ctx.world_size, (ctx.rank + 1) * GLOBAL_BATCH // ctx.world_size)
+    dqn.nets.train_step({k: v[share] for k, v in dqn_batch.items()}, who="DQN", update=1)
+    ppo.nets.train_step(*(a[share] for a in ppo_batch), who="PPO", update=1)
+    state = {f"dqn.{k}": v for k, v in dqn.nets.state_dict().items() if k.startswith("q_net")}
+    state.update({f"ppo.{k}": v for k, v in ppo.nets.state_dict().items() if k.startswith("net")})
+    return state
+
+
+def _trainer(ctx: DistributedContext, episodes: int, batch_size: int = 16, **kwargs):
+    from marl_note.trainers import DecentralizedTrainer
+
+    return DecentralizedTrainer("CartPole-v1", num_train_envs=2, num_test_envs=1, batch_size=batch_size, update_freq=16,
+                                test_freq=4, episodes_per_train=episodes, episodes_per_test=1, seed=0,
+                                distributed=ctx, **kwargs)
+
+
+def _dqn(seed: int):
+    from marl_note.agents.torch import DQN
+
+    env = gym.make("CartPole-v1")
+    return DQN(env.observation_space, env.action_space, hidden_sizes=(16,), learning_starts=16, seed=seed)
+
+
+def _rank(tmp: str, resume_from: str) -> dict:
+    """Both checks in one launch (starting ranks costs seconds): one update, then a resumed training run."""
+    from marl_note.agents.torch.distributed import init_distributed, shutdown
+
+    ctx = init_distributed("gloo", timeout=60)
+    try:
+        # each rank starts from other weights: prepare() must give every rank rank 0's
+        one_update = _one_update(ctx, seed=ctx.rank)
+        marker = os.path.join(tmp, f"last_fn_rank{ctx.rank}")
+        trainer = _trainer(ctx, episodes=16, save_last_fn=lambda: open(marker, "w").close())
+        agent = _dqn(seed=ctx.rank)
+        stats = trainer.train([agent], learning_mask=[1], plot=False, progress=False,
+                              checkpoint_path=os.path.join(tmp, f"run_rank{ctx.rank}"), resume_from=resume_from)
+        trainer.close()
+        return {"one_update": one_update, "weights": agent.nets.state_dict(), "updates": agent.updates,
+                "tests": len(stats["test_history"]), "episodes": stats["num_collected_episodes"]}
+    finally:
+        shutdown()
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    """A single-process run checkpoints; two ranks resume it (after one synchronous update each)."""
+    tmp = tmp_path_factory.mktemp("ranks")
+    start = str(tmp / "single")
+    first = _trainer(DistributedContext(), episodes=4)
+    first.train([_dqn(0)], learning_mask=[1], plot=False, progress=False, checkpoint_path=start)
+    first.close()
+    return tmp, start, launch(_rank, 2, str(tmp), start, timeout=110)
+
+
+def test_two_rank_update_equals_one_process_update_on_the_global_batch(two_ranks):
+    _, _, (r0, r1) = two_ranks
+    single = _one_update(DistributedContext(), seed=0)
+    assert set(r0["one_update"]) == set(single) == set(r1["one_update"])
+    for key, value in single.items():
+        np.testing.assert_allclose(r0["one_update"][key], value, atol=1e-5, err_msg=key)
+        np.testing.assert_allclose(r1["one_update"][key], value, atol=1e-5, err_msg=key)
+
+
+def test_two_rank_training_stays_in_lockstep_and_rank_0_checkpoints_restore_in_one_process(two_ranks):
+    from marl_note.trainers.run_state import load_run
+
+    tmp, start, (r0, r1) = two_ranks
+    before = load_run(start, [_dqn(0)])
+    assert r0["updates"] == r1["updates"] > before.updates
+    for key, value in r0["weights"].items():  # the same gradient steps from the same weights
+        np.testing.assert_array_equal(r1["weights"][key], value, err_msg=key)
+    assert r0["tests"] > len(before.history) == r1["tests"]  # rank 0 alone tests ...
+    assert sorted(os.listdir(tmp)) == ["last_fn_rank0", "run_rank0", "single"]  # ... and saves
+    restored = _dqn(5)
+    run = load_run(str(tmp / "run_rank0"), [restored])
+    assert run.updates == r0["updates"] == restored.updates
+    for key, value in r0["weights"].items():
+        np.testing.assert_array_equal(restored.nets.state_dict()[key], value, err_msg=key)
+
+
+def _dying_rank() -> None:
+    from marl_note.agents.torch.distributed import init_distributed, shutdown
+
+    ctx = init_distributed("gloo", timeout=30)
+    calls = []
+
+    def train_fn(episodes, steps):
+        calls.append(steps)
+        if ctx.rank == 1 and len(calls) == 3:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    try:
+        _trainer(ctx, episodes=10_000, train_fn=train_fn).train([_dqn(0)], learning_mask=[1], plot=False,
+                                                                progress=False)
+    finally:
+        shutdown()
+
+
+def test_a_killed_rank_ends_the_run_with_its_exit_code_and_leaves_no_process():
+    start = time.monotonic()
+    with pytest.raises(RankFailedError, match="rank 1 exited with code -9") as err:
+        launch(_dying_rank, 2, timeout=100)
+    assert err.value.rank == 1 and err.value.exitcode == -signal.SIGKILL
+    assert time.monotonic() - start < 60
+    assert multiprocessing.active_children() == []
+
+
+def test_a_rank_that_raises_sends_back_its_traceback():
+    def fail(x):
+        if int(os.environ["RANK"]) == 1:
+            raise ValueError(f"bad input {x}")
+        time.sleep(30)  # terminated by the launcher long before
+
+    start = time.monotonic()
+    with pytest.raises(RankFailedError, match=r"(?s)rank 1 exited with code 1.*ValueError: bad input 3"):
+        launch(fail, 2, 3, timeout=60)
+    assert time.monotonic() - start < 20 and multiprocessing.active_children() == []
+
+
+def test_bad_arguments_are_refused_before_any_process_starts():
+    with pytest.raises(ValueError, match="world_size"):
+        launch(print, 0)
+    with pytest.raises(ValueError, match="multiple of world_size=2"):
+        class Loop:
+            def broadcast(self, obj, src=0):
+                return obj
+
+            def barrier(self):
+                pass
+
+            def prepare(self, agent):
+                pass
+        _trainer(DistributedContext(rank=0, world_size=2, collective=Loop()), episodes=2, batch_size=15)
