@@ -19,9 +19,13 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["Collective", "DistributedContext", "env_rank_info", "RANK_SEED_STRIDE"]
+__all__ = ["Collective", "DistributedContext", "RankLostError", "env_rank_info", "RANK_SEED_STRIDE"]
 
 RANK_SEED_STRIDE = 1_000_003  # rank r's train envs start at seed + r * stride (no overlap for < 1e6 envs)
+
+
+class RankLostError(RuntimeError):
+    """A collective call with the other ranks failed: one of them died, or hung past the timeout."""
 
 
 @runtime_checkable

@@ -2,6 +2,7 @@
 rank 0's checkpoint, a killed rank. Each test starts its ranks with ``launch`` (spawned processes)."""
 import multiprocessing
 import os
+import pickle
 import signal
 import time
 
@@ -64,8 +65,9 @@ def _dqn(seed: int):
     return DQN(env.observation_space, env.action_space, hidden_sizes=(16,), learning_starts=16, seed=seed)
 
 
-def _rank(tmp: str, resume_from: str) -> dict:
-    """Both checks in one launch (starting ranks costs seconds): one update, then a resumed training run."""
+def _rank(tmp: str, resume_from: str, results: str) -> None:
+    """Every check in one launch (starting ranks that import torch costs many seconds on a loaded machine):
+    one update, a resumed training run (results pickled to ``results``), then rank 1 dies in a second run."""
     from marl_note.agents.torch.distributed import init_distributed, shutdown
 
     ctx = init_distributed("gloo", timeout=60)
@@ -78,8 +80,18 @@ def _rank(tmp: str, resume_from: str) -> dict:
         stats = trainer.train([agent], learning_mask=[1], plot=False, progress=False,
                               checkpoint_path=os.path.join(tmp, f"run_rank{ctx.rank}"), resume_from=resume_from)
         trainer.close()
-        return {"one_update": one_update, "weights": agent.nets.state_dict(), "updates": agent.updates,
-                "tests": len(stats["test_history"]), "episodes": stats["num_collected_episodes"]}
+        with open(os.path.join(results, f"rank{ctx.rank}.pkl"), "wb") as f:
+            pickle.dump({"one_update": one_update, "weights": agent.nets.state_dict(), "updates": agent.updates,
+                         "tests": len(stats["test_history"]), "episodes": stats["num_collected_episodes"]}, f)
+        calls = []
+
+        def train_fn(episodes, steps):
+            calls.append(steps)
+            if ctx.rank == 1 and len(calls) == 3:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        _trainer(ctx, episodes=10_000, train_fn=train_fn).train([_dqn(0)], learning_mask=[1], plot=False,
+                                                                progress=False)
     finally:
         shutdown()
 
@@ -92,11 +104,20 @@ def two_ranks(tmp_path_factory):
     first = _trainer(DistributedContext(), episodes=4)
     first.train([_dqn(0)], learning_mask=[1], plot=False, progress=False, checkpoint_path=start)
     first.close()
-    return tmp, start, launch(_rank, 2, str(tmp), start, timeout=110)
+    results = tmp_path_factory.mktemp("results")
+    began = time.monotonic()
+    with pytest.raises(RankFailedError, match="rank 1 exited with code -9") as failed:
+        launch(_rank, 2, str(tmp), start, str(results), timeout=110)
+    after_kill = multiprocessing.active_children()
+    ranks = []
+    for r in range(2):
+        with open(results / f"rank{r}.pkl", "rb") as f:
+            ranks.append(pickle.load(f))
+    return tmp, start, ranks, (failed.value, time.monotonic() - began, after_kill)
 
 
 def test_two_rank_update_equals_one_process_update_on_the_global_batch(two_ranks):
-    _, _, (r0, r1) = two_ranks
+    _, _, (r0, r1), _ = two_ranks
     single = _one_update(DistributedContext(), seed=0)
     assert set(r0["one_update"]) == set(single) == set(r1["one_update"])
     for key, value in single.items():
@@ -107,7 +128,7 @@ def test_two_rank_update_equals_one_process_update_on_the_global_batch(two_ranks
 def test_two_rank_training_stays_in_lockstep_and_rank_0_checkpoints_restore_in_one_process(two_ranks):
     from marl_note.trainers.run_state import load_run
 
-    tmp, start, (r0, r1) = two_ranks
+    tmp, start, (r0, r1), _ = two_ranks
     before = load_run(start, [_dqn(0)])
     assert r0["updates"] == r1["updates"] > before.updates
     for key, value in r0["weights"].items():  # the same gradient steps from the same weights
@@ -121,31 +142,12 @@ def test_two_rank_training_stays_in_lockstep_and_rank_0_checkpoints_restore_in_o
         np.testing.assert_array_equal(restored.nets.state_dict()[key], value, err_msg=key)
 
 
-def _dying_rank() -> None:
-    from marl_note.agents.torch.distributed import init_distributed, shutdown
-
-    ctx = init_distributed("gloo", timeout=30)
-    calls = []
-
-    def train_fn(episodes, steps):
-        calls.append(steps)
-        if ctx.rank == 1 and len(calls) == 3:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    try:
-        _trainer(ctx, episodes=10_000, train_fn=train_fn).train([_dqn(0)], learning_mask=[1], plot=False,
-                                                                progress=False)
-    finally:
-        shutdown()
-
-
-def test_a_killed_rank_ends_the_run_with_its_exit_code_and_leaves_no_process():
-    start = time.monotonic()
-    with pytest.raises(RankFailedError, match="rank 1 exited with code -9") as err:
-        launch(_dying_rank, 2, timeout=100)
-    assert err.value.rank == 1 and err.value.exitcode == -signal.SIGKILL
-    assert time.monotonic() - start < 60
-    assert multiprocessing.active_children() == []
+def test_a_killed_rank_ends_the_run_with_its_exit_code_and_leaves_no_process(two_ranks):
+    *_, (error, seconds, after_kill) = two_ranks
+    assert error.rank == 1 and error.exitcode == -signal.SIGKILL
+    # rank 0 did not wait on its dead peer: its next collective raised, naming the failure
+    assert list(error.others) == [0] and "RankLostError: rank 0: " in error.others[0], str(error)
+    assert seconds < 110 and after_kill == []
 
 
 def test_a_rank_that_raises_sends_back_its_traceback():
@@ -156,7 +158,7 @@ def test_a_rank_that_raises_sends_back_its_traceback():
 
     start = time.monotonic()
     with pytest.raises(RankFailedError, match=r"(?s)rank 1 exited with code 1.*ValueError: bad input 3"):
-        launch(fail, 2, 3, timeout=60)
+        launch(fail, 2, 3, timeout=60, grace=0.5)
     assert time.monotonic() - start < 20 and multiprocessing.active_children() == []
 
 

@@ -16,7 +16,8 @@ Example (one process: no process group, nothing to do):
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -24,11 +25,23 @@ import torch
 import torch.distributed as dist
 
 from marl_note.agents.torch.networks import TorchNetworks
-from marl_note.distributed import DistributedContext, env_rank_info
+from marl_note.distributed import DistributedContext, RankLostError, env_rank_info
 
-__all__ = ["TorchCollective", "init_distributed", "distribute", "average_gradients", "shutdown"]
+__all__ = ["TorchCollective", "init_distributed", "distribute", "average_gradients", "shutdown", "collective"]
 
 DEFAULT_TIMEOUT = 300.0
+
+
+@contextmanager
+def collective(what: str) -> Iterator[None]:
+    """Turn a failed ``torch.distributed`` call into :class:`~marl_note.distributed.RankLostError` naming it."""
+    try:
+        yield
+    except RuntimeError as err:  # gloo/nccl: connection reset, timeout (DistBackendError is a RuntimeError)
+        rank = dist.get_rank() if dist.is_initialized() else "?"
+        raise RankLostError(f"rank {rank}: {what} with the other ranks failed; one of them died or stopped "
+                            f"answering within the process group's timeout ({type(err).__name__}: "
+                            f"{str(err).splitlines()[0] if str(err) else ''})") from err
 
 
 def average_gradients(params: Sequence[torch.Tensor]) -> None:
@@ -38,7 +51,8 @@ def average_gradients(params: Sequence[torch.Tensor]) -> None:
     if not grads or not dist.is_initialized() or dist.get_world_size() == 1:
         return
     flat = torch.cat([g.reshape(-1) for g in grads])
-    dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+    with collective("averaging the gradients"):
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
     flat /= dist.get_world_size()
     offset = 0
     for g in grads:
@@ -62,6 +76,13 @@ def distribute(agent: Any, src: int = 0) -> None:
     """Broadcast rank ``src``'s parameters and buffers into ``agent``'s modules and average its
     gradients over the ranks at every optimiser step from now on (all ranks call it)."""
     nets = _networks(agent)
+    with collective(f"broadcasting rank {src}'s weights of {type(agent).__name__}"):
+        _broadcast_modules(nets, src)
+    nets.grad_hook = average_gradients
+    nets.version += 1  # the numpy acting copy re-exports the broadcast weights
+
+
+def _broadcast_modules(nets: TorchNetworks, src: int) -> None:
     for name in sorted(nets.modules):
         for tensor in [*nets.modules[name].parameters(), *nets.modules[name].buffers()]:
             if dist.get_backend() == "gloo" and tensor.device.type != "cpu":
@@ -70,8 +91,6 @@ def distribute(agent: Any, src: int = 0) -> None:
                 tensor.copy_(cpu)
             else:
                 dist.broadcast(tensor.data, src)
-    nets.grad_hook = average_gradients
-    nets.version += 1  # the numpy acting copy re-exports the broadcast weights
 
 
 class TorchCollective:
@@ -84,11 +103,13 @@ class TorchCollective:
 
     def broadcast(self, obj: Any, src: int = 0) -> Any:
         box = [obj]
-        dist.broadcast_object_list(box, src=src)
+        with collective(f"receiving rank {src}'s decision"):
+            dist.broadcast_object_list(box, src=src)
         return box[0]
 
     def barrier(self) -> None:
-        dist.barrier()
+        with collective("waiting for the other ranks (barrier)"):
+            dist.barrier()
 
     def prepare(self, agent: Any) -> None:
         distribute(agent)
