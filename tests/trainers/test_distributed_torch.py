@@ -50,6 +50,40 @@ def _one_update(ctx: DistributedContext, seed: int) -> dict[str, np.ndarray]:
     return state
 
 
+def _every_algorithm(ctx: DistributedContext) -> dict[str, dict[str, np.ndarray]]:
+    """SAC, DDPG, MADDPG and a user ``RL`` subclass after two updates on this rank's own random data."""
+    import marl_note.agents.torch as backend
+    from marl_note.types import Transitions
+    from tests.agents.maddpg_helpers import joint_batch
+    from tests.agents.rl_helpers import user_rl
+
+    box = gym.spaces.Box(-1, 1, (2,), np.float32)
+    obs = {"a": OBS, "b": gym.spaces.Discrete(5)}
+    act = {"a": gym.spaces.Discrete(3, start=1), "b": box}
+    agents = {"SAC": backend.SAC(OBS, box, hidden_sizes=(8,), learning_starts=8, seed=ctx.rank),
+              "DDPG": backend.DDPG(OBS, box, hidden_sizes=(8,), learning_starts=8, seed=ctx.rank),
+              "MADDPG": backend.MADDPG(obs, act, hidden_sizes=(8,), learning_starts=8, seed=ctx.rank),
+              "RL": user_rl(backend, OBS, N_ACT, learning_starts=8)}
+    with torch.no_grad():
+        agents["RL"].q.weight.add_(float(ctx.rank))  # rank 0's weights must win
+    rng = np.random.default_rng(100 + ctx.rank)  # each rank's own data: only averaging keeps them equal
+    out = {}
+    for name, agent in agents.items():
+        ctx.prepare(agent)
+        if name == "MADDPG":
+            agent.observe_joint(joint_batch(16, rng, obs, act))
+        else:
+            a = rng.integers(0, 3, 16) if name == "RL" else rng.uniform(-1, 1, (16, 2)).astype(np.float32)
+            agent.observe(Transitions(obs=rng.normal(size=(16, 4)).astype(np.float32), act=a, rew=rng.normal(size=16),
+                                      next_obs=rng.normal(size=(16, 4)).astype(np.float32),
+                                      terminated=rng.random(16) < 0.2, truncated=np.zeros(16, bool)))
+        for _ in range(2):
+            assert agent.update(batch_size=4)["gradient_steps"] >= 1
+        out[name] = {k: v for k, v in agent.state_dict().items()
+                     if isinstance(v, np.ndarray) and v.dtype.kind == "f" and "rng" not in k}
+    return out
+
+
 def _trainer(ctx: DistributedContext, episodes: int, batch_size: int = 16, **kwargs):
     from marl_note.trainers import DecentralizedTrainer
 
@@ -74,6 +108,7 @@ def _rank(tmp: str, resume_from: str, results: str) -> None:
     try:
         # each rank starts from other weights: prepare() must give every rank rank 0's
         one_update = _one_update(ctx, seed=ctx.rank)
+        every_algorithm = _every_algorithm(ctx)
         marker = os.path.join(tmp, f"last_fn_rank{ctx.rank}")
         trainer = _trainer(ctx, episodes=16, save_last_fn=lambda: open(marker, "w").close())
         agent = _dqn(seed=ctx.rank)
@@ -81,7 +116,8 @@ def _rank(tmp: str, resume_from: str, results: str) -> None:
                               checkpoint_path=os.path.join(tmp, f"run_rank{ctx.rank}"), resume_from=resume_from)
         trainer.close()
         with open(os.path.join(results, f"rank{ctx.rank}.pkl"), "wb") as f:
-            pickle.dump({"one_update": one_update, "weights": agent.nets.state_dict(), "updates": agent.updates,
+            pickle.dump({"one_update": one_update, "every_algorithm": every_algorithm,
+                         "weights": agent.nets.state_dict(), "updates": agent.updates,
                          "tests": len(stats["test_history"]), "episodes": stats["num_collected_episodes"]}, f)
         calls = []
 
@@ -123,6 +159,15 @@ def test_two_rank_update_equals_one_process_update_on_the_global_batch(two_ranks
     for key, value in single.items():
         np.testing.assert_allclose(r0["one_update"][key], value, atol=1e-5, err_msg=key)
         np.testing.assert_allclose(r1["one_update"][key], value, atol=1e-5, err_msg=key)
+
+
+def test_every_algorithm_takes_the_same_steps_on_every_rank_from_its_own_data(two_ranks):
+    _, _, (r0, r1), _ = two_ranks
+    assert sorted(r0["every_algorithm"]) == ["DDPG", "MADDPG", "RL", "SAC"]
+    for name, state in r0["every_algorithm"].items():
+        assert len(state) > 4 and set(state) == set(r1["every_algorithm"][name])
+        for key, value in state.items():
+            np.testing.assert_allclose(r1["every_algorithm"][name][key], value, atol=1e-6, err_msg=f"{name} {key}")
 
 
 def test_two_rank_training_stays_in_lockstep_and_rank_0_checkpoints_restore_in_one_process(two_ranks):
