@@ -1,5 +1,6 @@
 """PyTorch agents on two local ranks (gloo, 127.0.0.1): equal updates, the trainer in lockstep,
 rank 0's checkpoint, a killed rank. Each test starts its ranks with ``launch`` (spawned processes)."""
+import importlib.util
 import multiprocessing
 import os
 import pickle
@@ -221,3 +222,19 @@ def test_bad_arguments_are_refused_before_any_process_starts():
             def prepare(self, agent):
                 pass
         _trainer(DistributedContext(rank=0, world_size=2, collective=Loop()), episodes=2, batch_size=15)
+
+
+def _example():
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "distributed_cartpole.py")
+    spec = importlib.util.spec_from_file_location("distributed_cartpole", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_example_runs_in_one_process_and_names_the_missing_tf_backend():
+    example = _example()
+    out = example.train(episodes=6, batch_size=16, progress=False)
+    assert out["rank"] == 0 and out["world_size"] == 1 and out["env_steps"] > 0
+    with pytest.raises(NotImplementedError, match="issue #10"):
+        example.train(backend="tf")
