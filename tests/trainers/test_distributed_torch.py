@@ -238,3 +238,14 @@ def test_the_example_runs_in_one_process_and_names_the_missing_tf_backend():
     assert out["rank"] == 0 and out["world_size"] == 1 and out["env_steps"] > 0
     with pytest.raises(NotImplementedError, match="issue #10"):
         example.train(backend="tf")
+
+
+def test_distribute_refuses_what_cannot_stay_in_lockstep_before_any_communication():
+    from marl_note.agents import RandomAgent
+    from marl_note.agents.torch import PPO
+    from marl_note.agents.torch.distributed import distribute
+
+    with pytest.raises(ValueError, match="target_kl=None with several ranks"):
+        distribute(PPO(OBS, N_ACT, hidden_sizes=(8,), target_kl=0.01, seed=0))
+    with pytest.raises(TypeError, match="RandomAgent has no PyTorch networks"):
+        distribute(RandomAgent(N_ACT))

@@ -75,6 +75,9 @@ def _networks(agent: Any) -> TorchNetworks:
 def distribute(agent: Any, src: int = 0) -> None:
     """Broadcast rank ``src``'s parameters and buffers into ``agent``'s modules and average its
     gradients over the ranks at every optimiser step from now on (all ranks call it)."""
+    if getattr(getattr(agent, "cfg", None), "target_kl", None) is not None:
+        raise ValueError(f"{type(agent).__name__}(target_kl=...) stops each rank's epochs on that rank's own KL, "
+                         f"so the ranks would fall out of lockstep; use target_kl=None with several ranks")
     nets = _networks(agent)
     with collective(f"broadcasting rank {src}'s weights of {type(agent).__name__}"):
         _broadcast_modules(nets, src)
