@@ -10,6 +10,7 @@ Each configuration runs in freshly launched ranks (``marl_note.trainers.distribu
 times are rank 0's, after a barrier, without process start-up. Ratios are 2 replicas / 1 replica.
 
 Run:  python bench/bench_distributed.py [--smoke] [--solve] [--replicas 1,2] [--seed 0]
+      [--learner-steps 2000] [--env-steps 40000]
 """
 from __future__ import annotations
 
@@ -114,9 +115,12 @@ def main() -> None:
     parser.add_argument("--solve", action="store_true", help="also CartPole to 475 (minutes per configuration)")
     parser.add_argument("--replicas", default="1,2")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--learner-steps", type=int, default=None, help="gradient steps timed (default 2000)")
+    parser.add_argument("--env-steps", type=int, default=None, help="trainer env steps per rank (default 40000)")
     args = parser.parse_args()
     replicas = [int(r) for r in args.replicas.split(",")]
     steps, env_steps = (20, 2_000) if args.smoke else (2_000, 40_000)
+    steps, env_steps = args.learner_steps or steps, args.env_steps or env_steps
     print(json.dumps({"python": platform.python_version(), "cpus": os.cpu_count(), "machine": platform.machine()}))
     table: dict[str, dict[int, dict]] = {}
     for n in replicas:
