@@ -55,13 +55,18 @@ class RunLoop:
 
         t, run, recorder = self.trainer, self.run, self.recorder
         assert recorder is not None  # set by _prepare
-        bar = Progress(t.episodes_per_train, enabled=progress)
+        dist = t.distributed
+        bar = Progress(t.episodes_per_train, enabled=progress and dist.is_chief)
         self.started = time.perf_counter() - run.training_time
+        round_steps = 0
         try:
-            while run.episodes < t.episodes_per_train and not self.stopped and not t.stop_training:
+            # rank 0 decides whether to go on; every rank checks it took rank 0's gradient steps
+            while dist.lockstep(run.episodes < t.episodes_per_train and not self.stopped and not t.stop_training,
+                                round_steps):
                 self._collect_chunk()
-                self._update_learners()
-                if run.episodes >= run.next_test or run.episodes >= t.episodes_per_train or t.stop_training:
+                round_steps = self._update_learners()
+                due = run.episodes >= run.next_test or run.episodes >= t.episodes_per_train or t.stop_training
+                if due and dist.is_chief:
                     self._periodic_test()
                 recent = self.recent_returns()
                 train_reward = t._metric(recent, self.learn) if len(recent) and not self.baseline_on else None
@@ -94,20 +99,25 @@ class RunLoop:
                           f"{self.trainer.episodes_per_train}: the agents are updated once per chunk, so this run "
                           f"updates them only once. Lower update_freq.", stacklevel=4)
 
-    def _update_learners(self) -> None:
+    def _update_learners(self) -> int:
+        """One update round; returns its gradient steps (each learner samples this rank's share of the batch)."""
         assert self.collector is not None  # set by _prepare
         learners: list[LearningAgent | JointLearner] = self.collector.learners
         assert self.recorder is not None  # set by _prepare
+        batch_size = self.trainer.distributed.shard_batch(self.trainer.batch_size)
+        steps = 0
         for index, learner in enumerate(learners):
             self.callbacks.fire("on_batch_begin", self.trainer, self.batches,
                              {"learner": index, "episodes": self.run.episodes, "env_steps": self.run.env_steps})
-            metrics = learner.update(self.trainer.batch_size) or {}
+            metrics = learner.update(batch_size) or {}
             self.recorder.update(index, self.run.episodes, metrics, self.trainer.batch_size)
+            steps += int(metrics.get("gradient_steps", 0))
             self.run.updates += int(metrics.get("gradient_steps", 0))
             self.last_metrics = {k: float(cast(Any, v)) for k, v in metrics.items() if np.isscalar(v)}
             self.callbacks.fire("on_batch_end", self.trainer, self.batches, metrics)
             self.callbacks.fire("on_update_end", self.trainer, metrics, self.run.episodes)
             self.batches += 1
+        return steps
 
     def _periodic_test(self) -> None:
         """Test, record the metric (and a new best), ask ``stop_fn``, save the checkpoint."""
@@ -149,13 +159,15 @@ class RunLoop:
             self.recorder.callbacks(self.callbacks.plot_series())
         if self.checkpoint_path is not None:
             self.trainer.save_checkpoint(self.checkpoint_path)
-        if self.trainer.save_last_fn is not None:
+        chief = self.trainer.distributed.is_chief
+        if self.trainer.save_last_fn is not None and chief:
             self.trainer.save_last_fn()
         out = run_summary(self.run, stopped=self.stopped, tested_against_baseline=bool(self.baseline_on),
                           last_test=self.last_test)
         out["stopped_by_stop_training"] = bool(self.trainer.stop_training)
         self.callbacks.fire("on_train_end", self.trainer, out)
-        if plot and self.run.history:
+        self.trainer.distributed.barrier()  # every rank returns once rank 0 has saved
+        if plot and self.run.history and chief:
             from marl_note.trainers.plot import plot_run
 
             out["plot_path"] = plot_run(self.run, self.trainer.plot_path)

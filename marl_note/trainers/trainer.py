@@ -8,6 +8,7 @@ import numpy as np
 
 from marl_note.agents.base import Agent
 from marl_note.agents.checkpoints.format import check_checkpoint_target
+from marl_note.distributed import DistributedContext
 from marl_note.envs.adapters import adapt, env_factory, make_spec
 from marl_note.envs.main_guard import check_not_reimporting_main
 from marl_note.envs.subproc import DEFAULT_STEP_TIMEOUT, SubprocVectorEnv
@@ -66,6 +67,16 @@ class DecentralizedTrainer:
     is killed and the pool closed. In-process envs (``processes=None``) run in the trainer's own
     thread, where a stuck call cannot be interrupted safely, so the bound needs ``processes >= 1``.
 
+    ``distributed`` (a :class:`~marl_note.distributed.DistributedContext`, e.g. from
+    :func:`marl_note.agents.torch.distributed.init_distributed`) makes this one rank of a
+    multi-process run: every rank collects on its own train envs (seeded ``seed + rank *
+    1_000_003``) into its own replay and its learners sample ``batch_size / world_size`` each
+    (``batch_size`` is the global batch), with gradients averaged over the ranks. ``train_fn`` runs
+    on every rank; the tests, ``test_fn``, ``save_best_fn``, ``save_last_fn``, ``stop_fn``,
+    ``reward_metric`` of the tests, the callbacks, the progress bar, checkpoints and the plot run
+    on rank 0 alone, and rank 0's decision to stop (budget, ``stop_fn``, ``stop_training``) is
+    every rank's, after each chunk.
+
     Example:
         >>> from marl_note.agents import RandomAgent
         >>> from marl_note.agents.torch import DQN
@@ -84,7 +95,7 @@ class DecentralizedTrainer:
                  stop_fn: Callable | None = None, reward_metric: Callable | None = None,
                  shared_memory: bool = True, seed: int | None = None, processes: int | None = None,
                  plot_path: str | None = None, step_timeout: float | None = DEFAULT_STEP_TIMEOUT,
-                 check_finite: bool = True):
+                 check_finite: bool = True, distributed: DistributedContext | None = None):
         check_not_reimporting_main("DecentralizedTrainer")
         self.env_fn = env_factory(env)
         self.check_finite = bool(check_finite)
@@ -107,6 +118,10 @@ class DecentralizedTrainer:
         self.shared_memory, self.processes = shared_memory, processes
         self.step_timeout = check_timeout("step_timeout", step_timeout)
         self.seed = seed
+        if distributed is not None and not isinstance(distributed, DistributedContext):
+            raise TypeError(f"distributed must be a DistributedContext, got {type(distributed).__name__}")
+        self.distributed = DistributedContext() if distributed is None else distributed
+        self.distributed.shard_batch(self.batch_size)  # the global batch must split evenly over the ranks
         self.plot_path = check_plot_path(plot_path)  # a .png path, checked before any work
         probe = adapt(self.env_fn())
         try:
@@ -257,6 +272,9 @@ class DecentralizedTrainer:
         if matchmaker is not None and not callable(matchmaker):
             raise TypeError(f"matchmaker must be callable, got {type(matchmaker).__name__}")
         callback_list = CallbackList(callbacks)
+        chief = self.distributed.is_chief
+        if not chief:  # checked on every rank, fired on rank 0 alone
+            callback_list = CallbackList(())
         opponents = None
         if baseline is not None:
             opponents = baseline_opponents(self.spec, None if isinstance(baseline, str) else baseline,
@@ -273,14 +291,18 @@ class DecentralizedTrainer:
         self._run_learners = distinct([a for a, ln in zip(seats, learn) if ln])
         self.history = run.history
         session = RunLoop(self, seats, test_seats, learn, explore, callback_list, run, baseline, opponents,
-                           test_agents_given=test_agents is not None, checkpoint_path=checkpoint_path)
+                           test_agents_given=test_agents is not None,
+                           checkpoint_path=checkpoint_path if chief else None)
         self.stop_training = False
         callback_list.fire("on_train_begin", self)
         session.collector = Collector(self._train_venv, self.spec, seats, explore=explore, learn=learn,
                                       matchmaker=matchmaker, check_finite=self.check_finite,
                                       **EpisodeEvents(callback_list, self, run.episodes,
                                                       lambda returns: self._metric(returns[None], learn)).hooks())
-        session.collector.reset(seed=self.seed if resume_from is None else _resume_seed(self.seed, run))
+        seed = self.seed if resume_from is None else _resume_seed(self.seed, run)
+        session.collector.reset(seed=self.distributed.rank_seed(seed))
+        for learner in session.collector.learners:  # rank 0's weights; gradients averaged from here on
+            self.distributed.prepare(learner)
         session.recorder = Recorder(run.series, learner_labels(self.spec.possible_agents, seats, learn,
                                                                session.collector.learners, learner_of))
         return session

@@ -16,7 +16,7 @@ Example:
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -75,6 +75,9 @@ class TorchNetworks:
         self.modules: dict[str, nn.Module] = {}
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
         self.version = 0  # counts weight changes (optimiser steps, syncs, loads): the numpy copy's freshness
+        # called with an optimiser's parameters between backward and the checked step (gradient averaging
+        # over ranks: marl_note.agents.torch.distributed); None in one process
+        self.grad_hook: Callable[[list[torch.Tensor]], None] | None = None
 
     # -- building --------------------------------------------------------------------------------------
     def mlp(self, name: str, weights: Mapping[str, np.ndarray], activation: str, trainable: bool = True
@@ -112,6 +115,8 @@ class TorchNetworks:
         opt.zero_grad(set_to_none=True)
         loss.backward()
         params = [p for group in opt.param_groups for p in group["params"]]
+        if self.grad_hook is not None:
+            self.grad_hook(params)
         checked_step(opt, params, loss, max_grad_norm, who, update, name)
 
     @torch.no_grad()

@@ -97,6 +97,8 @@ class RLNetworks(TorchNetworks):
         for params, gs in zip(groups, grads):
             for p, g in zip(params, gs):
                 p.grad = g
+        if self.grad_hook is not None:  # averaged over ranks before the checks, as in step()
+            self.grad_hook(list({id(p): p for params in groups for p in params}.values()))
         checks = {}  # every loss and gradient norm is checked before any optimiser writes a weight
         for i, (loss, params) in enumerate(zip(losses, groups)):
             name = "loss" if len(losses) == 1 else f"loss {i}"
