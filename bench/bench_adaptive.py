@@ -160,12 +160,13 @@ def main() -> None:
     parser.add_argument("--max-episodes", type=int, default=3000)
     parser.add_argument("--max-minutes", type=float, default=15.0, help="wall-time budget of each run")
     parser.add_argument("--out", default="runs/bench_adaptive", help="directory of the plots")
+    parser.add_argument("--batches", default=",".join(map(str, FIXED)), help="the fixed batch sizes compared")
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny budgets, two batch sizes, one seed")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     mod = backend(args.backend)
     seeds = [int(s) for s in args.seeds.split(",")]
-    sizes, episodes, minutes = FIXED, args.max_episodes, args.max_minutes
+    sizes, episodes, minutes = tuple(int(b) for b in args.batches.split(",")), args.max_episodes, args.max_minutes
     rates, finder_num, finder_episodes = np.geomspace(1e-4, 1e-1, 7), 60, 400
     if args.quick:
         sizes, episodes, minutes, seeds = (32, 64), 6, 0.5, seeds[:1]
