@@ -50,6 +50,8 @@ def test_knob_rules_respect_bounds_alignment_smoothing_and_missing_signals():
     assert propose("beta", 0.5, 0.25) == pytest.approx(0.75)  # 1 - beta halves with the ESS ratio
     rule = KnobRule("tau", {"rate": 1.0})
     assert rule.propose(0.01, noise=None, target_noise=1.0, ess=None, target_ess=0.5) == 0.01
+    assert rule.propose(0.01, noise=math.nan, target_noise=1.0, ess=None, target_ess=0.5) == 0.01
+    assert propose("tau", 0.01, 0.0, max=0.5) == 0.5 and propose("tau", 0.01, math.inf) == 1e-4  # to the bounds
     rule.propose(0.01, noise=1.0, target_noise=1.0, ess=None, target_ess=0.5)
     smoothed = rule.propose(0.01, noise=100.0, target_noise=1.0, ess=None, target_ess=0.5)
     assert 0.01 / 100 < smoothed < 0.01  # one outlier after an on-target round moves it part of the way
@@ -68,6 +70,8 @@ def test_batch_rule_moves_towards_the_noise_scale_bounded_and_aligned():
     assert BatchRule({"smooth": 0.0, "rate": 1.0, "max": 256}).propose(64, b_simple=1e6, target_noise=1.0) == 256
     assert BatchRule({"smooth": 0.0, "rate": 1.0, "scale": 0.5}).propose(64, b_simple=400, target_noise=2.0) == 100
     assert rule.propose(64, b_simple=math.nan, target_noise=1.0) == 64  # no measurement yet
+    assert BatchRule({"rate": 1.0, "min": 16, "max": 512}).propose(64, b_simple=0.0, target_noise=1.0) == 16
+    assert BatchRule({"rate": 1.0, "min": 16, "max": 512}).propose(64, b_simple=math.inf, target_noise=1.0) == 512
     assert BatchRule(lr_rule="none").lr_factor(32, 128) == 1.0
     with pytest.raises(ValueError, match="lr_rule"):
         BatchRule(lr_rule="cubic")
@@ -97,7 +101,8 @@ def test_adaptive_batch_on_cartpole_follows_the_noise_scale_and_logs_every_round
     env = gym.make("CartPole-v1")
     agent = dqn(env)
     trainer = cartpole(batch_size=256, episodes_per_train=25)
-    cb, seen = adabatch({"min": 8, "max": 1024, "align": 4, "rate": 0.5}, num_samples=128, lr_rule="linear"), Seen()
+    cb = adabatch({"min": 8, "max": 1024, "align": 4, "rate": 0.5}, num_samples=128, lr_rule="linear", every=1)
+    seen = Seen()
     lr0 = agent.learning_rates()["optimizer"]
     stats = trainer.train([agent], [True], callbacks=[cb, seen], progress=False, plot=False,
                           checkpoint_path=str(tmp_path / "run"))
@@ -114,7 +119,7 @@ def test_adaptive_batch_on_cartpole_follows_the_noise_scale_and_logs_every_round
 
     # resume: a fresh callback gets the saved state, and sets the saved batch size and rate again
     again, fresh_trainer = adabatch({"min": 8, "max": 1024, "align": 4, "rate": 0.5}, num_samples=128,
-                                    lr_rule="linear"), cartpole(batch_size=256, episodes_per_train=28)
+                                    lr_rule="linear", every=1), cartpole(batch_size=256, episodes_per_train=28)
     resumed = dqn(env)
     fresh_trainer.train([resumed], [True], callbacks=[again], progress=False, plot=False,
                         resume_from=str(tmp_path / "run"))
@@ -140,7 +145,7 @@ def test_eps_and_per_knobs_move_on_a_real_prioritized_dqn():
     agent = dqn(env, PR=True, tau=0.01, learning_starts=64)
     trainer = cartpole(batch_size=64, episodes_per_train=20)
     cb = adjust(eps_params={"rate": 0.5}, alpha_params={"rate": 0.5}, beta_params={"rate": 0.5},
-                tau_params={"rate": 0.5}, gamma_params={"rate": 0.5}, num_samples=128, target_ess=0.999)
+                tau_params={"rate": 0.5}, gamma_params={"rate": 0.5}, num_samples=128, target_ess=0.999, every=1)
     agent.set_hyperparameter("eps", 0.5)
     before = agent.hyperparameters()
     trainer.train([agent], [True], callbacks=[cb], progress=False, plot=False)
@@ -150,3 +155,20 @@ def test_eps_and_per_knobs_move_on_a_real_prioritized_dqn():
     noisy = cb.last["noise"] > 1.0  # and the noise rules follow the measured noise
     assert (after["eps"] > before["eps"]) == noisy and (after["tau"] < before["tau"]) == noisy
     assert (after["gamma"] < before["gamma"]) == noisy
+
+
+def test_ppo_batch_and_clip_follow_the_rollouts_noise_on_cartpole():
+    env = gym.make("CartPole-v1")
+    agent = torch_agents.PPO(env.observation_space, env.action_space, hidden_sizes=(16,), n_steps=256, n_epochs=2,
+                             seed=0)
+    trainer = cartpole(batch_size=128, episodes_per_train=40)
+    trainer.update_freq = 128  # two chunks (2 envs x 128 steps... ) per rollout: one is measured, one is not
+    cb = adjust(batch_params={"min": 8, "max": 256, "rate": 1.0, "smooth": 0.0}, clip_params={"rate": 0.5},
+                num_samples=128, every=1)
+    trainer.train([agent], [True], callbacks=[cb], progress=False, plot=False)
+    b_simple = [v for _, v in cb.history["b_simple"].values()]
+    assert b_simple and all(np.isfinite(b_simple))  # measured only when an update followed
+    assert cb.estimator.count < cb.rounds
+    noisy = cb.last["noise"] > 1.0
+    assert (agent.cfg.clip_range < 0.2) == noisy and agent.nets.cfg.clip_range == agent.cfg.clip_range
+    assert trainer.batch_size == cb.values["batch_size"] != 128

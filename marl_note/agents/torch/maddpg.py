@@ -87,7 +87,8 @@ class MADDPGNetworks(TorchNetworks):
         the critics are disjoint, so it is the sum of the agents' own squared norms; nothing written)."""
         p = self._tensors(batch)
         obs, acts, next_obs, alive = p["obs"], p["act"], p["next_obs"], p["alive"]
-        total, params = 0.0, []
+        total: Any = 0.0
+        params: list[nn.Parameter] = []
         with torch.no_grad():
             next_acts = self._target_actions(next_obs, p["next_mask"], p["next_live"])
         for i, a in enumerate(self.agents):

@@ -22,20 +22,22 @@ from marl_note.trainers.adaptive.rules import KNOBS, BatchRule, KnobRule
 __all__ = ["KNOBS", "Adaptive", "BatchRule", "KnobRule", "adabatch", "adjust"]
 
 
-def adjust(target_ess: float = 0.5, target_noise: float = 1.0, num_samples: int = 512, smooth: float = 0.99,
+def adjust(target_ess: float = 0.5, target_noise: float = 1.0, num_samples: int = 512, smooth: float = 0.95,
            batch_params: Mapping[str, float] | None = None, alpha_params: Mapping[str, float] | None = None,
            eps_params: Mapping[str, float] | None = None, tau_params: Mapping[str, float] | None = None,
            gamma_params: Mapping[str, float] | None = None, clip_params: Mapping[str, float] | None = None,
            beta_params: Mapping[str, float] | None = None, update_freq_params: Mapping[str, float] | None = None,
-           lr_rule: str = "sqrt", every: int = 1, agent: Any = None, seed: int | None = 0) -> Adaptive:
+           lr_rule: str = "sqrt", every: int = 4, agent: Any = None, seed: int | None = 0) -> Adaptive:
     """The adaptive callback for the knobs whose ``<knob>_params`` dict is given (``{}``: the defaults).
 
     ``target_ess`` is the set point of prioritized replay's effective sample size as a fraction of
     the stored items, ``target_noise`` that of the batch's relative gradient noise
     ``B_simple / batch_size``; ``num_samples`` rows (and ``num_samples // 8``) measure the noise
-    scale, ``smooth`` is the estimator's moving-average weight. ``lr_rule`` scales the learning
-    rates with the batch size (``linear``, ``sqrt``, ``none``). A params dict has the keys
-    ``rate``, ``min``, ``max``, ``smooth``, ``scale``, ``align`` (:func:`rules.check_params`).
+    scale every ``every`` collection chunks (a measurement costs about ``num_samples * 9 / 8`` rows
+    of forward and backward passes), ``smooth`` is the estimator's moving-average weight.
+    ``lr_rule`` scales the learning rates with the batch size (``linear``, ``sqrt``, ``none``). A
+    params dict has the keys ``rate``, ``min``, ``max``, ``smooth``, ``scale``, ``align``
+    (:func:`rules.check_params`).
     Window size (the asynchronous pool's) is not adjusted here.
 
     Example:
@@ -56,7 +58,7 @@ def adjust(target_ess: float = 0.5, target_noise: float = 1.0, num_samples: int 
 
 
 def adabatch(batch_params: Mapping[str, float] | None = None, target_noise: float = 1.0, num_samples: int = 512,
-             smooth: float = 0.99, lr_rule: str = "sqrt", every: int = 1, agent: Any = None,
+             smooth: float = 0.95, lr_rule: str = "sqrt", every: int = 4, agent: Any = None,
              seed: int | None = 0) -> Adaptive:
     """Adaptive batch size only: :func:`adjust` with ``batch_params`` (default ``{}``) and no other knob.
 

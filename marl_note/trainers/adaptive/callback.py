@@ -61,7 +61,7 @@ class Adaptive:
     """
 
     def __init__(self, batch: BatchRule | None, knobs: Mapping[str, KnobRule], *, target_noise: float = 1.0,
-                 target_ess: float = 0.5, num_samples: int = 512, smooth: float = 0.99, every: int = 1,
+                 target_ess: float = 0.5, num_samples: int = 512, smooth: float = 0.95, every: int = 1,
                  agent: Any = None, seed: int | None = 0):
         self.batch, self.knobs = batch, dict(knobs)
         self.target_noise = _fraction("target_noise", target_noise)
@@ -115,14 +115,14 @@ class Adaptive:
             measured = agent.measure_noise_scale(max(2, big // 8), big, self.rng)
             b_simple = math.nan if measured is None else float(measured)
         batch = int(trainer.batch_size)
-        noise = b_simple / batch if math.isfinite(b_simple) else None
+        noise = None if math.isnan(b_simple) else b_simple / batch
         ess = self._ess(agent)
         current = {**{n: float(v) for n, v in agent.hyperparameters().items() if n in self.knobs},
                    "batch_size": float(batch)}
         if "update_freq" in self.knobs:
             current["update_freq"] = float(trainer.update_freq)
         proposal = dict(current)
-        if self.batch is not None and math.isfinite(b_simple):
+        if self.batch is not None and not math.isnan(b_simple):
             proposal["batch_size"] = float(self.batch.propose(batch, b_simple=b_simple,
                                                               target_noise=self.target_noise))
         for name, rule in self.knobs.items():
@@ -191,11 +191,11 @@ class Adaptive:
             out.update({f"batch.{k}": v for k, v in self.batch.state_dict().items()})
         for name, rule in self.knobs.items():
             out.update({f"knob.{name}.{k}": v for k, v in rule.state_dict().items()})
-        out.update({f"value.{k}": np.float64(v) for k, v in self.values.items()})
+        out.update({f"value.{k}": np.asarray(v, np.float64) for k, v in self.values.items()})
         out.update({f"history.{k}": np.asarray(s.values(), np.float64).reshape(-1, 2)
                     for k, s in self.history.items()})
-        out["rounds"], out["rng"] = np.int64(self.rounds), rng_to_array(self.rng)
-        out["b_simple"] = np.float64(self.estimator.b_simple)
+        out["rounds"], out["rng"] = np.asarray(self.rounds, np.int64), rng_to_array(self.rng)
+        out["b_simple"] = np.asarray(self.estimator.b_simple, np.float64)
         return out
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:

@@ -35,6 +35,7 @@ import numpy as np
 __all__ = ["KNOBS", "BatchRule", "KnobRule", "Params", "check_params"]
 
 PARAM_NAMES = ("rate", "min", "max", "smooth", "scale", "align")
+_FLOOR = 1e-6  # signals are clamped to [_FLOOR, 1 / _FLOOR] before their logarithm
 
 
 @dataclass(frozen=True)
@@ -143,7 +144,8 @@ class KnobRule:
     """One knob's rule (see the module docstring and :data:`KNOBS` for the direction and why).
 
     ``propose(value, ...)`` returns the next value, or ``value`` unchanged while the knob's signal
-    is missing (no prioritized replay, no noise measurement yet).
+    is missing (None or nan: no prioritized replay, no noise measurement yet); a noise of 0 or
+    inf (the estimator's "no measurable noise" and "only noise") counts as 1e-6 or 1e6 times.
 
     Example:
         >>> rule = KnobRule("alpha", {"rate": 1.0, "smooth": 0.0})
@@ -175,8 +177,9 @@ class KnobRule:
     def propose(self, value: float, *, noise: float | None, target_noise: float, ess: float | None,
                 target_ess: float) -> float:
         signal, target = (noise, target_noise) if self.knob.signal == "noise" else (ess, target_ess)
-        if signal is None or not math.isfinite(signal) or signal <= 0:
+        if signal is None or math.isnan(signal):
             return value
+        signal = min(max(signal, _FLOOR), 1.0 / _FLOOR)  # 0: no measurable noise; inf: only noise
         log_ratio = self._signal.add(math.log(signal / target))
         sign = self.knob.sign * (-1 if self.knob.space == "complement" else 1)
         p = self.params
@@ -184,7 +187,7 @@ class KnobRule:
         return _align(self._from_space(x), p)
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        return {"mean": np.float64(self._signal.mean), "count": np.int64(self._signal.count)}
+        return {"mean": np.asarray(self._signal.mean, np.float64), "count": np.asarray(self._signal.count, np.int64)}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         mean, count = float(np.asarray(state["mean"])), int(np.asarray(state["count"]))
@@ -222,8 +225,11 @@ class BatchRule:
         self._target = _Smoothed(self.params["smooth"])
 
     def propose(self, batch: int, *, b_simple: float, target_noise: float) -> int:
-        if not (math.isfinite(b_simple) and b_simple > 0):
+        """The next batch size; unchanged without a measurement (``nan``), towards ``min`` when no noise
+        is measurable (``B_simple = 0``), towards ``max`` when the noise hides the gradient (``inf``)."""
+        if math.isnan(b_simple):
             return int(batch)
+        b_simple = min(max(b_simple, _FLOOR), 1.0 / _FLOOR)
         p = self.params
         log_target = self._target.add(math.log(p["scale"] * b_simple / target_noise))
         new = math.exp(math.log(batch) + p["rate"] * (log_target - math.log(batch)))
@@ -236,7 +242,7 @@ class BatchRule:
         return ratio if self.lr_rule == "linear" else math.sqrt(ratio)
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        return {"mean": np.float64(self._target.mean), "count": np.int64(self._target.count)}
+        return {"mean": np.asarray(self._target.mean, np.float64), "count": np.asarray(self._target.count, np.int64)}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         mean, count = float(np.asarray(state["mean"])), int(np.asarray(state["count"]))
