@@ -161,9 +161,11 @@ class Adaptive:
     def _apply(self, values: Mapping[str, float]) -> None:
         trainer, agent = self._trainer, self.agent
         for name, value in values.items():
-            if name == "batch_size":
+            if name == "batch_size" and self.batch is None:  # not adapted: only recorded
+                self.values[name] = float(trainer.batch_size)
+            elif name == "batch_size":
                 old, new = int(trainer.batch_size), int(value)
-                if new != old and self.batch is not None:
+                if new != old:
                     factor = self.batch.lr_factor(old, new)
                     for opt, lr in agent.learning_rates().items():
                         if factor != 1.0:
