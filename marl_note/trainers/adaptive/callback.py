@@ -165,7 +165,7 @@ class Adaptive:
                 self.values[name] = float(trainer.batch_size)
             elif name == "batch_size":
                 old, new = int(trainer.batch_size), int(value)
-                if new != old:
+                if new != old and self.batch is not None:
                     factor = self.batch.lr_factor(old, new)
                     for opt, lr in agent.learning_rates().items():
                         if factor != 1.0:
