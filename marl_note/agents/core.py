@@ -33,10 +33,12 @@ import gymnasium as gym
 import numpy as np
 
 from marl_note.agents.checkpoints.saving import Saving
+from marl_note.agents.knobs import Adjustable
+from marl_note.agents.noise_scale import GradientNoiseScale
 from marl_note.agents.numpy_policy import NumpyPolicy
 from marl_note.agents.workflow import Workflow
 from marl_note.rng import rng_from_array, rng_to_array
-from marl_note.validation import positive_float
+from marl_note.validation import positive_float, positive_int
 
 __all__ = ["AgentCore", "LEGACY_STATE_KEYS"]
 
@@ -44,7 +46,7 @@ __all__ = ["AgentCore", "LEGACY_STATE_KEYS"]
 LEGACY_STATE_KEYS = ("torch_rng",)
 
 
-class AgentCore(Workflow, Saving):
+class AgentCore(Workflow, Saving, Adjustable):
     """Spaces, seeding, counters and numpy state of a built-in agent; ``self.nets`` does the math.
 
     ``rng`` drives exploration and replay sampling; ``init_rng`` (seeded from it) draws the initial
@@ -75,6 +77,7 @@ class AgentCore(Workflow, Saving):
         self.updates = 0
         self.nets: Any = None
         self._numpy_policy: NumpyPolicy | None = None  # set by _publish_numpy (numpy_acting=True)
+        self.noise_scale = GradientNoiseScale()  # fed by gradient_noise_scale(); not part of state_dict()
 
     # -- the numpy acting copy ---------------------------------------------------------------------
     def _publish_numpy(self, numpy_acting: bool, nets: Mapping[str, tuple[str, str]], activation: str,
@@ -152,6 +155,79 @@ class AgentCore(Workflow, Saving):
         for name in names:
             self.nets.set_learning_rate(name, lr)
         return self.learning_rates()
+
+    # -- gradient noise scale ----------------------------------------------------------------------
+    def grad_sq_norm(self, batch: Any) -> float:
+        """``|G_B|^2``: the squared norm of the gradient of ``batch``'s mean main loss (DQN's TD loss,
+        PPO's clipped surrogate + value loss, DDPG's / SAC's / MADDPG's critic loss), unclipped, over
+        the parameters that loss trains. Measures only: no weight, optimiser slot, version, counter
+        or generator changes."""
+        return float(self.nets.grad_sq_norm(self._gradient_inputs(batch)))
+
+    def _gradient_inputs(self, batch: Any) -> Any:
+        """What the networks' ``grad_sq_norm`` takes for ``batch`` (each core says)."""
+        raise NotImplementedError(f"{type(self).__name__} has no grad_sq_norm")
+
+    def gradient_noise_scale(self, batch_small: Any, batch_big: Any) -> float:
+        """Measure ``|G_B|^2`` on two batches (``len(batch_small) < len(batch_big)``), fold the pair into
+        ``self.noise_scale`` (a :class:`~marl_note.agents.noise_scale.GradientNoiseScale`, smoothing
+        0.99; assign another to change it) and return its smoothed ``B_simple``.
+
+        Like :meth:`grad_sq_norm` it changes nothing in the agent's state; the estimator's own state
+        (``agent.noise_scale.state_dict()``) is not in ``agent.state_dict()``, its reader saves it.
+        Independent batches (e.g. ``agent.replay.sample(32)`` and ``agent.replay.sample(512)``) keep
+        the estimate unbiased.
+
+        Example:
+            >>> import gymnasium as gym, numpy as np
+            >>> from marl_note.agents.torch import DQN
+            >>> from marl_note.types import Transitions
+            >>> agent = DQN(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), hidden_sizes=(8,), seed=0)
+            >>> rng = np.random.default_rng(0)
+            >>> def batch(n):
+            ...     return Transitions(obs=rng.normal(size=(n, 3)), act=rng.integers(0, 2, n), rew=rng.normal(size=n),
+            ...         next_obs=rng.normal(size=(n, 3)), terminated=np.zeros(n, bool), truncated=np.zeros(n, bool))
+            >>> b = agent.gradient_noise_scale(batch(8), batch(64))
+            >>> agent.noise_scale.count, b == agent.noise_scale.b_simple
+            (1, True)
+        """
+        small, big = len(batch_small), len(batch_big)
+        if not 0 < small < big:
+            raise ValueError(f"gradient_noise_scale needs a non-empty batch_small smaller than batch_big, "
+                             f"got {small} and {big} rows")
+        return self.noise_scale.update(self.grad_sq_norm(batch_small), small, self.grad_sq_norm(batch_big), big)
+
+    def noise_batch(self, size: int, rng: np.random.Generator) -> Any:
+        """``size`` rows drawn uniformly (with replacement, by ``rng``) from the agent's replay, or None
+        while it is empty. A buffer without ``get`` (HER, triplets) is sampled instead, which moves its
+        own generator."""
+        replay = getattr(self, "replay", None)
+        if replay is None or len(replay) == 0:
+            return None
+        if not callable(getattr(replay, "get", None)):
+            return replay.sample(size)
+        return replay.get(rng.integers(0, len(replay), size=size, dtype=np.int64))
+
+    def measure_noise_scale(self, b_small: int, b_big: int, rng: np.random.Generator | None = None) -> float | None:
+        """:meth:`gradient_noise_scale` on two independent batches of ``b_small`` and ``b_big`` rows of the
+        agent's own data drawn with ``rng`` (not the agent's generator); None while there is no data.
+
+        Example:
+            >>> import gymnasium as gym, numpy as np
+            >>> from marl_note.agents.torch import DQN
+            >>> agent = DQN(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), hidden_sizes=(8,), seed=0)
+            >>> agent.measure_noise_scale(8, 64, np.random.default_rng(0)) is None  # nothing stored yet
+            True
+        """
+        b_small = positive_int("b_small", b_small, "the small measurement batch")
+        b_big = positive_int("b_big", b_big, "the big measurement batch")
+        if b_small >= b_big:
+            raise ValueError(f"b_small must be smaller than b_big, got b_small={b_small}, b_big={b_big}")
+        rng = np.random.default_rng() if rng is None else rng
+        small = self.noise_batch(b_small, rng)
+        if small is None:
+            return None
+        return self.gradient_noise_scale(small, self.noise_batch(b_big, rng))
 
     # -- state ---------------------------------------------------------------------------------------
     def _extra_state(self) -> dict[str, np.ndarray]:

@@ -249,6 +249,12 @@ class DDPGCore(AgentCore):
         """``r + discount * (1 - terminated) * Q_target(s', mu_target(s'))``, clipped to ``target_clip``."""
         return self.nets.td_target(self._batch(batch))
 
+    def _config_knobs(self) -> tuple[str, ...]:
+        return ("tau", "gamma")
+
+    def _gradient_inputs(self, batch: Transitions) -> DDPGBatch:
+        return self._batch(batch)  # the critic's TD loss of learn()
+
     def learn(self, batch: Transitions) -> dict[str, float]:
         """One gradient step (critic, actor, then both targets) on an explicit batch; its metrics."""
         metrics, td = self.nets.train_step(self._batch(batch), type(self).__name__, self.updates + 1)

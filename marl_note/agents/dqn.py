@@ -26,7 +26,6 @@ from marl_note.agents.core import AgentCore
 from marl_note.agents.exploration.masked import masked_argmax
 from marl_note.agents.exploration.policies import EpsGreedyQPolicy
 from marl_note.agents.networks import ACTIVATIONS, check_hidden_sizes, init_linear, mlp_weights
-from marl_note.agents.noise_scale import GradientNoiseScale
 from marl_note.agents.schedule import gradient_steps, mean_metrics
 from marl_note.agents.spaces import ObsEncoder, check_mask, check_transitions
 from marl_note.replay.feed import ReplayFeed, check_num_steps, check_prioritized_options, network_space
@@ -238,7 +237,6 @@ class DQNCore(AgentCore):
         target = {"target_net" + k[len("q_net"):]: v.copy() for k, v in q.items()}
         self.nets = self.Networks({**q, **target}, cfg, device=self.device, compile=self.compile)
         self._publish_numpy(numpy_acting, {"q_net": ("dueling" if cfg.dueling else "mlp", "q_net")}, cfg.activation)
-        self.noise_scale = GradientNoiseScale()  # fed by gradient_noise_scale(); not part of state_dict()
 
     # -- acting ------------------------------------------------------------------------------------
     def q_values(self, obs: Any) -> np.ndarray:
@@ -298,41 +296,12 @@ class DQNCore(AgentCore):
             self.replay.update_priorities(batch.indices, td_abs)
         return metrics
 
+    def _config_knobs(self) -> tuple[str, ...]:
+        return ("gamma",) if self.cfg.tau is None else ("tau", "gamma")
+
     # -- gradient noise scale ----------------------------------------------------------------------
-    def grad_sq_norm(self, batch: Transitions) -> float:
-        """``|G_B|^2``: the squared norm of the gradient of ``batch``'s mean loss (as :meth:`learn`
-        would take it, before clipping) over the online Q-network. Measures only: no weight,
-        optimiser slot, counter or generator changes."""
-        return self.nets.grad_sq_norm(self.arrays(batch))
-
-    def gradient_noise_scale(self, batch_small: Transitions, batch_big: Transitions) -> float:
-        """Measure ``|G_B|^2`` on two batches (``len(batch_small) < len(batch_big)``), fold the pair into
-        ``self.noise_scale`` (a :class:`~marl_note.agents.noise_scale.GradientNoiseScale`, smoothing
-        0.99; assign another to change it) and return its smoothed ``B_simple``.
-
-        Like :meth:`grad_sq_norm` it changes nothing in the agent's state; the estimator's own state
-        (``agent.noise_scale.state_dict()``) is not in ``agent.state_dict()``, its reader saves it.
-        Independent batches (e.g. ``agent.replay.sample(32)`` and ``agent.replay.sample(512)``) keep
-        the estimate unbiased.
-
-        Example:
-            >>> import gymnasium as gym, numpy as np
-            >>> from marl_note.agents.torch import DQN
-            >>> from marl_note.types import Transitions
-            >>> agent = DQN(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), hidden_sizes=(8,), seed=0)
-            >>> rng = np.random.default_rng(0)
-            >>> def batch(n):
-            ...     return Transitions(obs=rng.normal(size=(n, 3)), act=rng.integers(0, 2, n), rew=rng.normal(size=n),
-            ...         next_obs=rng.normal(size=(n, 3)), terminated=np.zeros(n, bool), truncated=np.zeros(n, bool))
-            >>> b = agent.gradient_noise_scale(batch(8), batch(64))
-            >>> agent.noise_scale.count, b == agent.noise_scale.b_simple
-            (1, True)
-        """
-        small, big = len(batch_small), len(batch_big)
-        if not 0 < small < big:
-            raise ValueError(f"gradient_noise_scale needs a non-empty batch_small smaller than batch_big, "
-                             f"got {small} and {big} rows")
-        return self.noise_scale.update(self.grad_sq_norm(batch_small), small, self.grad_sq_norm(batch_big), big)
+    def _gradient_inputs(self, batch: Transitions) -> dict[str, np.ndarray]:
+        return self.arrays(batch)  # the TD loss of learn(), over the online Q-network
 
     def update(self, batch_size: int) -> dict[str, Any]:
         """Run this call's gradient steps; returns mean metrics, policy metrics and ``gradient_steps``."""

@@ -283,18 +283,20 @@ class MADDPGCore(AgentCore):
                 self.noise[a].reset(None if joint.stream is None else np.asarray(joint.stream)[ended])
 
     # -- learning ----------------------------------------------------------------------------------
-    def prepare_batch(self, batch: JointTransitions) -> dict[str, Any]:
+    def prepare_batch(self, batch: JointTransitions, rng: np.random.Generator | None = None) -> dict[str, Any]:
         """Float32 numpy inputs of one gradient step; agents not alive in a row are zeros.
 
         Per agent (lists in agent order): ``obs``, ``act`` (one-hot / [-1, 1]), ``next_obs`` (zero
         where the agent is gone at the next step: not alive or terminated), ``gumbel`` (the noise
-        of the relaxed sample, drawn here from ``rng``; zeros for Box agents), ``temperature`` and
-        ``mask`` / ``next_mask`` (1.0 = legal, all ones without masks, for Box agents and where a row
-        allows nothing); joint ``[B, n]``: ``rew``, ``terminated``, ``alive``, ``next_live``.
+        of the relaxed sample, drawn from ``rng``, by default the agent's generator; zeros for Box
+        agents), ``temperature`` and ``mask`` / ``next_mask`` (1.0 = legal, all ones without masks,
+        for Box agents and where a row allows nothing); joint ``[B, n]``: ``rew``, ``terminated``,
+        ``alive``, ``next_live``.
         """
         alive = np.asarray(batch.alive, bool)
         next_live = alive & ~np.asarray(batch.terminated, bool)
         out: dict[str, Any] = {k: [] for k in ("obs", "act", "next_obs", "gumbel", "temperature", "mask", "next_mask")}
+        rng = self.rng if rng is None else rng
         for j, a in enumerate(self.agents):
             live, nlive = alive[:, j:j + 1].astype(np.float32), next_live[:, j:j + 1].astype(np.float32)
             out["obs"].append(self.encoders[a](batch.obs[a], f"obs[{a!r}]") * live)
@@ -302,7 +304,7 @@ class MADDPGCore(AgentCore):
             out["act"].append(self._encode_act(a, batch.act[a], alive[:, j]) * live)
             shape = (len(alive), self.act_dim[a])
             if self.discrete[a]:
-                out["gumbel"].append(self.rng.gumbel(size=shape).astype(np.float32))
+                out["gumbel"].append(rng.gumbel(size=shape).astype(np.float32))
                 out["temperature"].append(np.float32(self.policies[a].temperature))
             else:
                 out["gumbel"].append(np.zeros(shape, np.float32))
@@ -333,6 +335,13 @@ class MADDPGCore(AgentCore):
             out[np.arange(n), idx] = 1.0
             return out
         return self.scalers[agent].to_unit(act)
+
+    def _config_knobs(self) -> tuple[str, ...]:
+        return ("tau", "gamma")
+
+    def _gradient_inputs(self, batch: JointTransitions) -> dict[str, Any]:
+        # every agent's critic loss of learn() (the Gumbel noise, unused by it, from a generator of its own)
+        return self.prepare_batch(batch, np.random.default_rng(0))
 
     def learn(self, batch: JointTransitions, agents: Sequence[str] | None = None) -> dict[str, float]:
         """One gradient step of each agent's critic, then its actor, on an explicit joint batch.

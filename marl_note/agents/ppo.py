@@ -246,12 +246,7 @@ class PPOCore(AgentCore):
             raise ValueError(f"batch_size must be positive, got {batch_size}")
         data = self.rollout.get()
         n = len(data)
-        x = self.encoder(data.obs)
-        act, mask = self._act_array(data.act), self._mask_array(data.mask, n)
-        old_logp, values = self.nets.evaluate(x, act, mask)
-        next_values = self.nets.values(self.encoder(data.next_obs, "next_obs"))
-        adv, ret = compute_gae(data.rew, values, next_values, data.terminated, data.truncated, data.stream,
-                               cfg.gamma, cfg.gae_lambda)
+        x, act, mask, old_logp, adv, ret, values = self._rollout_arrays(data)
         sums = np.zeros(len(_METRICS))
         steps = 0
         per = self._prioritized_rollout(data) if cfg.PR else None
@@ -285,6 +280,48 @@ class PPOCore(AgentCore):
             metrics["per_beta"] = per.beta
         metrics["gradient_steps"] = steps
         return metrics
+
+    def _rollout_arrays(self, data: Transitions) -> tuple[np.ndarray, ...]:
+        """``(x, act, mask, old_logp, adv, ret, values)`` of a rollout under the current networks (GAE)."""
+        x = self.encoder(data.obs)
+        act, mask = self._act_array(data.act), self._mask_array(data.mask, len(x))
+        old_logp, values = self.nets.evaluate(x, act, mask)
+        next_values = self.nets.values(self.encoder(data.next_obs, "next_obs"))
+        adv, ret = compute_gae(data.rew, values, next_values, data.terminated, data.truncated, data.stream,
+                               self.cfg.gamma, self.cfg.gae_lambda)
+        return x, act, mask, old_logp, adv, ret, values
+
+    def _config_knobs(self) -> tuple[str, ...]:
+        return ("clip_range", "gamma", "alpha", "beta") if self.cfg.PR else ("clip_range", "gamma")
+
+    # -- gradient noise scale ----------------------------------------------------------------------
+    def _minibatch_grad_sq(self, arrays: tuple[np.ndarray, ...], idx: np.ndarray) -> float:
+        x, act, mask, old_logp, adv, ret = (a[idx] for a in arrays[:6])
+        if self.cfg.normalize_advantage and len(idx) > 1:
+            adv = (adv - adv.mean()) / (adv.std(ddof=1) + np.float32(1e-8))
+        return float(self.nets.grad_sq_norm(x, act, mask, old_logp, adv, ret, np.ones(len(idx), np.float32)))
+
+    def grad_sq_norm(self, batch: Transitions) -> float:
+        """``|G_B|^2`` of the clipped surrogate + value loss (+ entropy bonus) of one minibatch holding
+        all of ``batch``, a rollout in arrival order (GAE runs over it), at the first step of an update
+        (old policy = current, ratio 1), over the actor-critic's parameters, unclipped. Nothing changes."""
+        arrays = self._rollout_arrays(batch)
+        return self._minibatch_grad_sq(arrays, np.arange(len(batch)))
+
+    def measure_noise_scale(self, b_small: int, b_big: int, rng: np.random.Generator | None = None) -> float | None:
+        """The noise scale of the stored rollout's minibatch gradients: GAE over the rollout once, then
+        two independent minibatches of ``b_small`` and ``b_big`` rows (without replacement, drawn by
+        ``rng``) at the first step of an update; None while the rollout holds fewer than ``b_big`` rows."""
+        if not 0 < int(b_small) < int(b_big):
+            raise ValueError(f"need 0 < b_small < b_big, got b_small={b_small}, b_big={b_big}")
+        if len(self.rollout) < b_big:
+            return None
+        rng = np.random.default_rng() if rng is None else rng
+        arrays = self._rollout_arrays(self.rollout.get())
+        n = len(arrays[0])
+        small = self._minibatch_grad_sq(arrays, rng.choice(n, int(b_small), replace=False))
+        big = self._minibatch_grad_sq(arrays, rng.choice(n, int(b_big), replace=False))
+        return self.noise_scale.update(small, int(b_small), big, int(b_big))
 
     # -- minibatches -------------------------------------------------------------------------------
     def _prioritized_rollout(self, data: Transitions) -> PrioritizedReplayBuffer:

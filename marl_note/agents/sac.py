@@ -275,8 +275,9 @@ class SACCore(AgentCore):
         self._new_transitions += len(transitions)
 
     # -- learning ----------------------------------------------------------------------------------
-    def train_inputs(self, batch: Transitions) -> dict[str, np.ndarray]:
-        """The numpy arrays of one gradient step on ``batch`` (draws the step's Gaussian noise)."""
+    def train_inputs(self, batch: Transitions, rng: np.random.Generator | None = None) -> dict[str, np.ndarray]:
+        """The numpy arrays of one gradient step on ``batch`` (draws the step's Gaussian noise from
+        ``rng``, by default the agent's generator)."""
         n = len(batch)
         f32 = np.float32
         alive = ~np.asarray(batch.terminated, bool)
@@ -300,11 +301,19 @@ class SACCore(AgentCore):
                 inputs["target_entropy"] = np.full(n, self.target_entropy, f32)
         else:
             inputs["act"] = self.scaler.to_unit(batch.act)
-            inputs["aux"] = self.rng.standard_normal((n, self.action_dim)).astype(f32)
-            inputs["next_aux"] = self.rng.standard_normal((n, self.action_dim)).astype(f32)
+            rng = self.rng if rng is None else rng
+            inputs["aux"] = rng.standard_normal((n, self.action_dim)).astype(f32)
+            inputs["next_aux"] = rng.standard_normal((n, self.action_dim)).astype(f32)
             inputs["target_entropy"] = np.full(n, self.target_entropy, f32)
         inputs["alive"] = alive.astype(f32)
         return inputs
+
+    def _config_knobs(self) -> tuple[str, ...]:
+        return ("tau", "gamma")
+
+    def _gradient_inputs(self, batch: Transitions) -> dict[str, np.ndarray]:
+        # the twin critics' soft TD loss of learn(); the next actions' noise from a generator of its own
+        return self.train_inputs(batch, np.random.default_rng(len(batch)))
 
     def learn(self, batch: Transitions) -> dict[str, float]:
         """One gradient step on ``batch`` (critics, actor, temperature, then the targets)."""

@@ -196,6 +196,27 @@ class PrioritizedReplayBuffer:
                              f"[{indices.min()}, {indices.max()}]")
         return indices
 
+    def set_alpha(self, alpha: float) -> None:
+        """Change the prioritization exponent of every stored item (from ``alpha``'s tree values back to
+        raw priorities and on); ``alpha = 0`` is uniform, and from 0 the stored raw priorities are lost,
+        so a buffer at 0 refuses a positive alpha while it holds items."""
+        alpha = float(alpha)
+        if not (np.isfinite(alpha) and alpha >= 0.0):
+            raise ValueError(f"alpha must be a finite number >= 0, got {alpha}")
+        n = len(self)
+        if n and self.alpha == 0.0 and alpha != 0.0:
+            raise ValueError("this buffer's alpha is 0 (uniform): its items' priorities are not kept, so alpha "
+                             "cannot rise from 0 while it holds items")
+        if n and alpha != self.alpha:
+            base = np.asarray(self._tree.leaves[:n], np.float64) ** (1.0 / self.alpha)  # raw + eps
+            self._tree.update(np.arange(n), base ** alpha)
+        self.alpha = alpha
+
+    def set_beta(self, beta: float) -> None:
+        """Fix the importance-weight exponent at ``beta`` from the next sample on (any annealing ends)."""
+        self.beta_initial = self.beta_final = _check_unit("beta", beta)
+        self.beta_annealing_steps = 0
+
     def set_priorities(self, indices, priorities) -> None:
         """Set raw priorities (``|td|`` units, before ``eps`` and ``alpha``) directly."""
         indices = self._check_indices(indices)
@@ -218,13 +239,14 @@ class PrioritizedReplayBuffer:
 
     def check_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
         """Raise ValueError naming the problem if ``load_state_dict(state)`` would refuse ``state``; changes nothing."""
-        rest, _, _, _ = self._checked(state)
+        rest = self._checked(state)[0]
         self._buffer.check_state_dict(rest)
 
     def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
         """Restore from :meth:`state_dict`; on a ValueError nothing has changed."""
-        state, tree, max_p, calls = self._checked(state)
+        state, tree, max_p, calls, alpha = self._checked(state)
         self._buffer.load_state_dict(state)  # validates storage; raises before changing it
+        self.alpha = alpha
         self._tree = tree
         self._max_priority = max_p
         self._sample_calls = calls
@@ -241,9 +263,9 @@ class PrioritizedReplayBuffer:
             want = "a 1-D array of numbers" if k == "tree_leaves" else "one number"
             if arr.dtype.kind not in "iuf" or arr.ndim != (1 if k == "tree_leaves" else 0):
                 raise ValueError(f"state_dict[{_PREFIX + k!r}] must be {want}, got {arr.dtype} {arr.shape}")
-        if float(ours["alpha"]) != self.alpha:
-            raise ValueError(f"state_dict was saved with alpha={float(ours['alpha'])}, "
-                             f"this buffer has alpha={self.alpha}")
+        alpha = float(ours["alpha"])  # the tree's values were raised to it; the buffer adopts it
+        if not (np.isfinite(alpha) and alpha >= 0):
+            raise ValueError(f"state_dict alpha must be finite and >= 0, got {alpha}")
         max_p = float(ours["max_priority"])
         if not (np.isfinite(max_p) and max_p >= 0):
             raise ValueError(f"state_dict max_priority must be finite and >= 0, got {max_p}")
@@ -258,4 +280,4 @@ class PrioritizedReplayBuffer:
         size = int(np.asarray(state.get("size", -1)))
         if np.any(np.asarray(tree.leaves)[max(size, 0):] != 0):
             raise ValueError("state_dict tree has non-zero priorities beyond the stored items")
-        return state, tree, max_p, calls
+        return state, tree, max_p, calls, alpha

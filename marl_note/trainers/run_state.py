@@ -2,8 +2,10 @@
 
 A run checkpoint is a :mod:`marl_note.agents.checkpoints.format` file (manifest.json + arrays.npz, no
 pickle, atomic): the manifest holds the counters, the test history and, per distinct agent, its
-class name; the arrays hold each agent's numpy ``state_dict`` (prefix ``agent{k}.``) and, with
-``include_replay``, its replay buffer (prefix ``replay{k}.``). Episodes in flight are not saved:
+class name; the arrays hold each agent's numpy ``state_dict`` (prefix ``agent{k}.``), with
+``include_replay`` its replay buffer (prefix ``replay{k}.``), and the numpy ``state_dict()`` of each
+callback that has ``state_dict``/``load_state_dict`` (prefix ``callback.<class name><n>.``, ``n``
+counting callbacks of that class; an adaptive controller's state, say). Episodes in flight are not saved:
 a resumed run starts fresh episodes. Loading checks the counters, every agent's arrays and every
 replay buffer's contents before it assigns anything (see :mod:`marl_note.agents.checkpoints.state_check`).
 """
@@ -106,8 +108,26 @@ def distinct(agents: Sequence[Any]) -> list[Any]:
     return out
 
 
+def stateful_callbacks(callbacks: Sequence[Any]) -> dict[str, Any]:
+    """``{key: callback}`` of the callbacks whose state a run checkpoint carries (key: class name + count).
+
+    Example:
+        >>> class Counter:
+        ...     def state_dict(self): return {}
+        ...     def load_state_dict(self, state): pass
+        >>> sorted(stateful_callbacks([Counter(), object(), Counter()]))
+        ['Counter0', 'Counter1']
+    """
+    out: dict[str, Any] = {}
+    for cb in callbacks:
+        if callable(getattr(cb, "state_dict", None)) and callable(getattr(cb, "load_state_dict", None)):
+            name = type(cb).__name__
+            out[f"{name}{sum(k.rstrip('0123456789') == name for k in out)}"] = cb
+    return out
+
+
 def save_run(path: str, state: RunState, agents: Sequence[Any], settings: dict[str, Any],
-             include_replay: bool = True) -> str:
+             include_replay: bool = True, callbacks: Sequence[Any] = ()) -> str:
     arrays: dict[str, np.ndarray] = {}
     kinds = []
     for k, agent in enumerate(distinct(agents)):
@@ -117,6 +137,8 @@ def save_run(path: str, state: RunState, agents: Sequence[Any], settings: dict[s
         replay = getattr(agent, "replay", None)
         if include_replay and replay is not None and callable(getattr(replay, "state_dict", None)):
             arrays.update({f"replay{k}.{key}": np.asarray(v) for key, v in replay.state_dict().items()})
+    for key, cb in stateful_callbacks(callbacks).items():
+        arrays.update({f"callback.{key}.{name}": np.asarray(v) for name, v in cb.state_dict().items()})
     import marl_note
 
     manifest = {"kind": KIND, "library_version": marl_note.__version__, "agents": kinds,
@@ -124,9 +146,10 @@ def save_run(path: str, state: RunState, agents: Sequence[Any], settings: dict[s
     return write_checkpoint(path, manifest, arrays)
 
 
-def load_run(path: str, agents: Sequence[Any]) -> RunState:
+def load_run(path: str, agents: Sequence[Any], callbacks: Sequence[Any] = ()) -> RunState:
     """Check the checkpoint against ``agents`` first (counters, every agent's arrays, every replay
-    buffer's contents), then load their states; return the counters.
+    buffer's contents), then load their states and the states of those ``callbacks`` it holds one
+    for (a callback's saved state without the callback is ignored); return the counters.
 
     On a CheckpointError no agent and no replay buffer has changed.
     """
@@ -142,7 +165,7 @@ def load_run(path: str, agents: Sequence[Any]) -> RunState:
         state = RunState.from_json(manifest.get("counters"))
     except CheckpointError as exc:
         raise CheckpointError(f"{path}: {exc}") from None
-    known = tuple(f"{p}{k}." for k in range(len(owners)) for p in ("agent", "replay"))
+    known = (*(f"{p}{k}." for k in range(len(owners)) for p in ("agent", "replay")), "callback.")
     stray = sorted(key for key in arrays if not key.startswith(known))
     if stray:
         raise CheckpointError(f"{path} holds arrays of no agent of this run: {stray[:8]}")
@@ -172,11 +195,22 @@ def load_run(path: str, agents: Sequence[Any]) -> RunState:
             if replay is not None:
                 before = None if callable(getattr(replay, "check_state_dict", None)) else replay.state_dict()
                 load_checked(replay, replay_state, before, f"{what} replay")
+        _load_callbacks(path, arrays, callbacks)
     except CheckpointError:
         for _what, agent, previous in reversed(done):
             agent.load_state_dict(previous)
         raise
     return state
+
+
+def _load_callbacks(path: str, arrays: dict[str, Any], callbacks: Sequence[Any]) -> None:
+    for key, cb in stateful_callbacks(callbacks).items():
+        part = {k[len(f"callback.{key}."):]: v for k, v in arrays.items() if k.startswith(f"callback.{key}.")}
+        if part:
+            try:
+                cb.load_state_dict(part)
+            except (KeyError, TypeError, ValueError) as exc:
+                raise CheckpointError(f"{path}: callback {key}: {exc}") from None
 
 
 def run_summary(run: RunState, stopped: bool, tested_against_baseline: bool,

@@ -133,6 +133,7 @@ class DecentralizedTrainer:
         self.history: list[tuple[int, float]] = []
         self._run: RunState | None = None
         self._run_agents: list[Agent] = []
+        self._run_callbacks: list[Any] = []  # their state_dict() travels in run checkpoints
         self._run_learners: list[Any] = []
 
     # ------------------------------------------------------------------ spaces
@@ -286,8 +287,8 @@ class DecentralizedTrainer:
             self._train_venv = self._venv(self.num_train_envs)
         run = RunState(next_test=self.test_freq)
         if resume_from is not None:
-            run = load_run(resume_from, seats)  # checks everything before loading anything
-        self._run, self._run_agents = run, seats
+            run = load_run(resume_from, seats, callback_list.callbacks)  # checks everything before loading
+        self._run, self._run_agents, self._run_callbacks = run, seats, callback_list.callbacks
         self._run_learners = distinct([a for a, ln in zip(seats, learn) if ln])
         self.history = run.history
         session = RunLoop(self, seats, test_seats, learn, explore, callback_list, run, baseline, opponents,
@@ -317,7 +318,8 @@ class DecentralizedTrainer:
         settings = {"episodes_per_train": self.episodes_per_train, "update_freq": self.update_freq,
                     "test_freq": self.test_freq, "batch_size": self.batch_size, "seed": self.seed,
                     "possible_agents": list(self.spec.possible_agents)}
-        return save_run(path, self._run, self._run_agents, settings, include_replay=include_replay)
+        return save_run(path, self._run, self._run_agents, settings, include_replay=include_replay,
+                        callbacks=self._run_callbacks)
 
     def close(self) -> None:
         for venv in (self._train_venv, self._test_venv):

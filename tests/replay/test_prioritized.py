@@ -159,7 +159,7 @@ def test_state_dict_roundtrip_includes_tree_and_schedule():
 
 @pytest.mark.parametrize("mutate,match", [
     (lambda s: s.pop("per_tree_leaves"), "per_tree_leaves"),
-    (lambda s: s.update(per_alpha=np.float64(0.9)), "alpha"),
+    (lambda s: s.update(per_alpha=np.float64(-0.5)), "alpha must be finite and >= 0"),  # another alpha is adopted
     (lambda s: s.update(per_tree_leaves=-s["per_tree_leaves"] - 1), "non-negative"),
     (lambda s: s.update(per_tree_leaves=np.ones(16)), "beyond"),
     (lambda s: s.pop("obs"), "obs"),

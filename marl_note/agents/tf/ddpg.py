@@ -25,6 +25,7 @@ class DDPGNetworks(TFNetworks):
                  compile: bool = False):
         super().__init__(device, compile)
         self.cfg = cfg
+        self.tau_var = tf.Variable(np.float32(cfg.tau), trainable=False, name="tau")  # the traced follow() reads it
         self.actor, self.critic, self.actor_target, self.critic_target = (
             self.mlp(name, weights, cfg.activation) for name in ("actor", "critic", "actor_target", "critic_target"))
         self.adam("actor_optimizer", ["actor"], cfg.actor_lr)
@@ -39,6 +40,11 @@ class DDPGNetworks(TFNetworks):
         self._target = self.function(self.target, [x, v, v, v])
         self._train = self.function(self.gradient_step, [x, a, x, v, v, v, v])
         self._follow = self.function(self.follow, [])
+        self._grad_sq = self.function(self.critic_grad_sq, [x, a, x, v, v, v, v])
+
+    def set_hyperparameter(self, name: str, value: float) -> None:
+        if name == "tau":
+            self.tau_var.assign(np.float32(value))
 
     @staticmethod
     def q(critic, x, a):
@@ -72,9 +78,20 @@ class DDPGNetworks(TFNetworks):
         _, actor_checks = self.apply("actor_optimizer", tape, actor_loss, self.cfg.max_grad_norm, ok)
         return critic_loss, actor_loss, tf.reduce_mean(q), y - q, tf.concat([critic_checks, actor_checks], 0)
 
+    def critic_grad_sq(self, obs, act, next_obs, rew, alive, discount, weights):
+        y = self.target(next_obs, rew, alive, discount)
+        with tf.GradientTape() as tape:
+            critic_loss = tf.reduce_mean(weights * tf.square(self.q(self.critic, obs, act) - y))
+        grads = tape.gradient(critic_loss, self.variables("critic"))
+        return tf.add_n([tf.reduce_sum(tf.square(tf.cast(g, tf.float64))) for g in grads])
+
+    def grad_sq_norm(self, b: DDPGBatch) -> float:
+        """``|G_B|^2`` of the critic loss over the critic's variables (float64; a graph of its own, nothing written)."""
+        return float(self._grad_sq(*b).numpy())
+
     def follow(self):
-        self.sync("actor_target", "actor", self.cfg.tau)
-        self.sync("critic_target", "critic", self.cfg.tau)
+        self.sync("actor_target", "actor", self.tau_var)
+        self.sync("critic_target", "critic", self.tau_var)
         return tf.constant(True)
 
     def train_step(self, b: DDPGBatch, who: str, update: int) -> tuple[dict[str, float], np.ndarray]:

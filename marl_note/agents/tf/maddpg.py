@@ -42,6 +42,9 @@ class MADDPGNetworks(TFNetworks):
                  config: MADDPGConfig, device: Any = "cpu", compile: bool = False):
         super().__init__(device, compile)
         self.agents, self.discrete, self.cfg = tuple(agents), dict(discrete), config
+        # the traced steps read tau and gamma from variables, so set_hyperparameter needs no retrace
+        self.tau_var = tf.Variable(np.float32(config.tau), trainable=False, name="tau")
+        self.gamma_var = tf.Variable(np.float32(config.gamma), trainable=False, name="gamma")
         for a in self.agents:
             for name in ("actor", "critic", "actor_target", "critic_target"):
                 self.mlp(f"{a}.{name}", weights, config.activation)
@@ -54,8 +57,12 @@ class MADDPGNetworks(TFNetworks):
         self._signature = [obs, act, obs, act, [tf.TensorSpec([], tf.float32)] * len(self.agents), joint, joint, joint,
                            joint, act, act]
         self._steps: dict[tuple[str, ...], Any] = {}
+        self._grad_sq_fn = self.function(self._graph_grad_sq, self._signature)
         self._forward = {a: tf.function(self.models[f"{a}.actor"].__call__, input_signature=spec, reduce_retracing=True)
                          for a, spec in zip(self.agents, ([s] for s in obs))}
+
+    def set_hyperparameter(self, name: str, value: float) -> None:
+        {"tau": self.tau_var, "gamma": self.gamma_var}[name].assign(np.float32(value))
 
     def actor_output(self, agent: str, obs: np.ndarray) -> np.ndarray:
         """Actor ``agent`` on encoded observations: logits (Discrete) or tanh units (Box)."""
@@ -95,7 +102,7 @@ class MADDPGNetworks(TFNetworks):
             w = alive[:, i]
             denom = tf.maximum(tf.reduce_sum(w), 1.0)
             next_q = tf.squeeze(self.models[f"{a}.critic_target"](self._critic_in(i, next_obs, next_acts)), 1)
-            target = tf.stop_gradient(rew[:, i] + cfg.gamma * (1.0 - terminated[:, i]) * next_q)
+            target = tf.stop_gradient(rew[:, i] + self.gamma_var * (1.0 - terminated[:, i]) * next_q)
             with tf.GradientTape() as tape:
                 q = tf.squeeze(critic(self._critic_in(i, obs, acts), training=True), 1)
                 critic_loss = tf.reduce_sum(w * tf.square(q - target)) / denom
@@ -121,11 +128,33 @@ class MADDPGNetworks(TFNetworks):
 
         def polyak():
             for a in trained:
-                self.sync(f"{a}.actor_target", f"{a}.actor", cfg.tau)
-                self.sync(f"{a}.critic_target", f"{a}.critic", cfg.tau)
+                self.sync(f"{a}.actor_target", f"{a}.actor", self.tau_var)
+                self.sync(f"{a}.critic_target", f"{a}.critic", self.tau_var)
         apply_if(ok, polyak)
         return (tf.reduce_mean(critic_losses), tf.reduce_mean(actor_losses), tf.reduce_mean(q_means),
                 tf.concat(checks, 0))
+
+    def _graph_grad_sq(self, obs, acts, next_obs, gumbel, temperature, rew, terminated, alive, next_live, mask,
+                       next_mask):
+        obs, acts, next_obs = list(obs), list(acts), list(next_obs)
+        next_acts = self._target_actions(next_obs, list(next_mask), next_live)
+        variables = [v for a in self.agents for v in self.variables(f"{a}.critic")]
+        with tf.GradientTape() as tape:
+            total = tf.zeros([])
+            for i, a in enumerate(self.agents):
+                w = alive[:, i]
+                next_q = tf.squeeze(self.models[f"{a}.critic_target"](self._critic_in(i, next_obs, next_acts)), 1)
+                target = tf.stop_gradient(rew[:, i] + self.gamma_var * (1.0 - terminated[:, i]) * next_q)
+                q = tf.squeeze(self.models[f"{a}.critic"](self._critic_in(i, obs, acts), training=True), 1)
+                total += tf.reduce_sum(w * tf.square(q - target)) / tf.maximum(tf.reduce_sum(w), 1.0)
+        grads = tape.gradient(total, variables)
+        return tf.add_n([tf.reduce_sum(tf.square(tf.cast(g, tf.float64))) for g in grads])
+
+    def grad_sq_norm(self, batch: Mapping[str, Any]) -> float:
+        """``|G_B|^2`` of the sum of every agent's critic loss over the critics' variables (float64; a
+        graph of its own, nothing written)."""
+        with tf.device(self.device):
+            return float(self._grad_sq_fn(*[batch[k] for k in BATCH_KEYS]).numpy())
 
     def train_step(self, batch: Mapping[str, Any], *, who: str, update: int,
                    agents: Sequence[str] | None = None) -> dict[str, float]:

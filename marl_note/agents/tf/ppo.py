@@ -40,6 +40,7 @@ class PPONetworks(TFNetworks):
                  compile: bool = False):
         super().__init__(device, compile)
         self.cfg, self.continuous = cfg, continuous
+        self.clip_var = tf.Variable(np.float32(cfg.clip_range), trainable=False, name="clip_range")  # read when traced
         params: list = []
         self.std_log = self.trunk = None
         with tf.device(self.device):
@@ -64,6 +65,11 @@ class PPONetworks(TFNetworks):
         self._values_fn = tf.function(lambda x: self._forward(x)[1], input_signature=[x], reduce_retracing=True)
         self._evaluate_fn = tf.function(self._evaluate, input_signature=[x, act, mask], reduce_retracing=True)
         self._train_fn = self.function(self._step, [x, act, mask, vec, vec, vec, vec])
+        self._grad_sq_fn = self.function(self._grad_sq, [x, act, mask, vec, vec, vec, vec])
+
+    def set_hyperparameter(self, name: str, value: float) -> None:
+        if name == "clip_range":
+            self.clip_var.assign(np.float32(value))
 
     # -- graph code --------------------------------------------------------------------------------
     def _features(self, x):
@@ -89,18 +95,32 @@ class PPONetworks(TFNetworks):
         entropy = -tf.reduce_sum(tf.exp(logp_all) * tf.where(mask, logp_all, tf.zeros_like(logp_all)), -1)
         return tf.gather(logp_all, act, batch_dims=1), entropy, values
 
-    def _step(self, x, act, mask, old_logp, adv, ret, w):
+    def _loss(self, x, act, mask, old_logp, adv, ret, w):
         cfg = self.cfg
+        logp, entropies, v = self._evaluate(x, act, mask)
+        log_ratio = logp - old_logp
+        ratio = tf.exp(log_ratio)
+        clipped = tf.clip_by_value(ratio, 1.0 - self.clip_var, 1.0 + self.clip_var)
+        surrogate = tf.minimum(ratio * adv, clipped * adv)
+        terms = [-tf.reduce_mean(w * surrogate), tf.reduce_mean(w * tf.square(v - ret)), tf.reduce_mean(entropies)]
+        return terms[0] + cfg.vf_coef * terms[1] - cfg.ent_coef * terms[2], terms, log_ratio, v
+
+    def _step(self, x, act, mask, old_logp, adv, ret, w):
         with tf.GradientTape() as tape:
-            logp, entropies, v = self._evaluate(x, act, mask)
-            log_ratio = logp - old_logp
-            ratio = tf.exp(log_ratio)
-            clipped = tf.clip_by_value(ratio, 1.0 - cfg.clip_range, 1.0 + cfg.clip_range)
-            surrogate = tf.minimum(ratio * adv, clipped * adv)
-            terms = [-tf.reduce_mean(w * surrogate), tf.reduce_mean(w * tf.square(v - ret)), tf.reduce_mean(entropies)]
-            loss = terms[0] + cfg.vf_coef * terms[1] - cfg.ent_coef * terms[2]
-        _, checks = self.apply("optimizer", tape, loss, cfg.max_grad_norm)
+            loss, terms, log_ratio, v = self._loss(x, act, mask, old_logp, adv, ret, w)
+        _, checks = self.apply("optimizer", tape, loss, self.cfg.max_grad_norm)
         return tf.stack(terms), log_ratio, ret - v, checks
+
+    def _grad_sq(self, x, act, mask, old_logp, adv, ret, w):
+        with tf.GradientTape() as tape:
+            loss = self._loss(x, act, mask, old_logp, adv, ret, w)[0]
+        grads = tape.gradient(loss, self.variables("net"))
+        return tf.add_n([tf.reduce_sum(tf.square(tf.cast(g, tf.float64))) for g in grads])
+
+    def grad_sq_norm(self, x, act, mask, old_logp, adv, ret, w) -> float:
+        """``|G_B|^2`` of the minibatch loss over the actor-critic's variables (float64; nothing written)."""
+        vectors = (np.asarray(a, np.float32) for a in (old_logp, adv, ret, w))
+        return float(self._grad_sq_fn(x, act, mask, *vectors).numpy())
 
     # -- numpy in, numpy out -----------------------------------------------------------------------
     def policy(self, x: np.ndarray) -> np.ndarray:

@@ -27,6 +27,7 @@ class SACNetworks(TFNetworks):
                  max_grad_norm: float | None, device: Any = "cpu", compile: bool = False):
         super().__init__(device, compile)
         self.discrete, self.tau, self.max_grad_norm, self.autotune = discrete, tau, max_grad_norm, autotune
+        self.tau_var = tf.Variable(np.float32(tau), trainable=False, name="tau")  # the traced Polyak step reads it
         self.actor = self.mlp("actor", weights, activation)
         self.qf1, self.qf2 = self.mlp("qf1", weights, activation), self.mlp("qf2", weights, activation)
         self.qf1_target = self.mlp("qf1_target", weights, activation)
@@ -50,7 +51,13 @@ class SACNetworks(TFNetworks):
         specs = {"obs": obs, "act": act, "next_obs": obs, "aux": aux, "next_aux": aux}
         self._step_fn = self.function(self._graph_step, [specs.get(k, vec) for k in TRAIN_INPUTS])
         self._policy_fn = tf.function(lambda x: self.actor(x), input_signature=[obs], reduce_retracing=True)
+        self._grad_sq_fn = self.function(self._graph_grad_sq, [specs.get(k, vec) for k in TRAIN_INPUTS])
         self._polyak_fn = tf.function(self._graph_polyak, input_signature=[])
+
+    def set_hyperparameter(self, name: str, value: float) -> None:
+        if name == "tau":
+            self.tau = value
+            self.tau_var.assign(np.float32(value))
 
     # -- forward passes ------------------------------------------------------------------------------
     def policy(self, obs: np.ndarray) -> np.ndarray:
@@ -107,9 +114,23 @@ class SACNetworks(TFNetworks):
                           tf.reduce_mean(0.5 * (q1 + q2))])
         return stats, td, tf.concat(checks, 0)
 
+    def _graph_grad_sq(self, obs, act, next_obs, rew, alive, discount, weights, aux, next_aux, target_entropy):
+        alpha = tf.exp(tf.identity(self.log_alpha))
+        next_v, _ = self._soft_value(next_obs, next_aux, self.qf1_target, self.qf2_target, alpha)
+        target = tf.stop_gradient(rew + discount * alive * next_v)
+        with tf.GradientTape() as tape:
+            q1, q2 = self._q(self.qf1, obs, act), self._q(self.qf2, obs, act)
+            critic_loss = 0.5 * tf.reduce_mean(weights * (tf.square(q1 - target) + tf.square(q2 - target)))
+        grads = tape.gradient(critic_loss, self.variables("qf1") + self.variables("qf2"))
+        return tf.add_n([tf.reduce_sum(tf.square(tf.cast(g, tf.float64))) for g in grads])
+
+    def grad_sq_norm(self, batch: Mapping[str, np.ndarray]) -> float:
+        """``|G_B|^2`` of the critic loss over ``qf1`` and ``qf2`` (float64; a graph of its own, nothing written)."""
+        return float(self._grad_sq_fn(*(batch[k] for k in TRAIN_INPUTS)).numpy())
+
     def _graph_polyak(self):
-        self.sync("qf1_target", "qf1", self.tau)
-        self.sync("qf2_target", "qf2", self.tau)
+        self.sync("qf1_target", "qf1", self.tau_var)
+        self.sync("qf2_target", "qf2", self.tau_var)
 
     def train_step(self, batch: Mapping[str, np.ndarray], who: str, update: int) -> tuple[dict[str, float], np.ndarray]:
         """Critics, actor, temperature, targets; returns metrics and the mean |TD| of the critics."""

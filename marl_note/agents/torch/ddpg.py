@@ -64,6 +64,12 @@ class DDPGNetworks(TorchNetworks):
         loss = -self.q(self.critic, x, mu).mean()
         return loss + self.cfg.action_l2 * mu.pow(2).mean() if self.cfg.action_l2 > 0 else loss
 
+    def grad_sq_norm(self, b: DDPGBatch) -> float:
+        """``|G_B|^2`` of the critic loss over the critic's parameters (float64; nothing written)."""
+        loss, _ = self.critic_loss(self.tensor(b.obs), self.tensor(b.act), self.target(b), self.tensor(b.weights))
+        grads = torch.autograd.grad(loss, list(self.critic.parameters()))
+        return float(sum(g.double().square().sum() for g in grads))
+
     def train_step(self, b: DDPGBatch, who: str, update: int) -> tuple[dict[str, float], np.ndarray]:
         """Critic step, actor step, then both targets move ``tau``; metrics and the TD errors."""
         x, y = self.tensor(b.obs), self.target(b)

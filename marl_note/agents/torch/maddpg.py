@@ -82,6 +82,26 @@ class MADDPGNetworks(TorchNetworks):
     def _critic_in(self, i: int, obs: list, acts: list) -> torch.Tensor:
         return torch.cat(obs + acts, dim=1) if self.cfg.centralized_critic else torch.cat([obs[i], acts[i]], dim=1)
 
+    def grad_sq_norm(self, batch: Mapping[str, Any]) -> float:
+        """``|G_B|^2`` of the sum of every agent's critic loss over the critics' parameters (float64;
+        the critics are disjoint, so it is the sum of the agents' own squared norms; nothing written)."""
+        p = self._tensors(batch)
+        obs, acts, next_obs, alive = p["obs"], p["act"], p["next_obs"], p["alive"]
+        total: Any = 0.0
+        params: list[nn.Parameter] = []
+        with torch.no_grad():
+            next_acts = self._target_actions(next_obs, p["next_mask"], p["next_live"])
+        for i, a in enumerate(self.agents):
+            w = alive[:, i]
+            with torch.no_grad():
+                next_q = self.critic_target[a](self._critic_in(i, next_obs, next_acts)).squeeze(1)
+                target = p["rew"][:, i] + self.cfg.gamma * (1.0 - p["terminated"][:, i]) * next_q
+            q = self.critic[a](self._critic_in(i, obs, acts)).squeeze(1)
+            total = total + (w * (q - target).pow(2)).sum() / w.sum().clamp(min=1.0)
+            params += list(self.critic[a].parameters())
+        grads = torch.autograd.grad(total, params)
+        return float(sum(g.double().square().sum() for g in grads))
+
     def train_step(self, batch: Mapping[str, Any], *, who: str, update: int,
                    agents: Sequence[str] | None = None) -> dict[str, float]:
         """Critic then actor step of each of ``agents`` (default: all) on a numpy joint batch, then their

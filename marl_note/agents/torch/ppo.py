@@ -127,6 +127,12 @@ class PPONetworks(TorchNetworks):
         loss = policy_loss + self.cfg.vf_coef * value_loss - self.cfg.ent_coef * entropy
         return loss, torch.stack([policy_loss, value_loss, entropy]), log_ratio, ret - v
 
+    def grad_sq_norm(self, x, act, mask, old_logp, adv, ret, w) -> float:
+        """``|G_B|^2`` of the minibatch loss over the actor-critic's parameters (float64; nothing written)."""
+        loss = self._losses(*self._inputs(x, act, mask), *(self.tensor(a) for a in (old_logp, adv, ret, w)))[0]
+        grads = torch.autograd.grad(loss, [p for p in self.net.parameters() if p.requires_grad])
+        return float(sum(g.double().square().sum() for g in grads))
+
     def train_step(self, x, act, mask, old_logp, adv, ret, w, *, who: str, update: int) -> dict[str, Any]:
         """One clipped-objective step on a numpy minibatch (``w``: importance weights).
 

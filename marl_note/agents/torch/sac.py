@@ -40,6 +40,10 @@ class SACNetworks(TorchNetworks):
         self._critic_loss = maybe_compile(self.critic_loss, self.compile, "SAC critic loss")
         self._actor_loss = maybe_compile(self.actor_loss, self.compile, "SAC actor loss")
 
+    def set_hyperparameter(self, name: str, value: float) -> None:
+        if name == "tau":
+            self.tau = value
+
     # -- forward passes ------------------------------------------------------------------------------
     @torch.inference_mode()
     def policy(self, obs: np.ndarray) -> np.ndarray:
@@ -82,6 +86,14 @@ class SACNetworks(TorchNetworks):
     def actor_loss(self, obs, aux, alpha):
         value, entropy = self.soft_value(obs, aux, self.qf1, self.qf2, alpha)
         return -value.mean(), entropy.detach()
+
+    def grad_sq_norm(self, batch: Mapping[str, np.ndarray]) -> float:
+        """``|G_B|^2`` of the critic loss over ``qf1`` and ``qf2`` (float64; nothing written)."""
+        b = {k: torch.as_tensor(np.asarray(batch[k]), device=self.device) for k in TRAIN_INPUTS}
+        loss = self.critic_loss(b["obs"], b["act"], b["next_obs"], b["rew"], b["alive"], b["discount"], b["weights"],
+                                b["next_aux"], self.log_alpha.detach().exp())[0]
+        grads = torch.autograd.grad(loss, [*self.qf1.parameters(), *self.qf2.parameters()])
+        return float(sum(g.double().square().sum() for g in grads))
 
     def train_step(self, batch: Mapping[str, np.ndarray], who: str, update: int) -> tuple[dict[str, float], np.ndarray]:
         """Critics, actor, temperature, targets; returns metrics and the mean |TD| of the critics."""

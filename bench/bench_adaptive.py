@@ -1,0 +1,188 @@
+"""Adaptive batch size against fixed batch sizes, and the learning-rate finder against a fixed-rate sweep
+(not part of the test suite).
+
+1. For each task (CartPole-v1 with DQN and with PPO, Acrobot-v1 with DQN) and seed: one run per
+   fixed batch size in {32, 64, 128, 256, 512} and one with the adaptive batch size
+   (``adabatch()`` with its defaults, bounded to [32, 512], starting at 64), each until the mean
+   test return reaches the task's target (or the episode / wall budget runs out). Printed: env
+   steps and wall time to the target per run, the median and best of the fixed runs, and the
+   adaptive run's ratios to them. A figure per task (``--out``): the adaptive batch size and the
+   measured B_simple over training.
+2. CartPole-v1 DQN: ``LRFinder`` (loss metric) suggests a rate; fixed-rate runs over a grid of
+   rates show which solve CartPole, and whether the suggestion lies inside that range.
+
+Real numbers (long: an hour or more on 2 cores):
+    python bench/bench_adaptive.py --seeds 0,1,2 --out runs/bench_adaptive
+Smoke run (a minute; budgets far too small to solve anything):
+    python bench/bench_adaptive.py --quick --out /tmp/bench_adaptive
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import time
+from typing import Any
+
+import numpy as np
+
+from marl_note.trainers import DecentralizedTrainer
+from marl_note.trainers.adaptive import adabatch
+from marl_note.trainers.finders import LRFinder
+
+FIXED = (32, 64, 128, 256, 512)
+# task: env id, algorithm, target mean test return, trainer settings, agent settings
+TASKS: dict[str, tuple[str, str, float, dict[str, Any], dict[str, Any]]] = {
+    "cartpole-dqn": ("CartPole-v1", "DQN", 475.0, dict(num_train_envs=16, update_freq=100, test_freq=50), {}),
+    "cartpole-ppo": ("CartPole-v1", "PPO", 475.0, dict(num_train_envs=16, update_freq=2048, test_freq=50), {}),
+    "acrobot-dqn": ("Acrobot-v1", "DQN", -100.0, dict(num_train_envs=16, update_freq=100, test_freq=20), {}),
+}
+
+
+def backend(name: str):
+    if name == "torch":
+        import torch
+
+        torch.set_num_threads(1)
+    import importlib
+
+    return importlib.import_module(f"marl_note.agents.{name}")
+
+
+# --quick: small envs counts, rollouts and warm-ups so that every path runs in seconds
+QUICK: dict[str, dict[str, Any]] = {"trainer": {}, "agent": {}}
+
+
+def one_run(task: str, mod: Any, seed: int, batch: int | None, max_episodes: int, max_minutes: float,
+            agent_kw: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One training run to the task's target; ``batch=None``: the adaptive batch size from 64."""
+    env_id, algo, target, trainer_kw, base_kw = TASKS[task]
+    trainer_kw = {**trainer_kw, **QUICK["trainer"]}
+    base_kw = {**base_kw, **QUICK["agent"].get(algo, {})}
+    start = time.perf_counter()
+    trainer = DecentralizedTrainer(env_id, num_test_envs=10, episodes_per_test=10, batch_size=batch or 64,
+                                   episodes_per_train=max_episodes, seed=seed,
+                                   stop_fn=lambda m, e: m >= target or time.perf_counter() - start > 60 * max_minutes,
+                                   **trainer_kw)
+    agent = getattr(mod, algo)(trainer.observation_space("agent_0"), trainer.action_space("agent_0"), seed=seed,
+                               **{**base_kw, **(agent_kw or {})})
+    callbacks = [] if batch is not None else [adabatch({"min": 32, "max": 512}, seed=seed)]
+    stats = trainer.train([agent], learning_mask=[1], callbacks=callbacks, plot=False, progress=False)
+    trainer.close()
+    out = {"batch": batch or "adaptive", "solved": stats["best_reward"] >= target,
+           "env_steps": stats["num_collected_steps"], "wall_s": round(stats["training_time"], 1),
+           "best": stats["best_reward"]}
+    if callbacks:
+        cb = callbacks[0]
+        out["history"] = {k: cb.history[k].values() for k in ("batch_size", "b_simple")}
+        out["final_batch"] = trainer.batch_size
+    return out
+
+
+def plot_history(task: str, seed: int, history: dict[str, list], out_dir: str) -> str:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7, 3.5))
+    ax = fig.add_subplot()
+    for name, style in (("batch_size", "-"), ("b_simple", ":")):
+        pts = np.asarray(history[name], float).reshape(-1, 2)
+        if len(pts):
+            ax.plot(pts[:, 0], pts[:, 1], style, label=name)
+    ax.set_yscale("log")
+    ax.set_xlabel("training episodes")
+    ax.set_title(f"{task}, seed {seed}: adaptive batch size and B_simple")
+    ax.legend()
+    path = os.path.join(out_dir, f"adaptive_{task}_seed{seed}.png")
+    fig.savefig(path, dpi=100)
+    return path
+
+
+def compare(runs: list[dict[str, Any]], key: str) -> str:
+    """The adaptive run's ``key`` against the median and the best of the fixed runs (unsolved: inf)."""
+    value = {r["batch"]: (r[key] if r["solved"] else float("inf")) for r in runs}
+    fixed = [v for b, v in value.items() if b != "adaptive"]
+    median, best, ada = statistics.median(fixed), min(fixed), value["adaptive"]
+    verdict = "<= median" if ada <= median else "> median"
+    ratio = ada / best if np.isfinite(best) and best > 0 else float("nan")
+    return f"{key}: adaptive {ada}, fixed median {median}, best {best}; {verdict}, {ratio:.2f}x the best"
+
+
+def batch_benchmark(tasks: list[str], mod: Any, seeds: list[int], sizes: tuple[int, ...], max_episodes: int,
+                    max_minutes: float, out_dir: str) -> None:
+    for task in tasks:
+        for seed in seeds:
+            runs = []
+            for batch in (*sizes, None):
+                run = one_run(task, mod, seed, batch, max_episodes, max_minutes)
+                history = run.pop("history", None)
+                print(f"  {task} seed {seed}: {run}", flush=True)
+                if history is not None:
+                    print(f"    plot: {plot_history(task, seed, history, out_dir)}")
+                runs.append(run)
+            print(f"{task} seed {seed}: {compare(runs, 'env_steps')}")
+            print(f"{task} seed {seed}: {compare(runs, 'wall_s')}", flush=True)
+
+
+def lr_benchmark(mod: Any, seed: int, rates: np.ndarray, finder_num: int, finder_episodes: int, max_episodes: int,
+                 max_minutes: float, out_dir: str) -> None:
+    """LRFinder's suggestion on CartPole DQN against the fixed rates that solve it."""
+    finder = LRFinder(lambda trainer: mod.DQN(trainer.observation_space("agent_0"), trainer.action_space("agent_0"),
+                                              seed=seed, **QUICK["agent"].get("DQN", {})))
+    result = finder.find("CartPole-v1", start_lr=1e-5, end_lr=1.0, num=finder_num, num_train_envs=16,
+                         update_freq=100, episodes_per_train=finder_episodes, seed=seed)
+    try:
+        suggestion = result.suggestion()
+    except ValueError as exc:  # too few points (the smoke run)
+        print(f"LRFinder on CartPole-v1 DQN: {result!r}; no suggestion: {exc}")
+        return
+    print(f"LRFinder on CartPole-v1 DQN: {result!r}; suggestion {suggestion:.3g}; plot "
+          f"{result.plot(os.path.join(out_dir, 'lr_finder_cartpole_dqn.png'))}")
+    solving = []
+    for lr in rates:
+        run = one_run("cartpole-dqn", mod, seed, 64, max_episodes, max_minutes, {"lr": float(lr)})
+        print(f"  fixed lr {lr:.3g}: {run}", flush=True)
+        if run["solved"]:
+            solving.append(float(lr))
+    if solving:
+        inside = min(solving) <= suggestion <= max(solving)
+        print(f"fixed rates that solve CartPole: {min(solving):.3g} .. {max(solving):.3g} ({len(solving)} of "
+              f"{len(rates)}); the suggestion {suggestion:.3g} is {'inside' if inside else 'outside'}")
+    else:
+        print("no fixed rate solved CartPole within the budget")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--backend", default="torch", choices=["torch", "tf"])
+    parser.add_argument("--only", default="cartpole-dqn,cartpole-ppo,acrobot-dqn,lr")
+    parser.add_argument("--seeds", default="0")
+    parser.add_argument("--max-episodes", type=int, default=3000)
+    parser.add_argument("--max-minutes", type=float, default=15.0, help="wall-time budget of each run")
+    parser.add_argument("--out", default="runs/bench_adaptive", help="directory of the plots")
+    parser.add_argument("--batches", default=",".join(map(str, FIXED)), help="the fixed batch sizes compared")
+    parser.add_argument("--quick", action="store_true", help="smoke run: tiny budgets, two batch sizes, one seed")
+    args = parser.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    mod = backend(args.backend)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    sizes, episodes, minutes = tuple(int(b) for b in args.batches.split(",")), args.max_episodes, args.max_minutes
+    rates, finder_num, finder_episodes = np.geomspace(1e-4, 1e-1, 7), 60, 400
+    if args.quick:
+        sizes, episodes, minutes, seeds = (32, 64), 6, 0.5, seeds[:1]
+        rates, finder_num, finder_episodes = np.array([1e-3, 1e-2]), 6, 30
+        QUICK["trainer"] = {"num_train_envs": 4, "update_freq": 128, "test_freq": 3}
+        QUICK["agent"] = {"DQN": {"learning_starts": 128}, "PPO": {"n_steps": 128, "n_epochs": 2}}
+    print(f"machine: {platform.machine()}, Python {platform.python_version()}, backend {args.backend}, "
+          f"seeds {seeds}, fixed batches {sizes}{', QUICK (smoke run)' if args.quick else ''}")
+    tasks = [t for t in args.only.split(",") if t != "lr"]
+    unknown = [t for t in tasks if t not in TASKS]
+    if unknown:
+        raise SystemExit(f"unknown task(s) {unknown}; choose from {', '.join(TASKS)}, lr")
+    batch_benchmark(tasks, mod, seeds, sizes, episodes, minutes, args.out)
+    if "lr" in args.only.split(","):
+        lr_benchmark(mod, seeds[0], rates, finder_num, finder_episodes, episodes, minutes, args.out)
+
+
+if __name__ == "__main__":
+    main()
