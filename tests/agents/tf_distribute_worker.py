@@ -5,10 +5,10 @@ TensorFlow starts): ``python -m tests.agents.tf_distribute_worker MODE OUT.json 
   with and without the strategy observes the same real-env transitions and updates once; the
   largest difference of their states is reported. Also checkpoints both ways, the numpy acting copy
   and a refused non-finite step.
-- ``worker``: one ``MultiWorkerMirroredStrategy`` worker (``TF_CONFIG`` set by the test); each
-  worker trains on its half of the same global batch, and compares with a single-process copy
-  trained on the whole batch. ``worker-die``: rank 1 exits after the first step; rank 0 reports
-  how its second step failed.
+- ``worker`` / ``worker-die``: one ``MultiWorkerMirroredStrategy`` worker (``TF_CONFIG`` set by
+  the test); DQN and PPO: each worker trains on its half of the same global batch and compares with
+  a single-process copy trained on the whole batch. With ``worker-die`` rank 1 then exits and
+  rank 0 reports how its next step failed.
 """
 from __future__ import annotations
 
@@ -157,7 +157,7 @@ def worker(out: dict, die: bool) -> None:
     from marl_note.agents.tf.distribute import rank_from_tf_config
 
     rank, world = rank_from_tf_config()
-    options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=20.0)
+    options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=60.0)
     strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
     out.update(rank=rank, world=world, replicas=strategy.num_replicas_in_sync)
     n = 12
@@ -170,19 +170,6 @@ def worker(out: dict, die: bool) -> None:
     _, td = dist.nets.train_step({k: v[lo:hi] for k, v in arrays.items()}, "dist", 0)
     out["dqn_diff"] = max_diff(single.state_dict(), dist.state_dict())
     out["td_rows"] = int(len(td))
-    if die:
-        if rank == 1:
-            out["exited"] = True
-            out["seconds"] = time.perf_counter() - START
-            return
-        start = time.perf_counter()
-        try:
-            dist.nets.train_step({k: v[lo:hi] for k, v in arrays.items()}, "dist", 1)
-            out["second_step"] = "no error"
-        except Exception as exc:  # noqa: BLE001 (what the error is is the result)
-            out["second_step"] = f"{type(exc).__name__}: {str(exc)[:300]}"
-        out["failed_after"] = time.perf_counter() - start
-        return
     ppo_single = PPO(space, gym.spaces.Discrete(2), hidden_sizes=(16, 16), seed=3)
     ppo_dist = PPO(space, gym.spaces.Discrete(2), hidden_sizes=(16, 16), seed=3, strategy=strategy)
     rng = np.random.default_rng(1)
@@ -193,6 +180,18 @@ def worker(out: dict, die: bool) -> None:
     ppo_single.nets.train_step(*batch, who="single", update=0)
     ppo_dist.nets.train_step(*(b[lo:hi] for b in batch), who="dist", update=0)
     out["ppo_diff"] = max_diff(ppo_single.state_dict(), ppo_dist.state_dict())
+    if not die:
+        return
+    if rank == 1:
+        out["exited"] = True
+        return
+    start = time.perf_counter()
+    try:
+        dist.nets.train_step({k: v[lo:hi] for k, v in arrays.items()}, "dist", 1)
+        out["second_step"] = "no error"
+    except Exception as exc:  # noqa: BLE001 (which error it is is the result)
+        out["second_step"] = f"{type(exc).__name__}: {exc}"
+    out["failed_after"] = time.perf_counter() - start
 
 
 def main() -> None:

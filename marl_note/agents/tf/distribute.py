@@ -20,6 +20,7 @@ all of them).
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import os
@@ -29,12 +30,31 @@ from typing import Any
 
 import tensorflow as tf
 
-__all__ = ["check_strategy", "active_strategy", "strategy_init", "replicated_function", "reduced_apply",
-           "in_replica_step", "rank_from_tf_config", "UNSAVED_PARAMS"]
+__all__ = ["DistributedStepError", "check_strategy", "active_strategy", "strategy_init", "replicated_function",
+           "reduced_apply", "in_replica_step", "rank_from_tf_config", "UNSAVED_PARAMS"]
 
 UNSAVED_PARAMS = ("strategy",)  # constructor arguments that a checkpoint never records
 
 _replica = threading.local()  # per replica thread: the loss scale of the step being traced
+
+# what TensorFlow raises when a peer of a collective is gone or a collective timed out
+_PEER_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.CancelledError,
+                tf.errors.AbortedError)
+
+
+class DistributedStepError(RuntimeError):
+    """A replicated train step failed because another worker or device stopped answering.
+
+    Raised (from TensorFlow's ``UnavailableError``, ``DeadlineExceededError``, ``CancelledError`` or
+    ``AbortedError``) instead of waiting: a ``MultiWorkerMirroredStrategy`` worker that dies makes
+    the others' next step fail once TensorFlow's heartbeats (or the strategy's
+    ``CommunicationOptions(timeout_seconds=...)``) notice. The strategy cannot be used further;
+    restart every worker from the last checkpoint.
+
+    Example:
+        >>> isinstance(DistributedStepError("worker 1 is gone"), RuntimeError)
+        True
+    """
 
 
 def check_strategy(strategy: Any) -> tf.distribute.Strategy | None:
@@ -153,7 +173,29 @@ def replicated_function(strategy: tf.distribute.Strategy, fn, signature, jit_com
                 combined.append(first)
         return tf.nest.pack_sequence_as(parts[0], combined)
 
-    return tf.function(step, input_signature=signature, jit_compile=jit_compile, reduce_retracing=True)
+    traced = tf.function(step, input_signature=signature, jit_compile=jit_compile, reduce_retracing=True)
+
+    @functools.wraps(fn)
+    def call(*args):
+        try:
+            return traced(*args)
+        except _PEER_ERRORS as exc:
+            detail = _peer_detail(str(exc.message))
+            raise DistributedStepError(
+                f"a train step under {type(strategy).__name__} failed: another worker or device stopped answering "
+                f"({type(exc).__name__}: {detail}). The strategy's collectives cannot go on; restart "
+                f"every worker (from the last checkpoint)") from exc
+
+    return call
+
+
+def _peer_detail(message: str) -> str:
+    """The line of a TensorFlow collective error that names the lost task (else its last line), short."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    for i, line in enumerate(lines):
+        if "unhealthy" in line:
+            return " ".join(lines[i:i + 2])[:300]
+    return (lines[-1] if lines else "no message")[:300]
 
 
 def reduced_apply(optimizer, grads: list, variables: list, loss, max_norm: float | None, ok=True):
