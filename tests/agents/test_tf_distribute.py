@@ -7,7 +7,8 @@ the single-process update (1e-5): MirroredStrategy on two logical CPU devices (e
 through ``agent.update``), MultiWorkerMirroredStrategy with two worker processes on 127.0.0.1
 (DQN and PPO, each worker on its half of the batch). Checkpoints move both ways between a
 strategy and none; a non-finite step is refused under a strategy; a dead worker makes the other
-fail with DistributedStepError in bounded time.
+fail with DistributedStepError in bounded time. ParameterServerStrategy on an in-process cluster:
+steps scheduled on workers by a ClusterCoordinator equal single-process steps.
 """
 import json
 import os
@@ -75,6 +76,7 @@ def test_mirrored_two_devices_update_equals_one_device_and_checkpoints_move_both
     assert all(d == 0.0 for d in result["copies"].values()), result["copies"]  # replicas hold the same weights
     assert all(d < TOL for d in result["numpy_acting"].values()), result["numpy_acting"]
     assert result["saved_config_has_strategy"] is False
+    assert result["rebuilt"] == [True, "MirroredVariable"]  # set()'s rebuild keeps the strategy
     plain, diff = result["restored_plain"]  # written under the strategy, restored without one
     assert plain and diff == 0.0
     kind, diff = result["restored_dist"]  # written without, restored under it
@@ -100,3 +102,15 @@ def test_multi_worker_update_equals_single_process_and_a_dead_worker_fails_the_o
     assert first["second_step"].startswith("DistributedStepError"), first["second_step"]
     assert "task:1" in first["second_step"], first["second_step"]
     assert first["failed_after"] < 120
+
+
+@pytest.mark.timeout(LIMIT + 30)
+def test_parameter_server_steps_scheduled_on_workers_equal_single_process_steps(tmp_path):
+    out = tmp_path / "ps.json"
+    (result,), (log,) = finish([launch("ps", out, tmp_path)], [out])
+    assert "ppo_diff" in result, log[-3000:]
+    assert result["variable_device"].startswith("/job:ps/")
+    assert result["coordinator"]
+    assert result["dqn_diff"] < TOL  # three DQN steps, each run on a worker, variables on the ps
+    assert result["ppo_steps"][0] == result["ppo_steps"][1] > 0 and result["ppo_diff"] < TOL
+    assert result["restored_plain"] == 0.0

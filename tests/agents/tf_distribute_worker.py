@@ -9,6 +9,8 @@ TensorFlow starts): ``python -m tests.agents.tf_distribute_worker MODE OUT.json 
   the test); DQN and PPO: each worker trains on its half of the same global batch and compares with
   a single-process copy trained on the whole batch. With ``worker-die`` rank 1 then exits and
   rank 0 reports how its next step failed.
+- ``ps``: ``ParameterServerStrategy`` on an in-process cluster; each DQN and PPO step is scheduled
+  on a worker by a ``ClusterCoordinator`` and equals the single-process step.
 """
 from __future__ import annotations
 
@@ -129,6 +131,9 @@ def mirrored(out: dict, tmp: str, names: tuple[str, ...]) -> None:
             dqn, dqn_dist = single, dist
     if "DQN" not in names:
         return
+    from marl_note.agents.rebuild import rebuild
+    rebuild(dqn_dist, {"gamma": 0.95})  # what agent.set() does: the new object keeps the strategy
+    out["rebuilt"] = [dqn_dist.strategy is strategy, type(dqn_dist.nets.params["q_net"][0][1].value).__name__]
     restored = DQN.restore(f"{tmp}/dist")  # written under the strategy, read without one
     out["restored_plain"] = [restored.strategy is None, max_diff(dqn_dist.state_dict(), restored.state_dict())]
     restored_dist = DQN.restore(f"{tmp}/single", strategy=strategy)  # the other way round
@@ -194,19 +199,69 @@ def worker(out: dict, die: bool) -> None:
     out["failed_after"] = time.perf_counter() - start
 
 
+def free_ports(n: int) -> list[int]:
+    import socket
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def parameter_server(out: dict, tmp: str) -> None:
+    """An in-process cluster (2 workers, 1 parameter server, this process the coordinator)."""
+    import tensorflow as tf
+
+    from marl_note.agents.tf import DQN, PPO
+
+    ports = free_ports(3)
+    spec = tf.train.ClusterSpec({"worker": [f"127.0.0.1:{p}" for p in ports[:2]], "ps": [f"127.0.0.1:{ports[2]}"]})
+    config = tf.compat.v1.ConfigProto()
+    config.inter_op_parallelism_threads = 3  # a 2-core machine hosts 2 workers and the coordinator
+    servers = [tf.distribute.Server(spec, job_name="worker", task_index=i, config=config, protocol="grpc")
+               for i in range(2)]
+    servers.append(tf.distribute.Server(spec, job_name="ps", task_index=0, protocol="grpc"))
+    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(spec, rpc_layer="grpc")
+    strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
+    space = gym.make("CartPole-v1").observation_space
+    single = DQN(space, gym.spaces.Discrete(2), hidden_sizes=(16, 16), seed=3, max_grad_norm=0.5)
+    dist = DQN(space, gym.spaces.Discrete(2), hidden_sizes=(16, 16), seed=3, max_grad_norm=0.5, strategy=strategy)
+    out["variable_device"] = dist.nets.params["q_net"][0][1].value.device
+    arrays = dqn_arrays(12, 0)
+    for k in range(3):
+        single.nets.train_step(arrays, "single", k)
+        dist.nets.train_step(arrays, "dist", k)
+    out["coordinator"] = getattr(strategy, "_cluster_coordinator", None) is not None
+    out["dqn_diff"] = max_diff(single.state_dict(), dist.state_dict())
+    ppo = [PPO(space, gym.spaces.Discrete(2), hidden_sizes=(16, 16), seed=3, n_steps=32, n_epochs=2, strategy=s)
+           for s in (None, strategy)]
+    cart = env_transitions("CartPole-v1", 32, 0)
+    for agent in ppo:
+        agent.observe(cart)
+        out.setdefault("ppo_steps", []).append(agent.update(10)["gradient_steps"])
+    out["ppo_diff"] = max_diff(ppo[0].state_dict(), ppo[1].state_dict())
+    ppo[1].save(f"{tmp}/ppo_ps")
+    out["restored_plain"] = max_diff(ppo[1].state_dict(), PPO.restore(f"{tmp}/ppo_ps").state_dict())
+
+
 def main() -> None:
     mode, path = sys.argv[1], sys.argv[2]
     out: dict = {"mode": mode}
     try:
         if mode == "mirrored":
             mirrored(out, sys.argv[3], tuple(sys.argv[4].split(",")))
+        elif mode == "ps":
+            parameter_server(out, sys.argv[3])
         else:
             worker(out, die=mode == "worker-die")
     finally:
         out["seconds"] = time.perf_counter() - START
         with open(path, "w") as f:
             json.dump(out, f)
-    if out.get("exited"):
+    if out.get("exited") or mode == "ps":  # (in-process servers cannot be stopped: leave without joining them)
         os._exit(0)  # rank 1 of worker-die: leave without saying goodbye to the cluster
 
 

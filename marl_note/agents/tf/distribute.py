@@ -175,10 +175,17 @@ def replicated_function(strategy: tf.distribute.Strategy, fn, signature, jit_com
 
     traced = tf.function(step, input_signature=signature, jit_compile=jit_compile, reduce_retracing=True)
 
+    run = traced
+    if isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy):
+        coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)  # one per strategy
+
+        def run(*args):  # each step a scheduled closure on a free worker; its results back here
+            return coordinator.schedule(traced, args=args).get()
+
     @functools.wraps(fn)
     def call(*args):
         try:
-            return traced(*args)
+            return run(*args)
         except _PEER_ERRORS as exc:
             detail = _peer_detail(str(exc.message))
             raise DistributedStepError(
