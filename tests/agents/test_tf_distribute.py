@@ -82,6 +82,8 @@ def test_mirrored_two_devices_update_equals_one_device_and_checkpoints_move_both
     kind, diff = result["restored_dist"]  # written without, restored under it
     assert kind == "MirroredVariable" and diff == 0.0
     assert result["after_restore"] < TOL  # and both go on training identically
+    assert result["one_row"] < TOL  # a batch of one row: the replica without rows adds nothing
+    assert abs(result["one_row_loss"][0] - result["one_row_loss"][1]) < TOL
     assert "loss is nan" in result["nonfinite"] and result["nonfinite_unchanged"] == 0.0
 
 

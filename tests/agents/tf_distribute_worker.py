@@ -144,6 +144,10 @@ def mirrored(out: dict, tmp: str, names: tuple[str, ...]) -> None:
         agent.observe(env_transitions("CartPole-v1", 8, 1))
         agent.update(10)
     out["after_restore"] = max_diff(plain.state_dict(), restored_dist.state_dict())
+    one = dqn_arrays(1, 3)  # one row for two replicas: the second has none and must add nothing
+    for agent in (plain, restored_dist):
+        out.setdefault("one_row_loss", []).append(agent.nets.train_step(one, "DQN", 1)[0]["loss"])
+    out["one_row"] = max_diff(plain.state_dict(), restored_dist.state_dict())
     before = restored_dist.state_dict()
     bad = dqn_arrays(8, 2)
     bad["rew"][3] = np.nan

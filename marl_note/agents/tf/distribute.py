@@ -131,7 +131,10 @@ def replicated_function(strategy: tf.distribute.Strategy, fn, signature, jit_com
     """
     flat_specs = tf.nest.flatten(signature)
     batched = [_batched(s) for s in flat_specs]
-    local_count = len(strategy.extended.worker_devices)
+    try:
+        local_count = len(strategy.extended.worker_devices)  # this process's replicas
+    except RuntimeError:  # the default strategy: one replica
+        local_count = 1
 
     if not any(batched):
         def unbatched(*args):
@@ -167,8 +170,8 @@ def replicated_function(strategy: tf.distribute.Strategy, fn, signature, jit_com
             if first.shape.rank is not None and first.shape.rank >= 1 and first.shape[0] is None:
                 combined.append(tf.concat(values, 0))
             elif first.dtype.is_floating:
-                combined.append(tf.add_n([v * tf.cast(c, v.dtype) for v, c in zip(values, counts)])
-                                / tf.cast(total, first.dtype))
+                combined.append(tf.add_n([tf.where(c > 0, v * tf.cast(c, v.dtype), tf.zeros_like(v))
+                                          for v, c in zip(values, counts)]) / tf.cast(total, first.dtype))
             else:
                 combined.append(first)
         return tf.nest.pack_sequence_as(parts[0], combined)
@@ -219,8 +222,9 @@ def reduced_apply(optimizer, grads: list, variables: list, loss, max_norm: float
 
     ctx = tf.distribute.get_replica_context()
     scale = _replica.scale
-    grads = [g * tf.cast(scale, g.dtype) for g in grads]
-    loss = tf.cast(loss, tf.float32) * scale
+    some = scale > 0  # a replica without rows (a batch smaller than the replicas) adds nothing, not 0 * NaN
+    grads = [tf.where(some, g * tf.cast(scale, g.dtype), tf.zeros_like(g)) for g in grads]
+    loss = tf.where(some, tf.cast(loss, tf.float32) * scale, 0.0)
     grads, loss = ctx.all_reduce(tf.distribute.ReduceOp.SUM, [grads, loss])
 
     def merge(strategy, grads, loss, ok):
