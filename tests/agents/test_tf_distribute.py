@@ -23,7 +23,7 @@ pytest.importorskip("tensorflow")
 
 ROOT = Path(__file__).resolve().parents[2]
 TOL = 1e-5
-LIMIT = 240  # seconds per subprocess; a loaded 2-core machine needs well under half of it
+LIMIT = 400  # seconds for the subprocesses, started together; a 2-core machine at load 15 needed 260
 # DQN and PPO (the equivalence the issue asks for), MADDPG (nested inputs, targets moved inside the
 # step); DDPG and SAC (targets moved by a step of their own) with MARL_NOTE_TEST_ALL_STRATEGIES=1
 MIRRORED = ("DQN", "PPO", "MADDPG") + (("DDPG", "SAC") if os.environ.get("MARL_NOTE_TEST_ALL_STRATEGIES") else ())
@@ -64,10 +64,30 @@ def free_ports(n):
             s.close()
 
 
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Every strategy's subprocesses, started together (they wait on each other's collectives and
+    on TensorFlow's start-up more than they compute); each test waits for its own."""
+    tmp = tmp_path_factory.mktemp("strategies")
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in free_ports(2)]}
+    started = {"mirrored": ([launch("mirrored", tmp / "mirrored.json", tmp, ",".join(MIRRORED))],
+                            [tmp / "mirrored.json"]),
+               "ps": ([launch("ps", tmp / "ps.json", tmp)], [tmp / "ps.json"]),
+               "workers": ([launch("worker-die", tmp / f"worker{i}.json",
+                                   env={"TF_CONFIG": json.dumps({"cluster": cluster,
+                                                                 "task": {"type": "worker", "index": i}})})
+                            for i in range(2)], [tmp / f"worker{i}.json" for i in range(2)])}
+    yield started
+    for procs, _ in started.values():
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+
+
 @pytest.mark.timeout(LIMIT + 30)
-def test_mirrored_two_devices_update_equals_one_device_and_checkpoints_move_both_ways(tmp_path):
-    out = tmp_path / "mirrored.json"
-    (result,), (log,) = finish([launch("mirrored", out, tmp_path, ",".join(MIRRORED))], [out])
+def test_mirrored_two_devices_update_equals_one_device_and_checkpoints_move_both_ways(runs):
+    (result,), (log,) = finish(*runs["mirrored"])
     assert "diff" in result and "nonfinite" in result, log[-3000:]
     assert result["replicas"] == 2
     for name, diff in result["diff"].items():  # one agent.update() each, single device vs 2 replicas
@@ -88,14 +108,8 @@ def test_mirrored_two_devices_update_equals_one_device_and_checkpoints_move_both
 
 
 @pytest.mark.timeout(LIMIT + 30)
-def test_multi_worker_update_equals_single_process_and_a_dead_worker_fails_the_other(tmp_path):
-    ports = free_ports(2)
-    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
-    outs = [tmp_path / f"worker{i}.json" for i in range(2)]
-    procs = [launch("worker-die", outs[i], env={"TF_CONFIG": json.dumps({"cluster": cluster,
-                                                                            "task": {"type": "worker", "index": i}})})
-             for i in range(2)]
-    (first, second), logs = finish(procs, outs)
+def test_multi_worker_update_equals_single_process_and_a_dead_worker_fails_the_other(runs):
+    (first, second), logs = finish(*runs["workers"])
     for r, result in enumerate((first, second)):
         assert (result["rank"], result["world"], result["replicas"]) == (r, 2, 2), logs[r][-3000:]
         assert result["dqn_diff"] < TOL and result["ppo_diff"] < TOL, result
@@ -107,9 +121,8 @@ def test_multi_worker_update_equals_single_process_and_a_dead_worker_fails_the_o
 
 
 @pytest.mark.timeout(LIMIT + 30)
-def test_parameter_server_steps_scheduled_on_workers_equal_single_process_steps(tmp_path):
-    out = tmp_path / "ps.json"
-    (result,), (log,) = finish([launch("ps", out, tmp_path)], [out])
+def test_parameter_server_steps_scheduled_on_workers_equal_single_process_steps(runs):
+    (result,), (log,) = finish(*runs["ps"])
     assert "ppo_diff" in result, log[-3000:]
     assert result["variable_device"].startswith("/job:ps/")
     assert result["coordinator"]
