@@ -83,7 +83,7 @@ def strategy_init(core: type):
     checkpoint config (see ``unsaved_params``), so a checkpoint restores with or without one:
     ``DQN.restore(path, strategy=s)``.
     """
-    base = core.__init__
+    base: Any = core.__init__  # type: ignore[misc]  # the core's (config-recording) __init__
     signature = inspect.signature(base)
     params = list(signature.parameters.values())
     option = inspect.Parameter("strategy", inspect.Parameter.KEYWORD_ONLY, default=None)
