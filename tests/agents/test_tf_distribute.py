@@ -114,6 +114,7 @@ def test_multi_worker_update_equals_single_process_and_a_dead_worker_fails_the_o
         assert (result["rank"], result["world"], result["replicas"]) == (r, 2, 2), logs[r][-3000:]
         assert result["dqn_diff"] < TOL and result["ppo_diff"] < TOL, result
         assert result["td_rows"] == 6  # each worker gets the TD errors of its own rows back
+        assert result["broadcast"] == [5, 0] and result["any"] == [True, False]  # lockstep helpers
     assert second["exited"]
     assert first["second_step"].startswith("DistributedStepError"), first["second_step"]
     assert "task:1" in first["second_step"], first["second_step"]

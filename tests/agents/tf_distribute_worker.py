@@ -189,6 +189,9 @@ def worker(out: dict, die: bool) -> None:
     ppo_single.nets.train_step(*batch, who="single", update=0)
     ppo_dist.nets.train_step(*(b[lo:hi] for b in batch), who="dist", update=0)
     out["ppo_diff"] = max_diff(ppo_single.state_dict(), ppo_dist.state_dict())
+    from marl_note.agents.tf.distribute import any_worker, broadcast_from_rank0
+    out["broadcast"] = broadcast_from_rank0(strategy, np.array([rank + 5, 7 * rank])).tolist()
+    out["any"] = [any_worker(strategy, rank == 1), any_worker(strategy, False)]
     if not die:
         return
     if rank == 1:

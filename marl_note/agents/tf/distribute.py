@@ -12,7 +12,11 @@ priorities), scalar metrics as the row-weighted mean over the local replicas.
 
 - ``MirroredStrategy``: one process, several devices; the process's batch is the global batch.
 - ``MultiWorkerMirroredStrategy``: one process per worker (``TF_CONFIG``); each passes its own
-  batch, the global batch is their union, gradients are all-reduced across workers.
+  batch, the global batch is their union, gradients are all-reduced across workers. Every worker
+  must take the same number of steps; :func:`rank_from_tf_config`, :func:`broadcast_from_rank0`
+  and :func:`any_worker` help a trainer keep them in lockstep.
+- ``ParameterServerStrategy``: each step is scheduled on a worker by the strategy's
+  ``ClusterCoordinator`` and its results are fetched back (one step at a time).
 
 Nothing here changes a checkpoint: ``strategy`` is not recorded in the config, and the numpy state
 reads and writes the same arrays (a distributed variable reads as its first copy and is written to
@@ -28,10 +32,12 @@ import threading
 from contextlib import nullcontext
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 
 __all__ = ["DistributedStepError", "check_strategy", "active_strategy", "strategy_init", "replicated_function",
-           "reduced_apply", "in_replica_step", "rank_from_tf_config", "UNSAVED_PARAMS"]
+           "reduced_apply", "in_replica_step", "rank_from_tf_config", "broadcast_from_rank0", "any_worker",
+           "UNSAVED_PARAMS"]
 
 UNSAVED_PARAMS = ("strategy",)  # constructor arguments that a checkpoint never records
 
@@ -265,3 +271,44 @@ def rank_from_tf_config(environ: Any = None) -> tuple[int, int]:
             raise ValueError(f"TF_CONFIG task worker:{index} is not in the cluster's {workers} workers")
         return chiefs + index, chiefs + workers
     raise ValueError(f"TF_CONFIG task type {kind!r} runs no trainer (only 'chief' and 'worker' tasks have a rank)")
+
+
+def _all_sum(strategy: tf.distribute.Strategy, value: np.ndarray, first_only: bool) -> np.ndarray:
+    """Sum over every replica of ``value`` (only replica 0's with ``first_only``), eagerly."""
+    if strategy is None or isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy):
+        return value  # one coordinator drives every step: nothing to agree on
+    def replica(v):
+        ctx = tf.distribute.get_replica_context()
+        if first_only:
+            v = tf.where(tf.equal(tf.cast(ctx.replica_id_in_sync_group, tf.int32), 0), v, tf.zeros_like(v))
+        return ctx.all_reduce(tf.distribute.ReduceOp.SUM, v)
+
+    out = strategy.run(replica, args=(tf.constant(value),))
+    return np.asarray(strategy.experimental_local_results(out)[0])
+
+
+def broadcast_from_rank0(strategy: tf.distribute.Strategy | None, value: Any) -> np.ndarray:
+    """Rank 0's ``value`` (a number or array of the same shape on every worker), on every worker.
+
+    Every worker of a ``MultiWorkerMirroredStrategy`` must call it at the same point (it is a
+    collective, like a train step); e.g. the seed or the number of updates rank 0 decided. Under no
+    strategy or a ``ParameterServerStrategy`` (one coordinator) it returns ``value``.
+
+    Example:
+        >>> broadcast_from_rank0(tf.distribute.get_strategy(), [1.5, 2.0]).tolist()
+        [1.5, 2.0]
+    """
+    array = np.asarray(value)
+    return _all_sum(strategy, array.astype(np.float64), True).astype(array.dtype)
+
+
+def any_worker(strategy: tf.distribute.Strategy | None, flag: bool) -> bool:
+    """Whether any worker passed ``flag=True``: stop in lockstep (a collective every worker calls,
+    e.g. once per round: the one that wants to stop, say after early stopping on rank 0, stops all,
+    instead of leaving the others waiting in their next step).
+
+    Example:
+        >>> any_worker(tf.distribute.get_strategy(), False), any_worker(None, True)
+        (False, True)
+    """
+    return bool(_all_sum(strategy, np.asarray(float(bool(flag))), False) > 0)
