@@ -53,7 +53,8 @@ def rebuild(agent: Any, changes: Mapping[str, Any], fresh_state: tuple[str, ...]
         raise ValueError(f"changing {changed_replay} of {cls.__name__} would discard the {held} transitions its "
                          f"replay buffer holds; change replay options before training")
     spaces = {name: getattr(agent, name) for name in cls.saving_spaces}
-    fresh = cls(**spaces, **{**config, **changes})
+    runtime = {name: getattr(agent, name) for name in getattr(cls, "unsaved_params", ()) if hasattr(agent, name)}
+    fresh = cls(**spaces, **{**config, **runtime, **changes})
     if keep_state:
         state = dict(agent.state_dict())
         if fresh_state:

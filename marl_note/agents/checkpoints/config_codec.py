@@ -2,7 +2,8 @@
 
 :func:`capturing_init` wraps an agent's ``__init__`` so the outermost call records its keyword
 arguments (defaults applied, spaces left out: they are stored separately in the manifest; a class
-names its space arguments in ``saving_spaces``, default :data:`SPACE_PARAMS`).
+names its space arguments in ``saving_spaces``, default :data:`SPACE_PARAMS`; arguments named in
+``unsaved_params``, such as a TF agent's ``strategy``, are not recorded).
 :func:`encode_config` / :func:`decode_config` turn such a config into JSON values and back: JSON
 values as they are; tuples, dicts, numpy arrays/scalars and Gymnasium spaces with a ``$`` tag;
 exploration policies, noise processes and replay buffers of this library as
@@ -46,6 +47,7 @@ def capturing_init(init):
         config: dict[str, Any] = {}
         extra_positional = ()
         space_params = getattr(type(self), "saving_spaces", SPACE_PARAMS)
+        unsaved = getattr(type(self), "unsaved_params", ())  # runtime options (a tf.distribute strategy)
         for name, value in list(bound.arguments.items())[1:]:
             kind = signature.parameters[name].kind
             if kind is inspect.Parameter.VAR_KEYWORD:
@@ -54,6 +56,8 @@ def capturing_init(init):
                 extra_positional = tuple(value)
             elif name not in space_params:
                 config[name] = value
+        for name in unsaved:
+            config.pop(name, None)
         self.__dict__["_saving_config"] = config
         self.__dict__["_saving_varargs"] = extra_positional
         init(self, *args, **kwargs)

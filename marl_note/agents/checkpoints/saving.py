@@ -86,6 +86,7 @@ class Saving:
     """
 
     saving_spaces: tuple[str, ...] = SPACE_PARAMS  # constructor arguments stored as manifest spaces
+    unsaved_params: tuple[str, ...] = ()  # constructor arguments never recorded (runtime objects)
 
     if TYPE_CHECKING:  # what the agent provides
         def state_dict(self) -> dict[str, Any]: ...

@@ -97,6 +97,16 @@ class Adam(keras.optimizers.Adam):
         [0.9, -0.9]
     """
 
+    def _backend_update_step(self, grads, trainable_variables, learning_rate):
+        if tf.distribute.has_strategy() and tf.distribute.in_cross_replica_context():
+            # a step taken once for all replicas (a strategy's summed gradients): Keras's path
+            # looks for a replica context to merge in; write every copy of each variable directly
+            variables = [v.value if isinstance(v, keras.Variable) else v for v in trainable_variables]
+            self._distributed_tf_update_step(tf.distribute.get_strategy(), list(zip(grads, variables)),
+                                             learning_rate)
+            return
+        super()._backend_update_step(grads, trainable_variables, learning_rate)
+
     def update_step(self, gradient, variable, learning_rate):
         dtype = variable.dtype
         gradient = tf.cast(gradient, dtype)

@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from marl_note.agents.ddpg import DDPGBatch, DDPGConfig, DDPGCore
 from marl_note.agents.tf.common import step_names
+from marl_note.agents.tf.distribute import UNSAVED_PARAMS, strategy_init
 from marl_note.agents.tf.networks import TFNetworks
 
 __all__ = ["DDPG", "DDPGNetworks"]
@@ -114,3 +115,5 @@ class DDPG(DDPGCore):
     """
 
     Networks = DDPGNetworks
+    unsaved_params = UNSAVED_PARAMS
+    __init__ = strategy_init(DDPGCore)

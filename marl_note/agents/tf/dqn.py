@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from marl_note.agents.dqn import DQNConfig, DQNCore
 from marl_note.agents.tf.common import step_names
+from marl_note.agents.tf.distribute import UNSAVED_PARAMS, strategy_init
 from marl_note.agents.tf.networks import TFNetworks, keras_mlp
 
 __all__ = ["DQN", "DQNNetworks", "DuelingQNet"]
@@ -146,3 +147,5 @@ class DQN(DQNCore):
     """
 
     Networks = DQNNetworks
+    unsaved_params = UNSAVED_PARAMS
+    __init__ = strategy_init(DQNCore)

@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from marl_note.agents.maddpg import MADDPGConfig, MADDPGCore
 from marl_note.agents.tf.common import apply_if, step_names
+from marl_note.agents.tf.distribute import UNSAVED_PARAMS, strategy_init
 from marl_note.agents.tf.networks import TFNetworks
 
 __all__ = ["MADDPG", "MADDPGNetworks"]
@@ -181,3 +182,5 @@ class MADDPG(MADDPGCore):
     """
 
     Networks = MADDPGNetworks
+    unsaved_params = UNSAVED_PARAMS
+    __init__ = strategy_init(MADDPGCore)

@@ -37,6 +37,13 @@ from marl_note.agents.tf.common import (
     params_to_numpy,
     tf_device,
 )
+from marl_note.agents.tf.distribute import (
+    active_strategy,
+    check_strategy,
+    in_replica_step,
+    reduced_apply,
+    replicated_function,
+)
 
 __all__ = ["TFNetworks", "keras_mlp"]
 
@@ -69,11 +76,17 @@ def keras_mlp(prefix: str, weights: Mapping[str, np.ndarray], activation: str):
 
 
 class TFNetworks:
-    """Named Keras models and optimisers of one agent; numpy in, numpy out."""
+    """Named Keras models and optimisers of one agent; numpy in, numpy out.
 
-    def __init__(self, device: Any = "cpu", compile: bool = False):
+    ``strategy`` (default: the strategy whose ``scope()`` builds them, if any) runs every step made
+    with :meth:`function` on each of its replicas (see :mod:`marl_note.agents.tf.distribute`);
+    build the networks inside ``strategy.scope()``.
+    """
+
+    def __init__(self, device: Any = "cpu", compile: bool = False, strategy: Any = None):
         self.device = tf_device(device)
         self.compile = bool(compile)
+        self.strategy = check_strategy(strategy) or active_strategy()
         self.models: dict[str, Any] = {}
         self.params: dict[str, list] = {}  # name -> [(torch key, variable, transposed)]
         self.optimizers: dict[str, list] = {}  # name -> [optimizer, params, lr]
@@ -100,7 +113,11 @@ class TFNetworks:
         return opt
 
     def function(self, fn, signature):
-        """``tf.function`` with a fixed signature (no retracing); XLA when ``compile=True``."""
+        """``tf.function`` with a fixed signature (no retracing); XLA when ``compile=True``.
+
+        Under a strategy, ``fn`` runs on every replica on its slice of the batch (no XLA)."""
+        if self.strategy is not None:
+            return replicated_function(self.strategy, fn, signature)
         return tf.function(fn, input_signature=signature, jit_compile=True if self.compile else None,
                            reduce_retracing=True)
 
@@ -118,6 +135,8 @@ class TFNetworks:
         opt, params, _ = self.optimizers[optimizer]
         variables = [v for _, v, _ in params]
         grads = tape.gradient(loss, variables)
+        if in_replica_step():  # under a strategy: the step on the global batch's summed gradients
+            return reduced_apply(opt, grads, variables, loss, max_grad_norm, ok)
         return guarded_apply(opt, grads, variables, loss, max_grad_norm, ok)
 
     def check(self, who: str, update: int, names: list[str], checks: Any) -> None:

@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from marl_note.agents.ppo import PPOConfig, PPOCore
 from marl_note.agents.tf.common import step_names
+from marl_note.agents.tf.distribute import UNSAVED_PARAMS, strategy_init
 from marl_note.agents.tf.networks import TFNetworks, keras_mlp
 
 __all__ = ["PPO", "PPONetworks"]
@@ -160,3 +161,5 @@ class PPO(PPOCore):
     """
 
     Networks = PPONetworks
+    unsaved_params = UNSAVED_PARAMS
+    __init__ = strategy_init(PPOCore)

@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from marl_note.agents.sac import HALF_LOG_2PI, LOG_2, LOG_STD_MAX, LOG_STD_MIN, MASKED_LOGIT, TRAIN_INPUTS, SACCore
 from marl_note.agents.tf.common import step_names
+from marl_note.agents.tf.distribute import UNSAVED_PARAMS, strategy_init
 from marl_note.agents.tf.networks import TFNetworks
 
 __all__ = ["SAC", "SACNetworks"]
@@ -155,3 +156,5 @@ class SAC(SACCore):
     """
 
     Networks = SACNetworks
+    unsaved_params = UNSAVED_PARAMS
+    __init__ = strategy_init(SACCore)
