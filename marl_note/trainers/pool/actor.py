@@ -14,6 +14,7 @@ No framework is imported here.
 from __future__ import annotations
 
 import multiprocessing as mp
+import sys
 import time
 import traceback
 from dataclasses import dataclass
@@ -188,6 +189,7 @@ def _run(config: ActorConfig, results: Any, stop: Any, locks: Any, credits: Any,
                     w.clear()
             results.put(("round", config.index, stats.env_steps, stats.agent_steps,
                          [r.tolist() for r in stats.returns], stats.lengths,
-                         [seat.version for seat in learners]))
+                         [seat.version for seat in learners],
+                         sorted(m for m in ("torch", "tensorflow") if m in sys.modules)))
     finally:
         venv.close()

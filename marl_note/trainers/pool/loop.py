@@ -67,7 +67,7 @@ class PoolRunLoop(RunLoop):
         if t.train_fn is not None:
             t.train_fn(run.episodes, run.env_steps)
         stats = CollectStats()
-        for _, actor, env_steps, agent_steps, returns, lengths, _ in pool.wait_rounds(t.update_freq):
+        for _, actor, env_steps, agent_steps, returns, lengths, *_ in pool.wait_rounds(t.update_freq):
             stats.env_steps += env_steps
             stats.agent_steps += agent_steps
             stats.episodes += len(returns)
@@ -110,7 +110,8 @@ class PoolRunLoop(RunLoop):
         """What the run's statistics report about the pool (read before the pool closes)."""
         assert self.pool is not None
         return {"actors": len(self.pool.procs), "transitions_per_actor": self.pool.rows_per_actor.tolist(),
-                "evicted": self.pool.evicted(), "published_versions": list(self.pool.published),
+                "evicted": self.pool.evicted(), "actor_frameworks": sorted(self.pool.frameworks),
+                "published_versions": list(self.pool.published),
                 "mean_policy_lag": self.lag_sum / self.lag_count if self.lag_count else float("nan")}
 
     def summarise(self, plot: bool) -> dict[str, Any]:

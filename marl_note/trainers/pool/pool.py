@@ -140,6 +140,8 @@ class Pool:
         self.rows_per_actor = np.zeros(options.actors, np.int64)
         self.versions = np.full((options.actors, len(learners)), -1, np.int64)
         self.published = [-1] * len(learners)
+        self.reported: set[int] = set()  # actors that reported a round
+        self.frameworks: set[str] = set()  # frameworks an actor reported imported (none expected)
         self._finalizer = weakref.finalize(self, _stop, self.procs, self.stop, self.results, self._shms)
         try:
             self.boards = [self._own(WeightBoard.create(acting_state(a))) for a in learners]
@@ -179,11 +181,12 @@ class Pool:
         self.published[k] = int(agent.updates)
 
     def wait_rounds(self, env_steps: int) -> list[tuple]:
-        """Round reports until they sum to ``env_steps`` env steps (at least one report); bounded by
+        """Round reports until they sum to ``env_steps`` env steps (at least one report, and one from
+        every actor before the first chunk ends); bounded by
         ``actor_timeout`` without a report. An actor's error or death raises :class:`ActorError`."""
         got, total = [], 0
         deadline = time.monotonic() + self.options.actor_timeout
-        while total < env_steps or not got:
+        while total < env_steps or not got or len(self.reported) < len(self.procs):  # the first chunk hears all
             try:
                 msg = self.results.get(timeout=0.05)
             except queue.Empty:
@@ -195,7 +198,9 @@ class Pool:
             if msg[0] == "error":
                 raise ActorError(f"actor {msg[1]} failed:\n{msg[2]}")
             got.append(msg)
+            self.reported.add(msg[1])
             self.credits[msg[1]] += 1
+            self.frameworks.update(msg[7])
             total += msg[2]
             self.versions[msg[1]] = msg[6]
             deadline = time.monotonic() + self.options.actor_timeout

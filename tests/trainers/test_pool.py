@@ -1,0 +1,128 @@
+"""DecentralizedTrainer(actors=N): real envs, 2 actor processes, bounded runs, nothing left behind."""
+import functools
+import multiprocessing
+import os
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from pettingzoo.classic import tictactoe_v3
+
+from marl_note.trainers import DecentralizedTrainer
+from marl_note.trainers.pool.pool import ActorError
+
+torch = pytest.importorskip("torch")
+from marl_note.agents.torch import DQN  # noqa: E402
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture
+def no_leftovers():
+    """Every test here must leave no shared-memory block and no child process behind."""
+    before = set(os.listdir("/dev/shm"))
+    yield
+    assert not multiprocessing.active_children()
+    assert set(os.listdir("/dev/shm")) - before == set()
+
+
+def cartpole_trainer(**kwargs):
+    settings = dict(num_train_envs=4, num_test_envs=2, update_freq=64, episodes_per_train=12, test_freq=6,
+                    episodes_per_test=2, seed=0, actors=2, sync_every=2)
+    return DecentralizedTrainer("CartPole-v1", **{**settings, **kwargs})
+
+
+def dqn(trainer, agent="agent_0", **kwargs):
+    return DQN(trainer.observation_space(agent), trainer.action_space(agent), hidden_sizes=(16,),
+               learning_starts=32, seed=0, **kwargs)
+
+
+def test_every_actor_feeds_the_learner_and_acts_with_refreshed_weights(no_leftovers):
+    trainer = cartpole_trainer()
+    agent = dqn(trainer, num_steps=3)
+    stats = trainer.train([agent], learning_mask=[1], plot=False, progress=False)
+    pool = stats["pool"]
+    assert pool["actors"] == 2 and min(pool["transitions_per_actor"]) > 0
+    assert agent.agent_steps == sum(pool["transitions_per_actor"])  # every drained row reached observe
+    assert stats["num_collected_episodes"] >= 12 and agent.updates > 0
+    assert pool["published_versions"] == [agent.updates] or agent.updates - pool["published_versions"][0] < 2
+    assert pool["actor_frameworks"] == []  # the actors acted in numpy: no torch imported there
+    lag = [v for _, v in trainer.run_state.series["policy_lag"].values()]  # recorded with every update
+    assert lag and all(np.isfinite(lag)) and min(lag) >= 0 and np.isfinite(pool["mean_policy_lag"])
+    assert len(trainer.history) >= 1  # periodic tests ran in the learner
+
+
+def test_self_play_with_shard_options_evicts_and_balances(no_leftovers):
+    trainer = DecentralizedTrainer(tictactoe_v3.env, num_train_envs=2, num_test_envs=2, update_freq=20,
+                                   episodes_per_train=16, test_freq=8, episodes_per_test=2, seed=0, actors=2,
+                                   pool=dict(window_size=lambda n: n, random=True, num_store=2, clearing_freq=2,
+                                             window_size_=5, shard_capacity=64))
+    agent = dqn(trainer, "player_1")
+    stats = trainer.train([agent, agent], learning_mask=[1, 1], plot=False, progress=False)
+    pool = stats["pool"]
+    assert pool["evicted"] > 0  # clearing_freq evicted undrained rows
+    assert sum(pool["transitions_per_actor"]) == agent.agent_steps > 0
+    assert stats["num_collected_episodes"] >= 16
+
+
+def crashing_cartpole(parent):
+    """CartPole that raises on its 30th step, but only in another process than the test's."""
+    env = gym.make("CartPole-v1")
+
+    class Crash(gym.Wrapper):
+        steps = 0
+
+        def step(self, action):
+            self.steps += 1
+            if self.steps >= 30 and os.getpid() != parent:
+                raise RuntimeError("boom in the actor's env")
+            return self.env.step(action)
+
+    return Crash(env)
+
+
+def test_an_actor_crash_raises_its_traceback_and_cleans_up(no_leftovers):
+    trainer = DecentralizedTrainer(functools.partial(crashing_cartpole, os.getpid()), num_train_envs=2, num_test_envs=1, update_freq=400,
+                                   episodes_per_train=50, seed=0, actors=2, pool=dict(actor_timeout=30))
+    with pytest.raises(ActorError, match="(?s)actor [01] failed:.*Traceback.*boom in the actor's env"):
+        trainer.train([dqn(trainer)], learning_mask=[1], plot=False, progress=False)
+
+
+def test_keyboard_interrupt_stops_the_actors_and_frees_the_shards(no_leftovers):
+    from marl_note.trainers.callbacks import LambdaCallback
+
+    def interrupt(*args):
+        raise KeyboardInterrupt
+
+    trainer = cartpole_trainer(episodes_per_train=1000)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.train([dqn(trainer)], learning_mask=[1], plot=False, progress=False,
+                      callbacks=[LambdaCallback(on_update_end=interrupt)])
+
+
+@pytest.mark.parametrize("kwargs,error,match", [
+    (dict(processes=2), ValueError, "leave processes=None"),
+    (dict(actors=None, pool=dict(window_size=3)), ValueError, "pool options need actors=N"),
+    (dict(actors=8), ValueError, "exceeds num_train_envs=4"),
+    (dict(pool=dict(clearing_freq=2)), ValueError, "clearing_freq needs window_size_"),
+])
+def test_refused_settings(kwargs, error, match, no_leftovers):
+    with pytest.raises(error, match=match):
+        trainer = cartpole_trainer(**kwargs)
+        trainer.train([dqn(trainer)], learning_mask=[1], plot=False, progress=False)
+
+
+def test_agents_without_a_numpy_copy_are_refused_before_any_process_starts(no_leftovers):
+    trainer = cartpole_trainer()
+    with pytest.raises(TypeError, match="numpy_acting=False"):
+        trainer.train([dqn(trainer, numpy_acting=False)], learning_mask=[1], plot=False, progress=False)
+    with pytest.raises(ValueError, match="matchmaker is not supported"):
+        trainer.train([dqn(trainer)], learning_mask=[1], plot=False, progress=False, matchmaker=lambda i: None)
+
+
+def test_facade_maps_the_original_shard_options(no_leftovers):
+    agent = DQN(gym.make("CartPole-v1").observation_space, gym.spaces.Discrete(2), hidden_sizes=(16,),
+                learning_starts=32, seed=0)
+    stats = agent.train(6, env="CartPole-v1", pool_network=True, processes=2, window_size=100, num_store=1,
+                        p=0, seed=0)
+    assert stats["pool"]["actors"] == 2 and sum(stats["pool"]["transitions_per_actor"]) == agent.agent_steps > 0
