@@ -82,8 +82,9 @@ def crashing_cartpole(parent):
 
 
 def test_an_actor_crash_raises_its_traceback_and_cleans_up(no_leftovers):
-    trainer = DecentralizedTrainer(functools.partial(crashing_cartpole, os.getpid()), num_train_envs=2, num_test_envs=1, update_freq=400,
-                                   episodes_per_train=50, seed=0, actors=2, pool=dict(actor_timeout=30))
+    trainer = DecentralizedTrainer(functools.partial(crashing_cartpole, os.getpid()), num_train_envs=2,
+                                   num_test_envs=1, update_freq=400, episodes_per_train=50, seed=0, actors=2,
+                                   pool=dict(actor_timeout=30))
     with pytest.raises(ActorError, match="(?s)actor [01] failed:.*Traceback.*boom in the actor's env"):
         trainer.train([dqn(trainer)], learning_mask=[1], plot=False, progress=False)
 
