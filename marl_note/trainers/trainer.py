@@ -68,6 +68,13 @@ class DecentralizedTrainer:
     is killed and the pool closed. In-process envs (``processes=None``) run in the trainer's own
     thread, where a stuck call cannot be interrupted safely, so the bound needs ``processes >= 1``.
 
+    ``actors=N`` trains off-policy built-in agents (DQN, DDPG, SAC) with N actor processes that
+    own the train envs, act with numpy copies of the learning policies (republished every
+    ``sync_every`` gradient steps) and write into shared-memory shards while this process trains
+    on what they collected; ``pool`` takes the shard options (``window_size``, ``clearing_freq``
+    with ``window_size_``, ``random``, ``num_store``, ``shard_capacity``, ``actor_timeout``; see
+    :mod:`marl_note.trainers.pool`). An actor's error is raised here with its traceback.
+
     Example:
         >>> from marl_note.agents import RandomAgent
         >>> from marl_note.agents.torch import DQN
