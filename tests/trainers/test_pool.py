@@ -127,3 +127,16 @@ def test_facade_maps_the_original_shard_options(no_leftovers):
     stats = agent.train(6, env="CartPole-v1", pool_network=True, processes=2, window_size=100, num_store=1,
                         p=0, seed=0)
     assert stats["pool"]["actors"] == 2 and sum(stats["pool"]["transitions_per_actor"]) == agent.agent_steps > 0
+
+
+@pytest.mark.parametrize("name", ["DDPG", "SAC"])
+def test_box_action_agents_train_through_the_pool(name, no_leftovers):
+    import marl_note.agents.torch as backend
+
+    trainer = DecentralizedTrainer("Pendulum-v1", num_train_envs=2, num_test_envs=1, update_freq=100,
+                                   episodes_per_train=2, test_freq=2, episodes_per_test=1, seed=0, actors=2)
+    agent = getattr(backend, name)(trainer.observation_space("agent_0"), trainer.action_space("agent_0"),
+                                   hidden_sizes=(16,), learning_starts=100, seed=0)
+    stats = trainer.train([agent], learning_mask=[1], plot=False, progress=False)
+    assert min(stats["pool"]["transitions_per_actor"]) > 0 and agent.updates > 0
+    assert stats["pool"]["actor_frameworks"] == []
