@@ -31,11 +31,11 @@ def _attach(name: str) -> shared_memory.SharedMemory:
     """Map an existing block without registering it with the resource tracker: its creator owns
     (and unlinks) it, and a second registration would be reported as a leak at exit."""
     register = resource_tracker.register
-    resource_tracker.register = lambda *args, **kwargs: None  # type: ignore[assignment]
+    resource_tracker.register = lambda *args, **kwargs: None
     try:
         return shared_memory.SharedMemory(name=name)
     finally:
-        resource_tracker.register = register  # type: ignore[assignment]
+        resource_tracker.register = register
 
 
 __all__ = ["WeightBoard"]

@@ -45,7 +45,7 @@ class ActorError(RuntimeError):
 def shard_specs(spec: Any, seat: str) -> dict[str, tuple[tuple[int, ...], Any]]:
     """The shard columns for transitions of ``seat`` (from the env spec)."""
     try:
-        specs = dict(transition_specs(spec.observation_space(seat), spec.action_space(seat)))
+        specs: dict[str, tuple[tuple[int, ...], Any]] = dict(transition_specs(spec.observation_space(seat), spec.action_space(seat)))
     except TypeError as exc:
         raise TypeError(f"the pool trainer stores Box/Discrete/MultiBinary/MultiDiscrete spaces in its shards: "
                         f"{exc}") from exc
@@ -67,7 +67,7 @@ def _main_not_reimported() -> Iterator[None]:
     file and spec while the process starts.
     """
     main = sys.modules.get("__main__")
-    saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if main is not None and k in main.__dict__}
+    saved: dict[str, Any] = {k: main.__dict__[k] for k in ("__file__", "__spec__") if main is not None and k in main.__dict__}
     try:
         if main is not None:
             main.__dict__.pop("__file__", None)
@@ -184,7 +184,8 @@ class Pool:
         """Round reports until they sum to ``env_steps`` env steps (at least one report, and one from
         every actor before the first chunk ends); bounded by
         ``actor_timeout`` without a report. An actor's error or death raises :class:`ActorError`."""
-        got, total = [], 0
+        got: list[tuple] = []
+        total = 0
         deadline = time.monotonic() + self.options.actor_timeout
         while total < env_steps or not got or len(self.reported) < len(self.procs):  # the first chunk hears all
             try:

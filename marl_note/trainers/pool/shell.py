@@ -83,14 +83,14 @@ def shell_refusal(agent: Any) -> str | None:
     return None
 
 
-def acting_shell(agent: AgentCore) -> AgentCore:
+def acting_shell(agent: AgentCore) -> Any:
     """A picklable, framework-free copy of ``agent`` that acts (weights loaded by :func:`load_acting_state`)."""
     reason = shell_refusal(agent)
     if reason is not None:
         raise TypeError(reason)
     core = _core_class(agent)
     assert core is not None
-    shell = object.__new__(core)
+    shell: Any = object.__new__(core)
     shell.__dict__.update({k: v for k, v in agent.__dict__.items() if k not in _DROPPED})
     shell.__dict__["_numpy_policy"] = copy.deepcopy(agent.numpy_policy())
     shell.nets = _PublishedNets()
@@ -110,7 +110,7 @@ def acting_state(agent: AgentCore) -> dict[str, np.ndarray]:
     out = {f"w.{k}": v for k, v in policy.weights.items()}
     out["agent_steps"] = np.asarray(agent.agent_steps, np.int64)
     out["replay_size"] = np.asarray(len(getattr(agent, "_feed", ())), np.int64)
-    explorer = getattr(agent, "policy", None)
+    explorer: Any = getattr(agent, "policy", None)
     if hasattr(explorer, "state_dict"):
         out.update({f"policy.{k}": np.asarray(v) for k, v in explorer.state_dict().items()})
     return out
@@ -122,7 +122,7 @@ def load_acting_state(shell: Any, state: dict[str, np.ndarray], version: int) ->
     shell._numpy_policy.load({k[2:]: v for k, v in state.items() if k.startswith("w.")}, int(version))
     shell.agent_steps = int(state["agent_steps"])
     shell._feed.replay.size = int(state["replay_size"])
-    explorer = getattr(shell, "policy", None)
+    explorer: Any = getattr(shell, "policy", None)
     keys = {k[len("policy."):]: v for k, v in state.items() if k.startswith("policy.")}
     if keys and hasattr(explorer, "load_state_dict"):
         explorer.load_state_dict(keys)
