@@ -45,7 +45,8 @@ class ActorError(RuntimeError):
 def shard_specs(spec: Any, seat: str) -> dict[str, tuple[tuple[int, ...], Any]]:
     """The shard columns for transitions of ``seat`` (from the env spec)."""
     try:
-        specs: dict[str, tuple[tuple[int, ...], Any]] = dict(transition_specs(spec.observation_space(seat), spec.action_space(seat)))
+        base = transition_specs(spec.observation_space(seat), spec.action_space(seat))
+        specs: dict[str, tuple[tuple[int, ...], Any]] = dict(base)
     except TypeError as exc:
         raise TypeError(f"the pool trainer stores Box/Discrete/MultiBinary/MultiDiscrete spaces in its shards: "
                         f"{exc}") from exc
@@ -67,7 +68,8 @@ def _main_not_reimported() -> Iterator[None]:
     file and spec while the process starts.
     """
     main = sys.modules.get("__main__")
-    saved: dict[str, Any] = {k: main.__dict__[k] for k in ("__file__", "__spec__") if main is not None and k in main.__dict__}
+    keys = ("__file__", "__spec__")
+    saved: dict[str, Any] = {k: main.__dict__[k] for k in keys if main is not None and k in main.__dict__}
     try:
         if main is not None:
             main.__dict__.pop("__file__", None)
