@@ -140,3 +140,47 @@ def test_box_action_agents_train_through_the_pool(name, no_leftovers):
     stats = trainer.train([agent], learning_mask=[1], plot=False, progress=False)
     assert min(stats["pool"]["transitions_per_actor"]) > 0 and agent.updates > 0
     assert stats["pool"]["actor_frameworks"] == []
+
+
+KILLED_LEARNER = """
+import multiprocessing, sys
+from marl_note.agents.torch import DQN
+from marl_note.trainers import DecentralizedTrainer
+from marl_note.trainers.callbacks import LambdaCallback
+
+def report(*args):
+    print(" ".join(str(p.pid) for p in multiprocessing.active_children()), flush=True)
+    sys.stdin.readline()  # wait to be killed
+
+trainer = DecentralizedTrainer("CartPole-v1", num_train_envs=2, num_test_envs=1, update_freq=32,
+                               episodes_per_train=1000, seed=0, actors=2)
+agent = DQN(trainer.observation_space("agent_0"), trainer.action_space("agent_0"), hidden_sizes=(8,), seed=0)
+trainer.train([agent], learning_mask=[1], plot=False, progress=False, callbacks=[LambdaCallback(on_collect_end=report)])
+"""
+
+
+def test_actors_exit_and_shards_are_freed_when_the_learner_is_killed(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    before = set(os.listdir("/dev/shm"))
+    script = tmp_path / "learner.py"
+    script.write_text(KILLED_LEARNER)
+    proc = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        pids = [int(p) for p in proc.stdout.readline().split()]
+        assert len(pids) == 2 and set(os.listdir("/dev/shm")) - before  # two actors, shards in place
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and (any(os.path.exists(f"/proc/{p}") for p in pids)
+                                               or set(os.listdir("/dev/shm")) - before):
+            time.sleep(0.1)
+        assert not any(os.path.exists(f"/proc/{p}") for p in pids)  # orphaned actors stop by themselves
+        assert set(os.listdir("/dev/shm")) - before == set()  # the resource tracker unlinked the shards
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
