@@ -171,7 +171,7 @@ class SharedRing:
             if deadline is not None and time.monotonic() > deadline:
                 raise RingFullError(f"the shard stayed full ({self.capacity} undrained rows) for {timeout} s: "
                                     f"the reader is not draining it")
-            time.sleep(0.001)
+            time.sleep(0.005)
         done = int(h[_DONE])
         # rows at the slots about to be overwritten are evicted (start moves first, then the data)
         if done + n - self.capacity > int(h[_START]):

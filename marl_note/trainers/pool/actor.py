@@ -176,7 +176,7 @@ def _run(config: ActorConfig, results: Any, stop: Any, locks: Any, credits: Any,
         opts = config.options
         while _running(stop):
             if rounds >= credits[config.index]:  # the learner has not consumed our earlier rounds yet
-                time.sleep(0.001)
+                time.sleep(0.005)  # a short nap: the learner shares the cores
                 continue
             if opts.num_store is not None:
                 stats = collector.collect(n_episodes=opts.num_store)
