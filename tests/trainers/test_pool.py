@@ -10,6 +10,7 @@ from pettingzoo.classic import tictactoe_v3
 
 from marl_note.trainers import DecentralizedTrainer
 from marl_note.trainers.pool.pool import ActorError
+from tests.trainers.pool_envs import crashing_cartpole
 
 torch = pytest.importorskip("torch")
 from marl_note.agents.torch import DQN  # noqa: E402
@@ -63,22 +64,6 @@ def test_self_play_with_shard_options_evicts_and_balances(no_leftovers):
     assert pool["evicted"] > 0  # clearing_freq evicted undrained rows
     assert sum(pool["transitions_per_actor"]) == agent.agent_steps > 0
     assert stats["num_collected_episodes"] >= 16
-
-
-def crashing_cartpole(parent):
-    """CartPole that raises on its 30th step, but only in another process than the test's."""
-    env = gym.make("CartPole-v1")
-
-    class Crash(gym.Wrapper):
-        steps = 0
-
-        def step(self, action):
-            self.steps += 1
-            if self.steps >= 30 and os.getpid() != parent:
-                raise RuntimeError("boom in the actor's env")
-            return self.env.step(action)
-
-    return Crash(env)
 
 
 def test_an_actor_crash_raises_its_traceback_and_cleans_up(no_leftovers):

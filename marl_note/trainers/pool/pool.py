@@ -59,6 +59,24 @@ def shard_specs(spec: Any, seat: str) -> dict[str, tuple[tuple[int, ...], Any]]:
     return specs
 
 
+_ACTOR_MODULES = ["marl_note.trainers.pool.actor", "marl_note.trainers.collector", "marl_note.agents.dqn",
+                  "marl_note.agents.ddpg", "marl_note.agents.sac"]  # numpy only
+
+
+def _preload_actor(ctx: Any) -> None:
+    """Have a forkserver that is not running yet import what an actor needs once, before it forks."""
+    if ctx.get_start_method() != "forkserver":
+        return
+    from multiprocessing import forkserver
+    current = list(getattr(getattr(forkserver, "_forkserver", None), "_preload_modules", None) or [])
+    wanted = current + [m for m in _ACTOR_MODULES if m not in current]
+    if wanted != current:
+        try:
+            ctx.set_forkserver_preload(wanted)
+        except Exception:  # noqa: BLE001 - an optimisation only
+            pass
+
+
 @contextlib.contextmanager
 def _main_not_reimported() -> Iterator[None]:
     """Start a process without it importing the user's main script (and the framework that imports).
@@ -134,6 +152,7 @@ class Pool:
             else:
                 seat_refs.append(("fixed", agent))
         ctx = start_context(None)  # forkserver where there is one: no re-import of the user's __main__
+        _preload_actor(ctx)
         self.results = ctx.Queue()
         self.credits = ctx.RawArray("q", [ROUNDS_AHEAD] * options.actors)  # rounds each actor may start
         self.stop = ctx.Event()
