@@ -169,3 +169,14 @@ def test_actors_exit_and_shards_are_freed_when_the_learner_is_killed(tmp_path):
     finally:
         proc.kill()
         proc.wait(timeout=10)
+
+
+def test_the_learner_drains_a_full_shard_while_it_waits_for_reports(no_leftovers):
+    # one actor fills its 500-row shard long before it has reported the 1500 env steps of a chunk:
+    # the learner must drain while it waits, or both wait on each other until actor_timeout
+    trainer = DecentralizedTrainer("CartPole-v1", num_train_envs=1, num_test_envs=1, update_freq=1500,
+                                   episodes_per_train=5, test_freq=5, episodes_per_test=1, seed=0, actors=1,
+                                   pool=dict(num_store=1, shard_capacity=500, actor_timeout=15))
+    agent = dqn(trainer)
+    stats = trainer.train([agent], learning_mask=[1], plot=False, progress=False)
+    assert stats["num_collected_steps"] >= 1500 and stats["pool"]["evicted"] == 0

@@ -164,6 +164,8 @@ def _run(config: ActorConfig, results: Any, stop: Any, locks: Any, credits: Any,
     rng = np.random.default_rng([config.index, 0 if config.seed is None else config.seed])
     writers = [_Writer(config, k, rings, locks, stop, rng) for k in range(len(config.shells))]
     learners = [ActorSeat(shell, boards[k], writers[k]) for k, shell in enumerate(config.shells)]
+    for seat in learners:  # every actor explores with its own stream
+        seat.shell.rng = np.random.default_rng(rng.integers(0, 2**63 - 1))
     seats = [learners[ref] if kind == "learner" else ref for kind, ref in config.seats]
     for seat in learners:
         seat.refresh()

@@ -78,9 +78,7 @@ class PoolRunLoop(RunLoop):
                 for r, n in zip(returns, lengths):
                     self.events.begin(actor)
                     self.events.end(actor, np.asarray(r, np.float64), n, None)
-        for learner, batch in zip(pool.learners, pool.drain()):
-            if batch is not None:
-                learner.observe(batch)
+        pool.feed()
         run.env_steps += stats.env_steps
         run.agent_steps += stats.agent_steps
         run.episodes += stats.episodes

@@ -212,6 +212,7 @@ class Pool:
             try:
                 msg = self.results.get(timeout=0.05)
             except queue.Empty:
+                self.feed()  # an actor may be waiting for room in its shard
                 self._check_alive()
                 if time.monotonic() > deadline:
                     raise ActorError(f"no round from any actor for {self.options.actor_timeout} s "
@@ -261,6 +262,15 @@ class Pool:
                                    terminated=cols["terminated"], truncated=cols["truncated"],
                                    mask=cols.get("mask"), next_mask=cols.get("next_mask"), stream=cols["stream"]))
         return out
+
+    def feed(self) -> int:
+        """Drain every shard into its learner (``observe``); returns the number of rows."""
+        total = 0
+        for learner, batch in zip(self.learners, self.drain()):
+            if batch is not None:
+                learner.observe(batch)
+                total += len(batch)
+        return total
 
     def lag(self, k: int) -> float:
         """Learner ``k``'s gradient steps minus the mean weight version its actors last acted with."""
