@@ -13,11 +13,17 @@ env             the env (a Gymnasium id, a Gymnasium or PettingZoo env or env fa
                 or with the same one and no new settings, reuses the trainer. One seat:
                 the agent plays it; several seats: MADDPG plays each agent's seat, any other
                 agent plays every seat (self-play).
-pool_network    True: the envs run in worker processes (needs ``processes``)
+pool_network    True: the envs run in worker processes (needs ``processes``); with any of
+                the shard options below, ``processes=N`` actor processes collect into
+                shared-memory shards while the learner trains (``actors=N``,
+                :mod:`marl_note.trainers.pool`)
 processes       ``processes=N`` worker processes hosting the envs (one env per worker
                 unless ``num_train_envs`` is given)
-window_size,    refused: they shape the per-process pools of the asynchronous actor-learner
-clearing_freq   pool network, which this library does not have yet
+window_size,    the pool's shard options (:class:`~marl_note.trainers.pool.options.PoolOptions`):
+clearing_freq,  ``window_size`` rows evicted from a full shard (or a callable), every
+window_size_,   ``clearing_freq`` rounds the oldest ``window_size_`` rows evicted, ``random``
+random,         writes balanced over the shards, ``num_store`` episodes per actor round;
+num_store       they need ``pool_network=True, processes=N``
 jit_compile     the built-in agents' ``compile`` option (XLA in TensorFlow, torch.compile);
                 an RL subclass refuses True (it compiles its own networks)
 callbacks       the trainer's callbacks, after the ones built from the agent's attributes
@@ -176,7 +182,7 @@ def _trainer(agent: Any, env: Any, processes: int | None, settings: dict[str, An
         last_processes, last_settings = cached[1]
         if processes in (None, last_processes) and (not settings or settings == last_settings):
             return cached[2]
-    envs = settings.get("num_train_envs", processes or 1)
+    envs = settings.get("num_train_envs", processes or settings.get("actors") or 1)
     defaults = {"num_train_envs": envs, "num_test_envs": 5, "episodes_per_test": 5, "update_freq": 16 * envs}
     trainer = DecentralizedTrainer(env_source(env), processes=processes, **{**defaults, **settings})
     agent.__dict__["_facade"] = (env, (processes, dict(settings)), trainer)
@@ -195,8 +201,9 @@ def _seats(agent: Any, trainer: DecentralizedTrainer) -> list[Any]:
 
 
 def train_agent(agent: Any, episodes: int, env: Any = None, pool_network: bool = False, processes: int | None = None,
-                window_size: int | None = None, clearing_freq: int | None = None, jit_compile: bool | None = None,
-                callbacks: Sequence[Any] | None = None, p: int | None = None, **options: Any) -> dict[str, Any]:
+                window_size: Any = None, clearing_freq: int | None = None, jit_compile: bool | None = None,
+                callbacks: Sequence[Any] | None = None, p: int | None = None, window_size_: int | None = None,
+                random: bool = False, num_store: int | None = None, **options: Any) -> dict[str, Any]:
     """``agent.train(...)``; see the module docstring for the arguments. Returns the trainer's statistics.
 
     Example:
@@ -210,15 +217,20 @@ def train_agent(agent: Any, episodes: int, env: Any = None, pool_network: bool =
     from marl_note.agents.train_bindings import bind_env, set_compile
 
     episodes = positive_int("episodes", episodes)
-    for name, value in (("window_size", window_size), ("clearing_freq", clearing_freq)):
-        if value is not None:
-            raise ValueError(f"train({name}=...) shapes the per-process replay pools of the original asynchronous "
-                             f"pool network (actors and a learner in parallel): it needs the actor-learner pool of "
-                             f"issue #11, not available yet; processes=N runs the envs in worker processes")
+    shard = {k: v for k, v in (("window_size", window_size), ("clearing_freq", clearing_freq),
+                                ("window_size_", window_size_), ("num_store", num_store)) if v is not None}
+    if random:
+        shard["random"] = random
+    if shard and not (pool_network and processes is not None):
+        raise ValueError(f"train({', '.join(f'{k}=...' for k in shard)}) shapes the per-actor replay shards of the "
+                         f"pool network: give pool_network=True, processes=N (N actor processes)")
     if pool_network and processes is None:
         raise ValueError("train(pool_network=True) runs the envs in worker processes: give processes=N")
     if processes is not None:
         processes = positive_int("processes", processes)
+    if shard:  # the actor-learner pool: processes=N actors, each filling its own shard
+        options = {**options, "actors": processes, "pool": shard}
+        processes = None
     if p is not None and (isinstance(p, bool) or not isinstance(p, (int, np.integer)) or p < 0):
         raise ValueError(f"p must be the number of progress reports (0: none), got {p!r}")
     if isinstance(callbacks, (str, bytes)) or (callbacks is not None and not isinstance(callbacks, Sequence)):

@@ -18,6 +18,8 @@ from marl_note.trainers.callbacks import CallbackList, EpisodeEvents, metric_val
 from marl_note.trainers.collector import Collector
 from marl_note.trainers.evaluation import baseline_opponents, evaluate_against
 from marl_note.trainers.plot import check_plot_path
+from marl_note.trainers.pool.loop import PoolRunLoop, check_pool_run
+from marl_note.trainers.pool.options import PoolOptions
 from marl_note.trainers.run_loop import RunLoop
 from marl_note.trainers.run_state import RunState, distinct, load_run, save_run
 from marl_note.trainers.seats import check_learners, check_seats, learner_of, positive_int, seat_flags
@@ -77,6 +79,13 @@ class DecentralizedTrainer:
     on rank 0 alone, and rank 0's decision to stop (budget, ``stop_fn``, ``stop_training``) is
     every rank's, after each chunk.
 
+    ``actors=N`` trains off-policy built-in agents (DQN, DDPG, SAC) with N actor processes that
+    own the train envs, act with numpy copies of the learning policies (republished every
+    ``sync_every`` gradient steps) and write into shared-memory shards while this process trains
+    on what they collected; ``pool`` takes the shard options (``window_size``, ``clearing_freq``
+    with ``window_size_``, ``random``, ``num_store``, ``shard_capacity``, ``actor_timeout``; see
+    :mod:`marl_note.trainers.pool`). An actor's error is raised here with its traceback.
+
     Example:
         >>> from marl_note.agents import RandomAgent
         >>> from marl_note.agents.torch import DQN
@@ -95,7 +104,8 @@ class DecentralizedTrainer:
                  stop_fn: Callable | None = None, reward_metric: Callable | None = None,
                  shared_memory: bool = True, seed: int | None = None, processes: int | None = None,
                  plot_path: str | None = None, step_timeout: float | None = DEFAULT_STEP_TIMEOUT,
-                 check_finite: bool = True, distributed: DistributedContext | None = None):
+                 check_finite: bool = True, distributed: DistributedContext | None = None,
+                 actors: int | None = None, sync_every: int = 1, pool: Mapping[str, Any] | None = None):
         check_not_reimporting_main("DecentralizedTrainer")
         self.env_fn = env_factory(env)
         self.check_finite = bool(check_finite)
@@ -112,6 +122,11 @@ class DecentralizedTrainer:
                 raise TypeError(f"{name} must be callable, got {type(fn).__name__}")
         if processes is not None and positive_int("processes", processes) < 1:
             raise ValueError("processes must be >= 1")
+        self.pool_options = None if actors is None else PoolOptions.build(actors, sync_every, pool)
+        if self.pool_options is None and pool is not None:
+            raise ValueError("pool options need actors=N (the number of actor processes)")
+        if self.pool_options is not None and processes is not None:
+            raise ValueError("actors=N already steps the train envs in N processes; leave processes=None")
         self.train_fn, self.test_fn = train_fn, test_fn
         self.save_best_fn, self.save_last_fn, self.stop_fn = save_best_fn, save_last_fn, stop_fn
         self.reward_metric = reward_metric
@@ -122,6 +137,8 @@ class DecentralizedTrainer:
             raise TypeError(f"distributed must be a DistributedContext, got {type(distributed).__name__}")
         self.distributed = DistributedContext() if distributed is None else distributed
         self.distributed.shard_batch(self.batch_size)  # the global batch must split evenly over the ranks
+        if self.pool_options is not None and self.distributed.distributed:
+            raise ValueError("actors=N and distributed= cannot be combined yet: run the actor pool in one process")
         self.plot_path = check_plot_path(plot_path)  # a .png path, checked before any work
         probe = adapt(self.env_fn())
         try:
@@ -272,6 +289,8 @@ class DecentralizedTrainer:
             check_checkpoint_target(checkpoint_path)  # a foreign directory is refused before any work
         if matchmaker is not None and not callable(matchmaker):
             raise TypeError(f"matchmaker must be callable, got {type(matchmaker).__name__}")
+        if self.pool_options is not None:
+            check_pool_run(matchmaker)
         callback_list = CallbackList(callbacks)
         chief = self.distributed.is_chief
         if not chief:  # checked on every rank, fired on rank 0 alone
@@ -283,7 +302,7 @@ class DecentralizedTrainer:
             if isinstance(baseline, str) and baseline != "auto":
                 raise ValueError(f"baseline must be 'auto', None, an agent or a {{seat: agent}} dict; got {baseline!r}")
             check_seats(self.spec, [opponents[a] for a in self.spec.possible_agents])
-        if not self._usable(self._train_venv):
+        if self.pool_options is None and not self._usable(self._train_venv):
             self._train_venv = self._venv(self.num_train_envs)
         run = RunState(next_test=self.test_freq)
         if resume_from is not None:
@@ -291,21 +310,26 @@ class DecentralizedTrainer:
         self._run, self._run_agents, self._run_callbacks = run, seats, callback_list.callbacks
         self._run_learners = distinct([a for a, ln in zip(seats, learn) if ln])
         self.history = run.history
-        session = RunLoop(self, seats, test_seats, learn, explore, callback_list, run, baseline, opponents,
-                           test_agents_given=test_agents is not None,
-                           checkpoint_path=checkpoint_path if chief else None)
+        loop_class = RunLoop if self.pool_options is None else PoolRunLoop
+        session = loop_class(self, seats, test_seats, learn, explore, callback_list, run, baseline, opponents,
+                             test_agents_given=test_agents is not None,
+                             checkpoint_path=checkpoint_path if chief else None)
         self.stop_training = False
         callback_list.fire("on_train_begin", self)
-        session.collector = Collector(self._train_venv, self.spec, seats, explore=explore, learn=learn,
-                                      matchmaker=matchmaker, check_finite=self.check_finite,
-                                      **EpisodeEvents(callback_list, self, run.episodes,
-                                                      lambda returns: self._metric(returns[None], learn)).hooks())
+        events = EpisodeEvents(callback_list, self, run.episodes, lambda returns: self._metric(returns[None], learn))
         seed = self.seed if resume_from is None else _resume_seed(self.seed, run)
-        session.collector.reset(seed=self.distributed.rank_seed(seed))
-        for learner in session.collector.learners:  # rank 0's weights; gradients averaged from here on
-            self.distributed.prepare(learner)
+        if isinstance(session, PoolRunLoop):  # the train envs live in actor processes (trainers/pool/)
+            session.start(self.pool_options, seed, events if any(events.hooks().values()) else None)
+            learners = session.learners
+        else:
+            session.collector = Collector(self._train_venv, self.spec, seats, explore=explore, learn=learn,
+                                          matchmaker=matchmaker, check_finite=self.check_finite, **events.hooks())
+            session.collector.reset(seed=self.distributed.rank_seed(seed))
+            learners = session.collector.learners
+            for learner in learners:  # rank 0's weights; gradients averaged from here on
+                self.distributed.prepare(learner)
         session.recorder = Recorder(run.series, learner_labels(self.spec.possible_agents, seats, learn,
-                                                               session.collector.learners, learner_of))
+                                                               learners, learner_of))
         return session
 
     def save_checkpoint(self, path: str, include_replay: bool = True) -> str:

@@ -24,8 +24,9 @@ def dqn(**kwargs):
 
 
 @pytest.mark.parametrize("kwargs,error,match", [
-    (dict(window_size=5), ValueError, "pool network"),
-    (dict(clearing_freq=5), ValueError, "pool network"),
+    (dict(window_size=5), ValueError, "give pool_network=True, processes=N"),
+    (dict(clearing_freq=5), ValueError, "give pool_network=True, processes=N"),
+    (dict(pool_network=True, processes=2, clearing_freq=5), ValueError, "clearing_freq needs window_size_"),
     (dict(pool_network=True), ValueError, "give processes=N"),
     (dict(processes=0), ValueError, "processes must be a positive integer"),
     (dict(p=-1), ValueError, "number of progress reports"),

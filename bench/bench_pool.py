@@ -1,0 +1,86 @@
+"""Pool trainer (actors=N) vs the synchronous trainer: wall-clock to a target score, env steps/s.
+
+    python bench/bench_pool.py [--target-cartpole 195] [--target-ttt 0.6] [--max-episodes 3000]
+                               [--actors 2] [--seed 0] [--tiny]
+
+(a) CartPole-v1 DQN and (b) tic-tac-toe self-play DQN (tested against a random player): each is
+trained with the same seed, agent and budget by the synchronous trainer and by the pool trainer
+(``actors``), and stopped when its periodic test reaches the target (``stop_fn``); reported are
+the wall-clock seconds, episodes and the last test metric of each, and the speed-up. Then the env
+steps per second of the pool with 1 and with 2 actors on CartPole (a DQN learner that does not
+learn: ``learning_starts`` beyond the run, so the numbers measure collection through the pool).
+``--tiny`` runs every part for a few seconds (a smoke test of the script, not a measurement).
+"""
+from __future__ import annotations
+
+import argparse
+import time
+import warnings
+
+warnings.filterwarnings("ignore", category=DeprecationWarning)
+from pettingzoo.classic import tictactoe_v3  # noqa: E402
+
+from marl_note.agents.torch import DQN  # noqa: E402
+from marl_note.trainers import DecentralizedTrainer  # noqa: E402
+
+
+def run(env, seats, target, episodes, actors, seed, **settings):
+    """Train to ``target``; returns (seconds, episodes, last test metric, env steps)."""
+    trainer = DecentralizedTrainer(env, episodes_per_train=episodes, seed=seed, actors=actors,
+                                   stop_fn=lambda metric, _: metric >= target, **settings)
+    agents = seats(trainer)
+    t0 = time.perf_counter()
+    try:
+        stats = trainer.train(agents, learning_mask=[1] * len(agents), plot=False, progress=False)
+    finally:
+        trainer.close()
+    seconds = time.perf_counter() - t0
+    return seconds, stats["num_collected_episodes"], trainer.history[-1][1], stats["num_collected_steps"]
+
+
+def cartpole_seats(hidden, learning_starts):
+    def seats(trainer):
+        return [DQN(trainer.observation_space("agent_0"), trainer.action_space("agent_0"), hidden_sizes=hidden,
+                    learning_starts=learning_starts, target_update=200, seed=0)]
+    return seats
+
+
+def ttt_seats(trainer):
+    agent = DQN(trainer.observation_space("player_1"), trainer.action_space("player_1"), hidden_sizes=(64, 64),
+                learning_starts=200, target_update=200, seed=0)
+    return [agent, agent]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--target-cartpole", type=float, default=195.0)
+    parser.add_argument("--target-ttt", type=float, default=0.6)
+    parser.add_argument("--max-episodes", type=int, default=3000)
+    parser.add_argument("--actors", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--tiny", action="store_true")
+    args = parser.parse_args()
+    episodes = 20 if args.tiny else args.max_episodes
+    common = dict(num_train_envs=4, num_test_envs=4, update_freq=64, test_freq=10 if args.tiny else 50,
+                  episodes_per_test=4 if args.tiny else 10)
+    cases = [("CartPole-v1 DQN", "CartPole-v1", cartpole_seats((64, 64), 500), args.target_cartpole),
+             ("tic-tac-toe self-play DQN", tictactoe_v3.env, ttt_seats, args.target_ttt)]
+    for name, env, seats, target in cases:
+        rows = {}
+        for label, actors in (("synchronous", None), (f"pool, {args.actors} actors", args.actors)):
+            rows[label] = run(env, seats, target, episodes, actors, args.seed, **common)
+            s, n, metric, steps = rows[label]
+            print(f"{name:28s} {label:18s} {s:8.1f} s  {n:6d} episodes  {steps:8d} env steps  "
+                  f"last test {metric:8.3f}  (target {target})", flush=True)
+        sync, pool = rows["synchronous"][0], rows[f"pool, {args.actors} actors"][0]
+        print(f"{name:28s} speed-up to the target: {sync / pool:.2f}x", flush=True)
+    steps_budget = 30 if args.tiny else 400
+    for actors in (1, 2):
+        s, n, _, steps = run("CartPole-v1", cartpole_seats((64, 64), 10**9), float("inf"), steps_budget, actors,
+                             args.seed, **{**common, "test_freq": 10**6, "episodes_per_test": 1})
+        print(f"CartPole collection through the pool, {actors} actor(s): {steps / s:9.0f} env steps/s "
+              f"({steps} steps, {n} episodes, {s:.1f} s incl. start-up)", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,86 @@
+"""The pool trainer's settings, checked once: actor count, weight sync and the shard options.
+
+The shard options keep the original library's names:
+
+- ``window_size``: when a shard has no room for a round's rows, evict its oldest ``window_size``
+  undrained rows at once (at least as many as the round needs), or ``window_size(undrained) ->
+  rows to evict``. None (default): the actor waits for the learner to drain the shard instead.
+- ``clearing_freq`` with ``window_size_``: every ``clearing_freq`` rounds an actor evicts the oldest
+  ``window_size_`` undrained rows of its shard (periodic eviction).
+- ``random``: an actor writes each round into one of the learner's shards (every actor's) chosen
+  with probability proportional to ``1 / (1 + undrained rows)``, which balances the shards.
+- ``num_store``: an actor's round is ``num_store`` finished episodes; None (default): a round is
+  ``update_freq / actors`` env steps (rounded up).
+
+Example:
+    >>> PoolOptions(actors=2, sync_every=4, window_size=100).window_size
+    100
+    >>> PoolOptions(actors=2, clearing_freq=5)
+    Traceback (most recent call last):
+    ...
+    ValueError: clearing_freq needs window_size_ (the number of oldest rows to evict every clearing_freq rounds)
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["PoolOptions", "SHARD_OPTIONS"]
+
+SHARD_OPTIONS = ("window_size", "clearing_freq", "window_size_", "random", "num_store", "shard_capacity",
+                 "actor_timeout")
+
+
+def _count(name: str, value: Any, allow_none: bool = True) -> int | None:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer{' or None' if allow_none else ''}, got {value!r}")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class PoolOptions:
+    """Actor processes (``actors``), weight publication every ``sync_every`` gradient steps, the
+    shard options (module docstring), ``shard_capacity`` rows per (actor, learner) shard and
+    ``actor_timeout`` seconds the learner waits on its actors (a round, a shard with room, a stop)."""
+
+    actors: int = 2
+    sync_every: int = 1
+    window_size: Any = None
+    clearing_freq: int | None = None
+    window_size_: int | None = None
+    random: bool = False
+    num_store: int | None = None
+    shard_capacity: int = 20_000
+    actor_timeout: float = 60.0
+
+    def __post_init__(self) -> None:
+        _count("actors", self.actors, allow_none=False)
+        _count("sync_every", self.sync_every, allow_none=False)
+        _count("shard_capacity", self.shard_capacity, allow_none=False)
+        if not (self.window_size is None or callable(self.window_size)):
+            _count("window_size", self.window_size)
+        _count("clearing_freq", self.clearing_freq)
+        _count("window_size_", self.window_size_)
+        _count("num_store", self.num_store)
+        if self.clearing_freq is not None and self.window_size_ is None:
+            raise ValueError("clearing_freq needs window_size_ (the number of oldest rows to evict every "
+                             "clearing_freq rounds)")
+        if self.window_size_ is not None and self.clearing_freq is None:
+            raise ValueError("window_size_ needs clearing_freq (how many rounds between evictions)")
+        if not isinstance(self.random, bool):
+            raise ValueError(f"random must be True or False, got {self.random!r}")
+        t = self.actor_timeout
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
+            raise ValueError(f"actor_timeout must be a positive number of seconds, got {t!r}")
+
+    @classmethod
+    def build(cls, actors: Any, sync_every: Any, options: Any) -> PoolOptions:
+        """From the trainer's ``actors``, ``sync_every`` and ``pool`` (a dict of shard options)."""
+        options = dict(options or {})
+        unknown = sorted(set(options) - set(SHARD_OPTIONS))
+        if unknown:
+            raise ValueError(f"unknown pool options {unknown}; use {list(SHARD_OPTIONS)}")
+        return cls(actors=actors, sync_every=sync_every, **options)

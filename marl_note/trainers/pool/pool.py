@@ -1,0 +1,285 @@
+"""The learner's side of the pool: actor processes, their shards and boards, and their lifetime.
+
+:class:`Pool` creates, per learner, a :class:`~marl_note.trainers.pool.board.WeightBoard` and one
+:class:`~marl_note.replay.shared.SharedRing` shard per actor, and starts the actor processes
+(forkserver where the platform has it, else spawn). The learner's loop then calls
+:meth:`Pool.wait_rounds` (the actors' round reports, bounded, watching for dead actors),
+:meth:`Pool.drain` (every shard's new rows as Transitions per learner) and :meth:`Pool.publish`
+(a learner's acting state as a new version). :meth:`Pool.close` stops the actors and unlinks
+every block; it is idempotent, runs on every exit path of a run and, as a last resort, at
+interpreter exit.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import queue
+import sys
+import time
+import weakref
+from collections.abc import Iterator
+from typing import Any
+
+import cloudpickle
+import numpy as np
+
+from marl_note.envs.subproc_pool import start_context
+from marl_note.replay.buffer import transition_specs
+from marl_note.replay.shared import SharedRing
+from marl_note.trainers.pool.actor import ActorConfig, actor_main
+from marl_note.trainers.pool.board import WeightBoard
+from marl_note.trainers.pool.options import PoolOptions
+from marl_note.trainers.pool.shell import acting_shell, acting_state, shell_refusal
+from marl_note.types import Transitions
+
+__all__ = ["Pool", "ActorError"]
+
+
+ROUNDS_AHEAD = 2  # rounds an actor may collect beyond those the learner consumed
+
+
+class ActorError(RuntimeError):
+    """An actor process failed; the message holds its traceback (or its exit code)."""
+
+
+def shard_specs(spec: Any, seat: str) -> dict[str, tuple[tuple[int, ...], Any]]:
+    """The shard columns for transitions of ``seat`` (from the env spec)."""
+    try:
+        base = transition_specs(spec.observation_space(seat), spec.action_space(seat))
+        specs: dict[str, tuple[tuple[int, ...], Any]] = dict(base)
+    except TypeError as exc:
+        raise TypeError(f"the pool trainer stores Box/Discrete/MultiBinary/MultiDiscrete spaces in its shards: "
+                        f"{exc}") from exc
+    specs["stream"] = ((), np.int64)
+    specs["order"] = ((), np.int64)
+    if spec.has_action_mask:
+        n = int(spec.action_space(seat).n)
+        specs["mask"] = ((n,), bool)
+        specs["next_mask"] = ((n,), bool)
+    return specs
+
+
+_ACTOR_MODULES = ["marl_note.trainers.pool.actor", "marl_note.trainers.collector", "marl_note.agents.dqn",
+                  "marl_note.agents.ddpg", "marl_note.agents.sac"]  # numpy only
+
+
+def _preload_actor(ctx: Any) -> None:
+    """Have a forkserver that is not running yet import what an actor needs once, before it forks."""
+    if ctx.get_start_method() != "forkserver":
+        return
+    from multiprocessing import forkserver
+    current = list(getattr(getattr(forkserver, "_forkserver", None), "_preload_modules", None) or [])
+    wanted = current + [m for m in _ACTOR_MODULES if m not in current]
+    if wanted != current:
+        try:
+            ctx.set_forkserver_preload(wanted)
+        except Exception:  # noqa: BLE001 - an optimisation only
+            pass
+
+
+@contextlib.contextmanager
+def _main_not_reimported() -> Iterator[None]:
+    """Start a process without it importing the user's main script (and the framework that imports).
+
+    An actor gets everything by value (cloudpickle) and its entry point from this package, so the
+    spawn/forkserver preparation step that re-runs ``__main__`` is skipped: hide the main module's
+    file and spec while the process starts.
+    """
+    main = sys.modules.get("__main__")
+    keys = ("__file__", "__spec__")
+    saved: dict[str, Any] = {k: main.__dict__[k] for k in keys if main is not None and k in main.__dict__}
+    try:
+        if main is not None:
+            main.__dict__.pop("__file__", None)
+            main.__dict__["__spec__"] = None
+        yield
+    finally:
+        if main is not None:
+            main.__dict__.pop("__spec__", None)
+            main.__dict__.update(saved)
+
+
+def _stop(procs: list[Any], stop: Any, results: Any, shms: list[Any]) -> None:
+    """Stop the actors (ask, then terminate, then kill; each bounded) and unlink every block."""
+    stop.set()
+    deadline = time.monotonic() + 3.0
+    while any(p.is_alive() for p in procs) and time.monotonic() < deadline:
+        try:  # an actor cannot exit while its queue feeder still holds items: keep reading
+            results.get(timeout=0.05)
+        except (queue.Empty, OSError, EOFError, ValueError):
+            pass
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+            p.join(timeout=1.0)
+        if p.is_alive():
+            p.kill()
+        p.join(timeout=1.0)
+    for shm in shms:
+        shm.unlink()
+    shms.clear()
+    results.cancel_join_thread()
+    results.close()
+
+
+class Pool:
+    """Actor processes acting for ``learners`` (distinct learning agents) over the trainer's env.
+
+    ``seats``/``explore``/``learn`` are the checked seats of the run. The train envs
+    (``trainer.num_train_envs``) are split over the actors as evenly as possible.
+    """
+
+    def __init__(self, trainer: Any, seats: list[Any], learners: list[Any], explore: list[bool],
+                 learn: list[bool], options: PoolOptions, seed: int | None):
+        if options.actors > trainer.num_train_envs:
+            raise ValueError(f"actors={options.actors} exceeds num_train_envs={trainer.num_train_envs}: each "
+                             f"actor needs at least one train env")
+        for agent in learners:
+            reason = shell_refusal(agent)
+            if reason is not None:
+                raise TypeError(reason)
+        self.options, self.learners, self.spec = options, learners, trainer.spec
+        names = trainer.spec.possible_agents
+        index = {id(a): k for k, a in enumerate(learners)}
+        seat_refs: list[Any] = []
+        learner_seat: dict[int, str] = {}
+        for name, agent, ln in zip(names, seats, learn):
+            if ln:
+                seat_refs.append(("learner", index[id(agent)]))
+                learner_seat.setdefault(index[id(agent)], name)
+            elif id(agent) in index:
+                seat_refs.append(("learner", index[id(agent)]))
+            else:
+                seat_refs.append(("fixed", agent))
+        ctx = start_context(None)  # forkserver where there is one: no re-import of the user's __main__
+        _preload_actor(ctx)
+        self.results = ctx.Queue()
+        self.credits = ctx.RawArray("q", [ROUNDS_AHEAD] * options.actors)  # rounds each actor may start
+        self.stop = ctx.Event()
+        self.procs: list[Any] = []
+        self._shms: list[Any] = []
+        self.rows_per_actor = np.zeros(options.actors, np.int64)
+        self.versions = np.full((options.actors, len(learners)), -1, np.int64)
+        self.published = [-1] * len(learners)
+        self.reported: set[int] = set()  # actors that reported a round
+        self.frameworks: set[str] = set()  # frameworks an actor reported imported (none expected)
+        self._finalizer = weakref.finalize(self, _stop, self.procs, self.stop, self.results, self._shms)
+        try:
+            self.boards = [self._own(WeightBoard.create(acting_state(a))) for a in learners]
+            for k in range(len(learners)):
+                self.publish(k)
+            specs = [shard_specs(self.spec, learner_seat[k]) for k in range(len(learners))]
+            self.rings = [[self._own(SharedRing.create(specs[k], options.shard_capacity))
+                           for k in range(len(learners))] for _ in range(options.actors)]
+            self.locks = [[ctx.Lock() for _ in learners] for _ in range(options.actors)] if options.random else None
+            shells = [acting_shell(a) for a in learners]
+            splits = np.array_split(np.arange(trainer.num_train_envs), options.actors)
+            round_steps = max(1, math.ceil(trainer.update_freq / options.actors))
+            for i, envs in enumerate(splits):
+                config = ActorConfig(index=i, env_fn=trainer.env_fn, num_envs=len(envs), env_offset=int(envs[0]),
+                                     spec=self.spec, seats=seat_refs, shells=shells, explore=list(explore),
+                                     learn=list(learn), boards=[b.handle for b in self.boards],
+                                     rings=[[r.handle for r in row] for row in self.rings], options=options,
+                                     round_steps=round_steps, seed=seed, check_finite=trainer.check_finite)
+                args = (cloudpickle.dumps(config), self.results, self.stop, self.locks, self.credits)
+                proc = ctx.Process(target=actor_main, args=args, daemon=True, name=f"marl_note-actor-{i}")
+                with _main_not_reimported():
+                    proc.start()
+                self.procs.append(proc)
+        except BaseException:
+            self.close()
+            raise
+
+    def _own(self, block: Any) -> Any:
+        self._shms.append(block)
+        return block
+
+    # -- the learner's loop ----------------------------------------------------------------------
+    def publish(self, k: int) -> None:
+        """Publish learner ``k``'s acting state; its version is the learner's gradient step count."""
+        agent = self.learners[k]
+        self.boards[k].publish(acting_state(agent), version=int(agent.updates))
+        self.published[k] = int(agent.updates)
+
+    def wait_rounds(self, env_steps: int) -> list[tuple]:
+        """Round reports until they sum to ``env_steps`` env steps (at least one report, and one from
+        every actor before the first chunk ends); bounded by
+        ``actor_timeout`` without a report. An actor's error or death raises :class:`ActorError`."""
+        got: list[tuple] = []
+        total = 0
+        deadline = time.monotonic() + self.options.actor_timeout
+        while total < env_steps or not got or len(self.reported) < len(self.procs):  # the first chunk hears all
+            try:
+                msg = self.results.get(timeout=0.05)
+            except queue.Empty:
+                self.feed()  # an actor may be waiting for room in its shard
+                self._check_alive()
+                if time.monotonic() > deadline:
+                    raise ActorError(f"no round from any actor for {self.options.actor_timeout} s "
+                                     f"(actor_timeout); the actors are alive but stuck") from None
+                continue
+            if msg[0] == "error":
+                raise ActorError(f"actor {msg[1]} failed:\n{msg[2]}")
+            got.append(msg)
+            self.reported.add(msg[1])
+            self.credits[msg[1]] += 1
+            self.frameworks.update(msg[7])
+            total += msg[2]
+            self.versions[msg[1]] = msg[6]
+            deadline = time.monotonic() + self.options.actor_timeout
+        return got
+
+    def _check_alive(self) -> None:
+        for i, p in enumerate(self.procs):
+            if not p.is_alive():
+                try:  # its traceback may still be on the way
+                    while True:
+                        msg = self.results.get(timeout=0.5)
+                        if msg[0] == "error":
+                            raise ActorError(f"actor {msg[1]} failed:\n{msg[2]}")
+                except queue.Empty:
+                    pass
+                raise ActorError(f"actor {i} (pid {p.pid}) died with exit code {p.exitcode} without a traceback")
+
+    def drain(self) -> list[Transitions | None]:
+        """Per learner: every shard's new rows, in each actor's write order, as one Transitions (or None)."""
+        out: list[Transitions | None] = []
+        for k in range(len(self.learners)):
+            parts = []
+            for i, row in enumerate(self.rings):
+                cols = row[k].drain()
+                self.rows_per_actor[i] += len(cols["rew"])
+                if len(cols["rew"]):
+                    parts.append(cols)
+            if not parts:
+                out.append(None)
+                continue
+            cols = {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
+            if self.options.random:  # rows of one stream may sit in several shards: restore their order
+                keep = np.lexsort((cols["order"], cols["stream"]))
+                cols = {name: c[keep] for name, c in cols.items()}
+            out.append(Transitions(obs=cols["obs"], act=cols["act"], rew=cols["rew"], next_obs=cols["next_obs"],
+                                   terminated=cols["terminated"], truncated=cols["truncated"],
+                                   mask=cols.get("mask"), next_mask=cols.get("next_mask"), stream=cols["stream"]))
+        return out
+
+    def feed(self) -> int:
+        """Drain every shard into its learner (``observe``); returns the number of rows."""
+        total = 0
+        for learner, batch in zip(self.learners, self.drain()):
+            if batch is not None:
+                learner.observe(batch)
+                total += len(batch)
+        return total
+
+    def lag(self, k: int) -> float:
+        """Learner ``k``'s gradient steps minus the mean weight version its actors last acted with."""
+        return float(self.learners[k].updates - self.versions[:, k].mean())
+
+    def evicted(self) -> int:
+        return int(sum(r.evicted for row in self.rings for r in row)) if self._shms else 0
+
+    def close(self) -> None:
+        """Stop every actor and unlink every shared block (idempotent)."""
+        self._finalizer()
+        self.locks = None  # release the semaphores now, not at interpreter exit
