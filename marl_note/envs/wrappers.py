@@ -82,10 +82,11 @@ class AgentIdFeature:
         if self.kind == "vector":
             return np.concatenate([np.asarray(obs, self.space.dtype), self.onehot.astype(self.space.dtype)])
         if self.kind == "image":
-            arr = np.asarray(obs, self.space.dtype)
+            dtype = np.dtype(self.space.dtype)
+            arr = np.asarray(obs, dtype)
             if arr.ndim == 2:
                 arr = arr[..., None]
-            plane = np.full((*arr.shape[:2], 1), self._plane_value(self.space.dtype, self.index), self.space.dtype)
+            plane = np.full((*arr.shape[:2], 1), self._plane_value(dtype, self.index), dtype)
             return np.concatenate([arr, plane], axis=-1)
         if self.kind == "dict":
             return {**obs, "agent_id": self.onehot.copy()}

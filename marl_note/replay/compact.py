@@ -338,13 +338,11 @@ class CompactReplayBuffer:
         if not 0 <= filled <= capacity or not 0 <= head < capacity or (filled < capacity and head != filled):
             raise ValueError(f"state_dict head {head} / filled {filled} are inconsistent with capacity {capacity}")
         specs = compact_specs(self.observation_space, self.action_space)
-        optional = {"mask": None, "next_mask": None, "discount": ((), np.dtype(np.float32))}
         for name in set(state) & set(OPTIONAL_FIELDS):
             arr = np.asarray(state[name])
-            shape = optional[name] or (arr.shape[1:], np.dtype(bool))
             if arr.ndim != (1 if name == "discount" else 2):
                 raise ValueError(f"state_dict[{name!r}] has shape {arr.shape}")
-            specs[name] = shape
+            specs[name] = ((), np.dtype(np.float32)) if name == "discount" else (arr.shape[1:], np.dtype(bool))
         for name, (shape, dtype) in specs.items():
             arr = np.asarray(state[name])
             if arr.shape != (filled, *shape) or arr.dtype != dtype:
