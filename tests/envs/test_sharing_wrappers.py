@@ -68,7 +68,7 @@ def test_one_shared_ppo_trains_over_every_simple_tag_seat_after_padding():
     from marl_note.trainers import DecentralizedTrainer
 
     trainer = DecentralizedTrainer(with_agent_id(pad_seats(lambda: simple_tag_v3.parallel_env(max_cycles=25))),
-                                   num_train_envs=2, num_test_envs=1, batch_size=32, update_freq=100, test_freq=4,
+                                   num_train_envs=2, num_test_envs=1, batch_size=32, update_freq=50, test_freq=4,
                                    episodes_per_train=4, episodes_per_test=1, seed=0)
     a0 = trainer.possible_agents[0]
     ppo = PPO(trainer.observation_space(a0), trainer.action_space(a0), hidden_sizes=(16,), n_steps=64, n_epochs=1,
