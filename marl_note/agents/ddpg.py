@@ -19,7 +19,7 @@ import numpy as np
 from marl_note.agents.core import AgentCore
 from marl_note.agents.exploration.noise import ExplorationNoise
 from marl_note.agents.networks import ACTIVATIONS, check_hidden_sizes, mlp_weights
-from marl_note.agents.schedule import gradient_steps, mean_metrics
+from marl_note.agents.schedule import NewSteps, check_update_count, gradient_steps, mean_metrics
 from marl_note.agents.spaces import ActionScaler, ObsEncoder, check_box_action_space, check_transitions
 from marl_note.replay.feed import ReplayFeed, check_num_steps, check_prioritized_options, network_space
 from marl_note.types import Transitions
@@ -72,6 +72,7 @@ class DDPGConfig:
     learning_starts: int = 1000
     replay_ratio: float = 1.0
     update_steps: int | None = None
+    update_count: str = "env_steps"
     action_l2: float = 0.0
     target_clip: tuple[float, float] | None = None
     max_grad_norm: float | None = None
@@ -95,6 +96,7 @@ class DDPGConfig:
             learning_starts=non_negative_int("learning_starts", self.learning_starts),
             replay_ratio=non_negative_float("replay_ratio", self.replay_ratio, "gradient steps per new transition"),
             update_steps=optional(non_negative_int, "update_steps", self.update_steps),
+            update_count=check_update_count(self.update_count),
             action_l2=non_negative_float("action_l2", self.action_l2),
             target_clip=_target_clip(self.target_clip),
             max_grad_norm=optional(positive_float, "max_grad_norm", self.max_grad_norm),
@@ -168,6 +170,7 @@ class DDPGCore(AgentCore):
                  actor_lr: float = _D.actor_lr, critic_lr: float = _D.critic_lr, gamma: float = _D.gamma,
                  tau: float = _D.tau, buffer_size: int = _D.buffer_size, learning_starts: int = _D.learning_starts,
                  replay_ratio: float = _D.replay_ratio, update_steps: int | None = _D.update_steps, noise=None,
+                 update_count: str = _D.update_count,
                  action_l2: float = _D.action_l2, target_clip: tuple[float, float] | None = _D.target_clip,
                  max_grad_norm: float | None = _D.max_grad_norm, PR: bool = _D.PR, alpha: float = _D.alpha,
                  beta: float = _D.beta, initial_TD: float = _D.initial_TD, num_steps: int = _D.num_steps,
@@ -179,7 +182,8 @@ class DDPGCore(AgentCore):
         self.cfg = cfg = DDPGConfig(
             hidden_sizes=hidden_sizes, activation=activation, actor_lr=actor_lr, critic_lr=critic_lr, gamma=gamma,
             tau=tau, buffer_size=buffer_size, learning_starts=learning_starts, replay_ratio=replay_ratio,
-            update_steps=update_steps, action_l2=action_l2, target_clip=target_clip, max_grad_norm=max_grad_norm,
+            update_steps=update_steps, update_count=update_count, action_l2=action_l2, target_clip=target_clip,
+            max_grad_norm=max_grad_norm,
             PR=PR, alpha=alpha, beta=beta, initial_TD=initial_TD, num_steps=num_steps)
         self.scaler = ActionScaler(box, "DDPG")
         self._feed = ReplayFeed(observation_space, action_space, buffer_size=cfg.buffer_size, gamma=cfg.gamma,
@@ -188,7 +192,7 @@ class DDPGCore(AgentCore):
                                 augment=augment, seed=int(self.rng.integers(0, 2**63 - 1)))
         self.replay = self._feed.replay
         self.noise = ExplorationNoise(noise, (self.scaler.dim,), sigma=0.1, seed=int(self.rng.integers(0, 2**63 - 1)))
-        self._new_transitions = 0
+        self._new = NewSteps(cfg.update_count)  # what replay_ratio multiplies
 
         obs_dim, act_dim = self.encoder.dim, self.scaler.dim
         weights = {**mlp_weights("actor", obs_dim, cfg.hidden_sizes, act_dim, self.init_rng),
@@ -231,8 +235,12 @@ class DDPGCore(AgentCore):
         self._feed.add(transitions, flat)
         n = len(transitions)
         self.agent_steps += n
-        self._new_transitions += n
+        self._new.observed(n)
         self.noise.episodes_ended(transitions.stream, transitions.done)
+
+    def observe_env_steps(self, env_steps: int) -> None:
+        """The trainer reports the env steps this agent acted in since its last batch (see ``update_count``)."""
+        self._new.env_stepped(env_steps)
 
     # -- learning ----------------------------------------------------------------------------------
     def _batch(self, batch: Transitions) -> DDPGBatch:
@@ -264,7 +272,7 @@ class DDPGCore(AgentCore):
 
     def update(self, batch_size: int) -> dict[str, Any]:
         """Run this call's gradient steps; returns mean metrics and ``gradient_steps``."""
-        new, self._new_transitions = self._new_transitions, 0
+        new = self._new.take()
         cfg = self.cfg
         steps = gradient_steps(len(self.replay), new, cfg.learning_starts, cfg.update_steps, cfg.replay_ratio)
         if not steps:
@@ -278,10 +286,10 @@ class DDPGCore(AgentCore):
 
     # -- state -------------------------------------------------------------------------------------
     def _extra_state(self) -> dict[str, np.ndarray]:
-        return {"new_transitions": np.asarray(self._new_transitions, np.int64), **self.noise.state_dict()}
+        return {"new_transitions": np.asarray(self._new.transitions, np.int64), **self.noise.state_dict()}
 
     def _load_extra_state(self, state: Mapping[str, Any]) -> None:
-        self._new_transitions = int(np.asarray(state.get("new_transitions", 0)))
+        self._new.transitions = int(np.asarray(state.get("new_transitions", 0)))
         self.noise.load_state_dict(state)
 
     def __repr__(self) -> str:

@@ -26,7 +26,7 @@ from marl_note.agents.core import AgentCore
 from marl_note.agents.exploration.masked import masked_argmax
 from marl_note.agents.exploration.policies import EpsGreedyQPolicy
 from marl_note.agents.networks import ACTIVATIONS, check_hidden_sizes, init_linear, mlp_weights
-from marl_note.agents.schedule import gradient_steps, mean_metrics
+from marl_note.agents.schedule import NewSteps, check_update_count, gradient_steps, mean_metrics
 from marl_note.agents.spaces import ObsEncoder, check_mask, check_transitions
 from marl_note.replay.feed import ReplayFeed, check_num_steps, check_prioritized_options, network_space
 from marl_note.types import Transitions
@@ -62,6 +62,7 @@ class DQNConfig:
     max_grad_norm: float | None = 10.0
     replay_ratio: float = 0.25
     update_steps: int | None = None
+    update_count: str = "env_steps"
     policy: Any = None
     replay: Any = None
     PR: bool = False
@@ -101,6 +102,7 @@ class DQNConfig:
                                                "gradient steps per new transition"))
         put("update_steps", optional(non_negative_int, "update_steps", self.update_steps,
                                      "gradient steps per update() call"))
+        put("update_count", check_update_count(self.update_count))
         if self.policy is not None and not callable(getattr(self.policy, "select", None)):
             raise TypeError(f"policy must have select(values, mask, rng), got {type(self.policy).__name__}")
         alpha, beta, initial_TD = check_prioritized_options(self.alpha, self.beta, self.initial_TD)
@@ -149,7 +151,8 @@ class DQNCore(AgentCore):
     actions legal at ``s'`` (``next_mask``), chosen by the online network when ``double=True``;
     ``discount`` is ``transitions.discount`` when present (n-step), else ``gamma``. Truncation
     still bootstraps; a row with no legal next action does not. Each ``update()`` call does
-    ``update_steps`` gradient steps, or ``max(1, round(replay_ratio * new transitions since the
+    ``update_steps`` gradient steps, or ``max(1, round(replay_ratio * new env steps (or transitions, see
+    ``update_count`` and :mod:`~marl_note.agents.schedule`) since the
     last call))`` when that is None, and none until ``learning_starts`` transitions are stored.
     With ``tau`` set the target network follows by Polyak averaging after every step; otherwise it
     is copied every ``target_update`` steps, or, with ``target_update_agent_steps=n``, at the end of
@@ -205,6 +208,7 @@ class DQNCore(AgentCore):
                  target_update_agent_steps: int | None = DQNConfig.target_update_agent_steps,
                  criterion: str = DQNConfig.criterion, max_grad_norm: float | None = DQNConfig.max_grad_norm,
                  replay_ratio: float = DQNConfig.replay_ratio, update_steps: int | None = DQNConfig.update_steps,
+                 update_count: str = DQNConfig.update_count,
                  policy: Any = None, replay: Any = None, seed: int | None = None, device: Any = "cpu",
                  compile: bool = False, PR: bool = DQNConfig.PR, alpha: float = DQNConfig.alpha,
                  beta: float = DQNConfig.beta, initial_TD: float = DQNConfig.initial_TD,
@@ -220,6 +224,7 @@ class DQNCore(AgentCore):
             learning_starts=learning_starts, double=double, target_update=target_update, tau=tau,
             target_update_agent_steps=target_update_agent_steps,
             criterion=criterion, max_grad_norm=max_grad_norm, replay_ratio=replay_ratio, update_steps=update_steps,
+            update_count=update_count,
             policy=policy, replay=replay, PR=PR, alpha=alpha, beta=beta, initial_TD=initial_TD, num_steps=num_steps,
             her=her, compute_reward=compute_reward, augment=augment, dueling=dueling)
         self.n_actions, self.action_start = int(action_space.n), int(action_space.start)
@@ -231,7 +236,7 @@ class DQNCore(AgentCore):
                                 replay=cfg.replay, augment=cfg.augment,
                                 seed=None if cfg.replay is not None else int(self.rng.integers(0, 2**63 - 1)))
         self.replay = self._feed.replay
-        self._new_transitions = 0
+        self._new = NewSteps(cfg.update_count)  # what replay_ratio multiplies
         self._target_block = 0  # agent_steps // target_update_agent_steps at the last target copy
         q = q_net_weights("q_net", self.encoder.dim, self.n_actions, cfg, self.init_rng)
         target = {"target_net" + k[len("q_net"):]: v.copy() for k, v in q.items()}
@@ -259,9 +264,13 @@ class DQNCore(AgentCore):
         self._feed.add(transitions, flat)  # n-step accumulation / HER episode storage happen here
         n = len(transitions)
         self.agent_steps += n
-        self._new_transitions += n
+        self._new.observed(n)
         if hasattr(self.policy, "step"):
             self.policy.step(n)
+
+    def observe_env_steps(self, env_steps: int) -> None:
+        """The trainer reports the env steps this agent acted in since its last batch (see ``update_count``)."""
+        self._new.env_stepped(env_steps)
 
     # -- learning ----------------------------------------------------------------------------------
     def arrays(self, batch: Transitions) -> dict[str, np.ndarray]:
@@ -306,7 +315,7 @@ class DQNCore(AgentCore):
     def update(self, batch_size: int) -> dict[str, Any]:
         """Run this call's gradient steps; returns mean metrics, policy metrics and ``gradient_steps``."""
         batch_size = positive_int("batch_size", batch_size)
-        new, self._new_transitions = self._new_transitions, 0
+        new = self._new.take()
         cfg = self.cfg
         steps = gradient_steps(len(self.replay), new, cfg.learning_starts, cfg.update_steps, cfg.replay_ratio)
         if not steps:
@@ -322,7 +331,7 @@ class DQNCore(AgentCore):
 
     # -- state -------------------------------------------------------------------------------------
     def _extra_state(self) -> dict[str, np.ndarray]:
-        state = {"new_transitions": np.asarray(self._new_transitions, np.int64)}
+        state = {"new_transitions": np.asarray(self._new.transitions, np.int64)}
         if self.cfg.target_update_agent_steps is not None:
             state["target_block"] = np.asarray(self._target_block, np.int64)
         if hasattr(self.policy, "state_dict"):
@@ -330,7 +339,7 @@ class DQNCore(AgentCore):
         return state
 
     def _load_extra_state(self, state: Mapping[str, Any]) -> None:
-        self._new_transitions = int(np.asarray(state.get("new_transitions", 0)))
+        self._new.transitions = int(np.asarray(state.get("new_transitions", 0)))
         if self.cfg.target_update_agent_steps is not None:
             self._target_block = int(np.asarray(state.get("target_block", 0)))
         if hasattr(self.policy, "load_state_dict"):

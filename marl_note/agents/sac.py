@@ -20,7 +20,7 @@ from marl_note import validation as check
 from marl_note.agents.core import AgentCore
 from marl_note.agents.exploration.masked import masked_argmax, masked_softmax, sample_categorical, uniform_legal
 from marl_note.agents.networks import ACTIVATIONS, check_hidden_sizes, mlp_weights
-from marl_note.agents.schedule import gradient_steps, mean_metrics
+from marl_note.agents.schedule import NewSteps, check_update_count, gradient_steps, mean_metrics
 from marl_note.agents.spaces import ActionScaler, ObsEncoder, check_box_action_space, check_mask, check_transitions
 from marl_note.replay.feed import ReplayFeed, check_num_steps, check_prioritized_options
 from marl_note.types import Transitions
@@ -70,6 +70,7 @@ class SACConfig:
     learning_starts: int = 1000
     replay_ratio: float = 1.0
     update_steps: int | None = None
+    update_count: str = "env_steps"
     init_temperature: float = 1.0
     autotune: bool = True
     target_entropy: float | None = None
@@ -96,6 +97,7 @@ class SACConfig:
         put("learning_starts", check.non_negative_int, "transitions stored before the first update")
         put("replay_ratio", check.non_negative_float, "gradient steps per new transition")
         put("update_steps", partial(check.optional, check.non_negative_int), "gradient steps per update() call")
+        object.__setattr__(self, "update_count", check_update_count(self.update_count))
         put("init_temperature", check.positive_float, "the entropy coefficient alpha before any update")
         if not isinstance(self.autotune, (bool, np.bool_)):
             raise TypeError(f"autotune must be True or False, got {self.autotune!r}")
@@ -176,6 +178,7 @@ class SACCore(AgentCore):
                  actor_lr: float = 3e-4, critic_lr: float = 3e-4, temperature_lr: float = 3e-4,
                  gamma: float = 0.99, tau: float = 0.005, buffer_size: int = 100_000,
                  learning_starts: int = 1000, replay_ratio: float = 1.0, update_steps: int | None = None,
+                 update_count: str = "env_steps",
                  init_temperature: float = 1.0, autotune: bool = True, target_entropy: float | None = None,
                  target_entropy_scale: float = 0.98, max_grad_norm: float | None = None,
                  PR: bool = False, alpha: float = 0.6, beta: float = 0.4, initial_TD: float = 1.0,
@@ -185,7 +188,8 @@ class SACCore(AgentCore):
             hidden_sizes=hidden_sizes, activation=activation, actor_lr=actor_lr, critic_lr=critic_lr,
             temperature_lr=temperature_lr, gamma=gamma, tau=tau, buffer_size=buffer_size,
             learning_starts=learning_starts, replay_ratio=replay_ratio, update_steps=update_steps,
-            init_temperature=init_temperature, autotune=autotune, target_entropy=target_entropy,
+            update_count=update_count, init_temperature=init_temperature, autotune=autotune,
+            target_entropy=target_entropy,
             target_entropy_scale=target_entropy_scale, max_grad_norm=max_grad_norm, PR=PR, alpha=alpha, beta=beta,
             initial_TD=initial_TD, num_steps=num_steps)
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
@@ -210,7 +214,7 @@ class SACCore(AgentCore):
             out_dim, critic_in, critic_out = 2 * self.action_dim, self.action_dim, 1
             default_target = -float(self.action_dim)
         self.target_entropy = cfg.target_entropy if cfg.target_entropy is not None else default_target
-        self._new_transitions = 0
+        self._new = NewSteps(cfg.update_count)  # what replay_ratio multiplies
 
         obs_dim = self.encoder.dim
         weights = mlp_weights("actor", obs_dim, cfg.hidden_sizes, out_dim, self.init_rng)
@@ -272,7 +276,11 @@ class SACCore(AgentCore):
                              f"{self.action_space}")
         self._feed.add(transitions, flat)
         self.agent_steps += len(transitions)
-        self._new_transitions += len(transitions)
+        self._new.observed(len(transitions))
+
+    def observe_env_steps(self, env_steps: int) -> None:
+        """The trainer reports the env steps this agent acted in since its last batch (see ``update_count``)."""
+        self._new.env_stepped(env_steps)
 
     # -- learning ----------------------------------------------------------------------------------
     def train_inputs(self, batch: Transitions, rng: np.random.Generator | None = None) -> dict[str, np.ndarray]:
@@ -324,7 +332,7 @@ class SACCore(AgentCore):
 
     def update(self, batch_size: int) -> dict[str, Any]:
         """Run this call's gradient steps; returns mean metrics and ``gradient_steps``."""
-        new, self._new_transitions = self._new_transitions, 0
+        new = self._new.take()
         cfg = self.cfg
         steps = gradient_steps(len(self._feed), new, cfg.learning_starts, cfg.update_steps, cfg.replay_ratio)
         if not steps:
@@ -333,10 +341,10 @@ class SACCore(AgentCore):
 
     # -- state -------------------------------------------------------------------------------------
     def _extra_state(self) -> dict[str, np.ndarray]:
-        return {"new_transitions": np.asarray(self._new_transitions, np.int64)}
+        return {"new_transitions": np.asarray(self._new.transitions, np.int64)}
 
     def _load_extra_state(self, state: Mapping[str, Any]) -> None:
-        self._new_transitions = int(np.asarray(state.get("new_transitions", 0)))
+        self._new.transitions = int(np.asarray(state.get("new_transitions", 0)))
 
     def __repr__(self) -> str:
         actions = f"n_actions={self.n_actions}" if self.discrete else f"action_dim={self.action_dim}"

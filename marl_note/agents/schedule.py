@@ -4,13 +4,69 @@ One ``update()`` call runs :func:`gradient_steps` gradient steps: none before ``
 transitions are stored, else ``update_steps`` or, when that is None, ``replay_ratio`` times the
 transitions observed since the last call (at least one); :func:`mean_metrics` runs them and
 averages their metrics. DQN, DDPG, SAC, MADDPG and the ``RL`` base class all go through here.
+
+What "new" counts is :class:`NewSteps`' business: by default (``update_count="env_steps"``) the env
+steps in which the agent acted, as the trainer reports them, so that one agent shared by N seats does
+the gradient steps per env step a one-seat agent does, not N times as many; ``"transitions"`` counts
+every stored transition (per seat). An agent fed by hand, with no env steps reported, counts
+transitions either way. ``update_steps`` is per ``update()`` call, which the trainer makes once per
+collection chunk for each learning agent however many seats it holds.
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["gradient_steps", "mean_metrics", "run_update_schedule"]
+__all__ = ["NewSteps", "UPDATE_COUNTS", "check_update_count", "gradient_steps", "mean_metrics",
+           "run_update_schedule"]
+
+UPDATE_COUNTS = ("env_steps", "transitions")
+
+
+def check_update_count(value: Any) -> str:
+    """``value`` if it names what ``replay_ratio`` multiplies (:data:`UPDATE_COUNTS`), else a ValueError."""
+    if value not in UPDATE_COUNTS:
+        raise ValueError(f"update_count must be 'env_steps' (replay_ratio gradient steps per env step the agent "
+                         f"acted in, however many seats it holds) or 'transitions' (per stored transition, "
+                         f"so N seats give N times as many), got {value!r}")
+    return str(value)
+
+
+class NewSteps:
+    """What an agent observed since its last ``update()``: transitions and, when reported, env steps.
+
+    :meth:`take` returns the count ``replay_ratio`` multiplies and starts over: env steps for
+    ``count="env_steps"`` once any have been reported (the trainer does), else transitions.
+
+    Example:
+        >>> new = NewSteps("env_steps")
+        >>> new.observed(6); new.take()  # nothing reported (an agent fed by hand): transitions
+        6
+        >>> new.observed(6); new.env_stepped(2); new.take()  # 3 seats of one shared agent, 2 env steps
+        2
+        >>> new = NewSteps("transitions"); new.observed(6); new.env_stepped(2); new.take()
+        6
+    """
+
+    __slots__ = ("count", "transitions", "env_steps", "reported")
+
+    def __init__(self, count: str = "env_steps"):
+        self.count = check_update_count(count)
+        self.transitions = 0
+        self.env_steps = 0
+        self.reported = False
+
+    def observed(self, transitions: int) -> None:
+        self.transitions += int(transitions)
+
+    def env_stepped(self, env_steps: int) -> None:
+        self.env_steps += int(env_steps)
+        self.reported = True
+
+    def take(self) -> int:
+        new = self.env_steps if self.count == "env_steps" and self.reported else self.transitions
+        self.transitions = self.env_steps = 0
+        return new
 
 
 def gradient_steps(stored: int, new: int, learning_starts: int, update_steps: int | None,

@@ -5,9 +5,9 @@ from marl_note.envs.main_guard import MissingMainGuardError
 from marl_note.envs.subproc import SubprocVectorEnv
 from marl_note.envs.subproc_errors import EnvTimeoutError
 from marl_note.envs.vector import AutoResetWorker, SyncVectorEnv
-from marl_note.envs.wrappers import AgentIdAEC, AgentIdParallel, with_agent_id
+from marl_note.envs.wrappers import AgentIdAEC, AgentIdFeature, AgentIdParallel, pad_seats, with_agent_id
 
 __all__ = ["AECAdapter", "GymAdapter", "ParallelAdapter", "StepResult", "adapt", "env_factory", "make_spec",
            "AutoResetWorker", "SyncVectorEnv", "BitFlippingEnv", "PointReachEnv",
            "SubprocVectorEnv", "EnvTimeoutError", "MissingMainGuardError", "AgentIdAEC", "AgentIdParallel",
-           "with_agent_id"]
+           "AgentIdFeature", "pad_seats", "with_agent_id"]

@@ -3,6 +3,7 @@
 Numpy only; nothing here imports torch or tensorflow.
 """
 from marl_note.replay.buffer import ReplayBuffer
+from marl_note.replay.compact import CompactReplayBuffer
 from marl_note.replay.feed import ReplayFeed
 from marl_note.replay.her import HERSample, HindsightRelabeler, goal_observation, goal_observation_space
 from marl_note.replay.her_buffer import HERReplayBuffer
@@ -15,6 +16,7 @@ from marl_note.replay.storage import RingStorage
 from marl_note.replay.sum_tree import SumTree
 from marl_note.replay.triplet import TripletReplayBuffer
 
-__all__ = ["ReplayBuffer", "PrioritizedReplayBuffer", "SumTree", "NStepAccumulator", "RolloutBuffer", "compute_gae",
+__all__ = ["ReplayBuffer", "CompactReplayBuffer",
+           "PrioritizedReplayBuffer", "SumTree", "NStepAccumulator", "RolloutBuffer", "compute_gae",
            "RingStorage", "HERReplayBuffer", "HindsightRelabeler", "HERSample", "goal_observation",
            "goal_observation_space", "JointReplayBuffer", "ReplayMemoryError", "ReplayFeed", "TripletReplayBuffer"]

@@ -22,15 +22,35 @@ import gymnasium as gym
 import numpy as np
 
 from marl_note.replay.buffer import ReplayBuffer
+from marl_note.replay.compact import CompactReplayBuffer
 from marl_note.replay.her import GOAL_KEYS, check_goal_space, goal_observation, goal_observation_space
 from marl_note.replay.her_buffer import HERReplayBuffer
 from marl_note.replay.nstep import NStepAccumulator
 from marl_note.replay.prioritized import PrioritizedReplayBuffer
-from marl_note.types import Transitions
+from marl_note.types import Transitions, space_shape_dtype
 
 __all__ = ["ReplayFeed", "check_prioritized_options", "check_num_steps", "is_goal_space", "network_space"]
 
 _HER_KEYS = ("strategy", "k")
+
+#: ``optimize_memory="auto"`` stores each observation once when one observation takes at least this many bytes.
+COMPACT_MIN_OBS_BYTES = 1024
+
+
+def use_compact(optimize_memory: Any, space: gym.Space) -> bool:
+    """Whether ``optimize_memory`` (True, False or ``"auto"``) asks for the compact layout over ``space``.
+
+    Example:
+        >>> frames, vectors = gym.spaces.Box(0, 255, (84, 84, 3), np.uint8), gym.spaces.Box(-1, 1, (4,))
+        >>> use_compact("auto", frames), use_compact("auto", vectors), use_compact(True, vectors)
+        (True, False, True)
+    """
+    if optimize_memory == "auto":
+        shape, dtype = space_shape_dtype(space)
+        return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize >= COMPACT_MIN_OBS_BYTES
+    if not isinstance(optimize_memory, (bool, np.bool_)):
+        raise ValueError(f"optimize_memory must be True, False or 'auto', got {optimize_memory!r}")
+    return bool(optimize_memory)
 
 
 def check_prioritized_options(alpha: Any, beta: Any, initial_TD: Any) -> tuple[float, float, float]:
@@ -105,6 +125,16 @@ class ReplayFeed:
     next to every batch that reaches the buffer (after n-step accumulation). Conflicting options
     raise ValueError.
 
+    ``optimize_memory=True`` stores each observation once
+    (:class:`~marl_note.replay.compact.CompactReplayBuffer` storage, for the uniform and the
+    prioritized buffer, with or without n-step): half the observation memory, and ``buffer_size``
+    then counts stored observations (a full buffer holds about ``buffer_size * L / (L + 1)``
+    transitions for episodes of ``L`` steps). The default ``"auto"`` does so where observations are
+    large (:data:`COMPACT_MIN_OBS_BYTES` or more each: images), where the memory matters; small
+    vector observations keep the plain layout. It does not apply to HER (whole episodes, its own layout), to
+    a buffer passed as ``replay=``, or with ``augment`` (augmented rows are not a stream's next
+    steps), which keep ``obs`` and ``next_obs`` per row.
+
     Example:
         >>> from marl_note.envs.goal_envs import BitFlippingEnv
         >>> env = BitFlippingEnv(n_bits=3)
@@ -123,7 +153,7 @@ class ReplayFeed:
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, *, buffer_size: int, gamma: float,
                  PR: bool = False, alpha: float = 0.6, beta: float = 0.4, initial_TD: float = 1.0,
                  num_steps: int = 1, her: Any = None, compute_reward=None, replay=None, seed: int | None = None,
-                 augment: Callable[[Transitions], Any] | None = None):
+                 augment: Callable[[Transitions], Any] | None = None, optimize_memory: bool | str = "auto"):
         if augment is not None and not callable(augment):
             raise TypeError(f"augment must be a function transitions -> transitions (or a list of them), "
                             f"got {type(augment).__name__}")
@@ -156,6 +186,7 @@ class ReplayFeed:
             if self.num_steps > 1:
                 raise ValueError("n-step returns (num_steps > 1) cannot be combined with HER: relabelled goals "
                                  "would change the rewards inside the n-step window")
+        compact = use_compact(optimize_memory, self.network_space) and augment is None and int(buffer_size) >= 2
         if replay is None:
             if self.her:
                 if compute_reward is None:
@@ -166,7 +197,10 @@ class ReplayFeed:
                                          seed=seed, **(her_opts or {}))
             elif PR:
                 replay = PrioritizedReplayBuffer(buffer_size, self.network_space, action_space, alpha=self.alpha,
-                                                 beta=self.beta, initial_TD=self.initial_TD, seed=seed)
+                                                 beta=self.beta, initial_TD=self.initial_TD, seed=seed,
+                                                 optimize_memory=compact)
+            elif compact:
+                replay = CompactReplayBuffer(buffer_size, self.network_space, action_space, seed=seed)
             else:
                 replay = ReplayBuffer(buffer_size, self.network_space, action_space, seed=seed)
         self.replay = replay

@@ -8,6 +8,7 @@ import gymnasium as gym
 import numpy as np
 
 from marl_note.replay.buffer import ReplayBuffer
+from marl_note.replay.compact import CompactReplayBuffer
 from marl_note.replay.sum_tree import SumTree
 from marl_note.types import NumpyState, Transitions
 
@@ -35,6 +36,10 @@ class PrioritizedReplayBuffer:
     :meth:`update_priorities` takes TD errors, or for PPO-style learners mixes
     ``lambda_ * |td| + (1 - lambda_) * |ratio - 1|``.
 
+    With ``optimize_memory=True`` the storage is a :class:`~marl_note.replay.compact.CompactReplayBuffer`
+    (each observation stored once; indices are its slots, and a slot holding only a frame, or whose
+    transition was overwritten, has priority 0).
+
     Like :class:`ReplayBuffer`, construction refuses (before allocating) a buffer whose
     :attr:`nbytes_estimate`, sum tree included, exceeds the machine's available memory.
 
@@ -58,7 +63,7 @@ class PrioritizedReplayBuffer:
     def __init__(self, capacity: int, observation_space: gym.Space, action_space: gym.Space,
                  alpha: float = 0.6, beta: float = 0.4, beta_final: float = 1.0,
                  beta_annealing_steps: int = 100_000, initial_TD: float = 1.0, eps: float = 1e-6,
-                 seed: int | None = None):
+                 seed: int | None = None, optimize_memory: bool = False):
         if not float(alpha) >= 0.0:
             raise ValueError(f"alpha must be >= 0, got {alpha}")
         self.alpha = float(alpha)
@@ -73,17 +78,21 @@ class PrioritizedReplayBuffer:
         if not (np.isfinite(eps) and eps >= 0):
             raise ValueError(f"eps must be a non-negative finite number, got {eps}")
         self.eps = float(eps)
-        self._buffer = ReplayBuffer(capacity, observation_space, action_space, seed=seed,
-                                    extra_bytes=SumTree.estimate_nbytes(capacity))  # memory checked with the tree
+        kind = CompactReplayBuffer if optimize_memory else ReplayBuffer
+        self.optimize_memory = bool(optimize_memory)
+        self._buffer: ReplayBuffer | CompactReplayBuffer = kind(
+            capacity, observation_space, action_space, seed=seed,
+            extra_bytes=SumTree.estimate_nbytes(capacity))  # memory checked with the tree
         self._tree = SumTree(capacity)
         self._max_priority = float(initial_TD)  # in |td| units, before eps and alpha
         self._sample_calls = 0
 
     @staticmethod
-    def estimate_nbytes(capacity: int, observation_space: gym.Space, action_space: gym.Space) -> int:
+    def estimate_nbytes(capacity: int, observation_space: gym.Space, action_space: gym.Space,
+                        optimize_memory: bool = False) -> int:
         """Bytes a buffer of ``capacity`` transitions would allocate, sum tree included; allocates nothing."""
-        return (ReplayBuffer.estimate_nbytes(capacity, observation_space, action_space)
-                + SumTree.estimate_nbytes(capacity))
+        kind = CompactReplayBuffer if optimize_memory else ReplayBuffer
+        return kind.estimate_nbytes(capacity, observation_space, action_space) + SumTree.estimate_nbytes(capacity)
 
     # -- delegated storage -----------------------------------------------------------------------
     @property
@@ -134,8 +143,13 @@ class PrioritizedReplayBuffer:
 
     def priorities(self) -> np.ndarray:
         """Sampling probabilities P(i) of the stored items (storage order)."""
-        p = np.asarray(self._tree.leaves[: len(self)])
+        p = np.asarray(self._tree.leaves)[self._stored()]
         return p / p.sum()
+
+    def _stored(self) -> np.ndarray:
+        if isinstance(self._buffer, CompactReplayBuffer):
+            return self._buffer.stored_indices()
+        return np.arange(len(self))
 
     def effective_sample_size(self) -> float:
         """``1 / sum_i P(i)^2``: equals ``len(self)`` for uniform priorities, 1 when one item dominates."""
@@ -146,6 +160,8 @@ class PrioritizedReplayBuffer:
     def add(self, transitions: Transitions) -> np.ndarray:
         """Store a batch at the current max priority; return the storage indices written."""
         idx = self._buffer.add(transitions)
+        if isinstance(self._buffer, CompactReplayBuffer) and self._buffer.last_evicted.size:
+            self._tree.update(self._buffer.last_evicted, np.zeros(self._buffer.last_evicted.size))
         self._tree.update(idx, np.full(idx.shape[0], self._to_tree(self._max_priority)))
         return idx
 
@@ -188,6 +204,8 @@ class PrioritizedReplayBuffer:
         self.set_priorities(indices, raw)
 
     def _check_indices(self, indices) -> np.ndarray:
+        if isinstance(self._buffer, CompactReplayBuffer):
+            return self._buffer.check_indices(indices)
         indices = np.asarray(indices)
         if indices.ndim != 1 or indices.dtype.kind not in "iu":
             raise ValueError(f"indices must be a 1-D integer array, got {indices.dtype} {indices.shape}")
@@ -277,7 +295,12 @@ class PrioritizedReplayBuffer:
             tree.load_state_dict({"leaves": ours["tree_leaves"], "ptr": ours["tree_ptr"]})
         except ValueError as err:
             raise ValueError(f"state_dict {_PREFIX}tree_*: {err}") from None
-        size = int(np.asarray(state.get("size", -1)))
-        if np.any(np.asarray(tree.leaves)[max(size, 0):] != 0):
+        if isinstance(self._buffer, CompactReplayBuffer):
+            nxt = np.asarray(state.get("next", np.zeros(0)))
+            stored = np.zeros(self.capacity, bool)
+            stored[: nxt.size] = nxt >= 0
+        else:
+            stored = np.arange(self.capacity) < int(np.asarray(state.get("size", 0)))
+        if np.any(np.asarray(tree.leaves)[~stored] != 0):
             raise ValueError("state_dict tree has non-zero priorities beyond the stored items")
         return state, tree, max_p, calls, alpha

@@ -7,7 +7,9 @@ assembler keeps whatever is open and hands its closed rows to the learner on ``d
 
 - :class:`SeatAssembler` (``observe``): per-(env, agent) streams; a transition opens when an agent
   acts and closes when that same agent next acts or its episode ends (as terminal or truncated,
-  with its own final observation). Rewards between the two are summed into it.
+  with its own final observation). Rewards between the two are summed into it. It also counts the
+  env steps in which the learner acted (in any of its seats) and reports them with each batch to a
+  learner that has ``observe_env_steps`` (its ``replay_ratio`` counts them, not seats x steps).
 - :class:`JointAssembler` (``observe_joint``): one row per env step with every acting agent's data,
   padded over ``possible_agents``, for a centralised learner (MADDPG).
 
@@ -98,12 +100,14 @@ class SeatAssembler:
 
     hears_every_seat = False
     __slots__ = ("open", "seat_of", "num_agents", "has_mask", "obs", "act", "rew", "next_obs", "term", "trunc",
-                 "mask", "next_mask", "stream")
+                 "mask", "next_mask", "stream", "acted", "env_steps")
 
     def __init__(self, spec: EnvSpec, num_envs: int):
         self.seat_of = {a: k for k, a in enumerate(spec.possible_agents)}
         self.num_agents, self.has_mask = spec.num_agents, spec.has_action_mask
         self.open: list[dict[str, OpenTransition]] = [{} for _ in range(num_envs)]
+        self.acted = [False] * num_envs  # whether the learner acted in this env since its last step
+        self.env_steps = 0  # env steps it acted in, not yet delivered
         self._clear()
 
     def _clear(self) -> None:
@@ -122,11 +126,16 @@ class SeatAssembler:
 
     def reset(self) -> None:
         self.open = [{} for _ in self.open]
+        self.acted = [False] * len(self.open)
 
     def on_act(self, env: int, agent: str, obs: Any, act: Any, mask: np.ndarray | None) -> None:
         self.open[env][agent] = OpenTransition(obs, act, mask)
+        self.acted[env] = True
 
     def on_step(self, env: int, res: StepResult) -> None:
+        if self.acted[env]:
+            self.env_steps += 1
+            self.acted[env] = False
         opened = self.open[env]
         if not opened:
             return
@@ -171,6 +180,10 @@ class SeatAssembler:
 
     def deliver(self, learner: Any) -> None:
         learner.observe(self.take())
+        report = getattr(learner, "observe_env_steps", None)
+        if callable(report) and self.env_steps:
+            report(self.env_steps)
+        self.env_steps = 0
 
 
 class JointAssembler:

@@ -46,6 +46,7 @@ class RunLoop:
     baseline_on: bool | None = None  # decided at the first test
     stopped: bool = False  # by stop_fn
     batches: int = 0  # learner update calls of this train(), counted for the batch events
+    chunk_env_steps: int = 0  # env steps of the last collection chunk (gradient steps per env step are logged)
     last_metrics: dict[str, float] = field(default_factory=dict)
     last_test: dict[str, Any] = field(default_factory=dict)
 
@@ -86,6 +87,7 @@ class RunLoop:
             self.trainer.train_fn(run.episodes, run.env_steps)
         chunk_env_steps = self.trainer.update_freq
         stats = collector.collect(n_steps=chunk_env_steps)
+        self.chunk_env_steps = stats.env_steps
         run.env_steps += stats.env_steps
         run.agent_steps += stats.agent_steps
         run.episodes += stats.episodes
@@ -110,7 +112,9 @@ class RunLoop:
             self.callbacks.fire("on_batch_begin", self.trainer, self.batches,
                              {"learner": index, "episodes": self.run.episodes, "env_steps": self.run.env_steps})
             metrics = learner.update(batch_size) or {}
-            self.recorder.update(index, self.run.episodes, metrics, self.trainer.batch_size)
+            logged = metrics if "gradient_steps" not in metrics else {  # the update accounting, recorded too
+                **metrics, "gradient_steps_per_env_step": metrics["gradient_steps"] / max(1, self.chunk_env_steps)}
+            self.recorder.update(index, self.run.episodes, logged, self.trainer.batch_size)
             steps += int(metrics.get("gradient_steps", 0))
             self.run.updates += int(metrics.get("gradient_steps", 0))
             self.last_metrics = {k: float(cast(Any, v)) for k, v in metrics.items() if np.isscalar(v)}

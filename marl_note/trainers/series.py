@@ -47,8 +47,8 @@ PANELS = {"test": "test reward metric", "reward": "training reward (last 100 epi
           "callbacks": "callbacks (e.g. Elo)"}
 _EXPLORATION = {"eps", "epsilon", "tau", "temperature", "noise_sigma", "sigma", "noise_scale", "alpha", "log_alpha",
                 "ent_coef", "entropy", "exploration_rate"}
-_KNOBS = {"batch_size", "gradient_steps", "per_beta", "beta", "lr", "learning_rate", "num_updates", "update_steps",
-          "update_batches", "n_steps", "num_steps", "clip_range", "target_kl"}
+_KNOBS = {"batch_size", "gradient_steps", "gradient_steps_per_env_step", "per_beta", "beta", "lr", "learning_rate",
+          "num_updates", "update_steps", "update_batches", "n_steps", "num_steps", "clip_range", "target_kl"}
 
 
 def panel_of(name: str) -> str:

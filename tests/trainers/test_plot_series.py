@@ -40,7 +40,8 @@ def test_a_short_train_records_every_series_once_per_chunk_and_plots_them(tmp_pa
     count = Count()
     stats = trainer.train([learner_for(trainer)], learning_mask=[1], progress=False, callbacks=[count])
     series = trainer.run_state.all_series()
-    assert set(series) == {"test_metric", "train_reward", "loss", "eps", "gradient_steps", "batch_size"}
+    assert set(series) == {"test_metric", "train_reward", "loss", "eps", "gradient_steps", "batch_size",
+                           "gradient_steps_per_env_step"}
     assert len(series["test_metric"]) == count.tests >= 2
     for name in ("loss", "eps", "gradient_steps", "batch_size"):  # one update per chunk
         assert len(series[name]) == count.chunks, name
