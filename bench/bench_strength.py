@@ -15,7 +15,7 @@ instead of training. The issue's targets (#14): connect four >= 0.90 as first pl
 as second against win-or-block, >= 0.60 against alpha-beta depth 2; tic-tac-toe no loss to the
 perfect player.
 
-Run:  python bench/bench_strength.py [--game both] [--episodes 15000] [--ttt-episodes 6000] [--seed 0]
+Run:  python bench/bench_strength.py [--game both] [--episodes 15000] [--ttt-episodes 8000] [--seed 0]
 """
 from __future__ import annotations
 
@@ -108,7 +108,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--game", choices=("both", "connect_four", "tictactoe"), default="both")
     parser.add_argument("--episodes", type=int, default=15000, help="connect four training games")
-    parser.add_argument("--ttt-episodes", type=int, default=6000, help="tic-tac-toe training games")
+    parser.add_argument("--ttt-episodes", type=int, default=8000, help="tic-tac-toe training games")
     parser.add_argument("--games", type=int, default=200, help="evaluation games per seat and opponent")
     parser.add_argument("--depths", default="2", help="alpha-beta depths to play, comma-separated")
     parser.add_argument("--seed", type=int, default=0)

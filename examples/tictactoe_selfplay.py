@@ -1,14 +1,19 @@
 """Tic-tac-toe self-play DQN, kept by its strength against search players (the demo: ``make demo``).
 
-One DQN learns both seats. Each training game it plays itself (``--self-play`` of the games), a
-frozen snapshot of itself (a new one every ``--snapshot-every`` games; the snapshots it scores worst
-against are drawn more often: prioritized fictitious self-play) or, in a small share of the games
-(``--fixed-fraction``), a win-or-block player (wins when it can, blocks an immediate loss,
-otherwise plays at random). At every test the learner plays greedy games in both seats against a
-win-or-block player and the perfect player; the weights whose worst seat against the worst of
-them scores best (win 1, draw 0.5) are kept and restored at the end (``KeepStrongest``). Those
-selection games use other seeds than the final evaluation, which plays 200 fresh games per seat
-against a random player, the win-or-block player and the perfect player (the goal: no losses to
+One DQN learns both seats. Each training game it plays itself (``self_play``: half of the games,
+both seats learning), a frozen snapshot of itself (a new one every ``snapshot_every`` games; the
+snapshots it scores worst against are drawn more often: prioritized fictitious self-play) or, in a
+minority of the games (``fixed_fraction``: 20%), a fixed player: a win-or-block player (wins when
+it can, blocks an immediate loss, otherwise plays at random) or the perfect player
+(``train_vs_perfect``), drawn by the same priorities. Every stored move is also stored on the 7
+rotated and reflected boards (``DQN(augment=symmetries)``). Exploration: epsilon from 1 to 0.1
+over 20k moves, for the learner and its opponents.
+
+At every test the learner plays 100 greedy games per seat against a win-or-block player and the
+perfect player; the weights whose worst seat against the worst of them scores best (win 1, draw
+0.5; the mean breaks ties) are kept and restored at the end (``KeepStrongest``). Those selection
+games use other players and seeds than the final evaluation, which plays 200 fresh games per seat
+against a random player, a win-or-block player and the perfect player (the goal: no losses to
 it; a draw is the best anyone can do against it).
 
 The run is deterministic for a given ``--seed`` on a given machine and library version.
@@ -60,10 +65,10 @@ def symmetries(t: Transitions) -> list[Transitions]:
             for perm, inv in zip(PERMUTATIONS, INVERSE)]
 
 
-def train(episodes: int = 6000, seed: int = 0, plot: str | None = "runs/tictactoe_selfplay.png",
-          progress: bool = True, self_play: float = 0.5, fixed_fraction: float = 0.1,
-          snapshot_every: int = 500, select_games: int = 50, test_freq: int = 500, eps_min: float = 0.05,
-          eps_steps: int = 10_000, opponent_explore: bool = False, train_vs_perfect: bool = False, **dqn_options):
+def train(episodes: int = 8000, seed: int = 0, plot: str | None = "runs/tictactoe_selfplay.png",
+          progress: bool = True, self_play: float = 0.5, fixed_fraction: float = 0.2,
+          snapshot_every: int = 500, select_games: int = 100, test_freq: int = 500, eps_min: float = 0.1,
+          eps_steps: int = 20_000, opponent_explore: bool = True, train_vs_perfect: bool = True, **dqn_options):
     """Train the self-play DQN and restore its strongest weights; returns ``(learner, trainer, stats)``
     (the caller closes the trainer). ``stats["strength"]`` tells which weights were kept."""
     torch.set_num_threads(1)  # these small MLPs train fastest on one thread of a 2-core machine
@@ -71,7 +76,8 @@ def train(episodes: int = 6000, seed: int = 0, plot: str | None = "runs/tictacto
                                    update_freq=100, test_freq=test_freq, episodes_per_train=episodes,
                                    episodes_per_test=20, seed=seed, plot_path=plot)
     options = dict(hidden_sizes=(128, 128), lr=1e-3, gamma=0.99, buffer_size=200_000, learning_starts=1000,
-                   target_update=250, augment=symmetries, policy=EpsGreedyQPolicy(1.0, eps_min, eps_steps))
+                   target_update=250, replay_ratio=0.5, augment=symmetries,
+                   policy=EpsGreedyQPolicy(1.0, eps_min, eps_steps))
     options.update(dqn_options)
     learner = DQN(trainer.observation_space("player_1"), trainer.action_space("player_1"), seed=seed, **options)
     pool = OpponentPool(learner, trainer.spec, snapshot_every=snapshot_every, sampling="prioritized",
@@ -98,7 +104,7 @@ def evaluate(trainer: DecentralizedTrainer, learner, seed: int = 0, games: int =
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--episodes", type=int, default=6000, help="training episodes (self-play games)")
+    parser.add_argument("--episodes", type=int, default=8000, help="training episodes (self-play games)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--games", type=int, default=200, help="evaluation games per seat and opponent")
     parser.add_argument("--plot", default="runs/tictactoe_selfplay.png")
