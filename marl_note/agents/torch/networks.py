@@ -16,7 +16,8 @@ Example:
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -33,14 +34,38 @@ from marl_note.agents.torch.common import (
     optimizer_to_numpy,
 )
 
-__all__ = ["TorchNetworks", "ACTIVATION_MODULES"]
+__all__ = ["TorchNetworks", "ACTIVATION_MODULES", "ConvTorso", "conv_from_numpy"]
 
 ACTIVATION_MODULES = {"relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU, "gelu": nn.GELU}
 assert set(ACTIVATION_MODULES) == set(ACTIVATIONS)
 
 
-def sequential_from_numpy(prefix: str, weights: Mapping[str, np.ndarray], activation: str) -> nn.Sequential:
-    """``Linear -> act -> ... -> Linear`` holding the arrays ``{prefix}.{2j}.weight/bias`` of ``weights``."""
+class ConvTorso(nn.Sequential):
+    """``Conv2d -> act -> ...`` on channels-last images ``[B, H, W, C]``, flattened to ``[B, C' * H' * W']``."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        return super().forward(x.permute(0, 3, 1, 2)).flatten(1)
+
+
+def conv_from_numpy(prefix: str, weights: Mapping[str, np.ndarray], layers: Sequence[tuple[int, int, int, int]],
+                    activation: str) -> ConvTorso:
+    """The :class:`ConvTorso` holding ``{prefix}.{2j}.weight/bias`` (``layers``: channels, kernel, stride, padding)."""
+    mods: list[nn.Module] = []
+    for j, (_, k, s, p) in enumerate(layers):
+        w = np.asarray(weights[f"{prefix}.{2 * j}.weight"], np.float32)
+        b = np.asarray(weights[f"{prefix}.{2 * j}.bias"], np.float32)
+        conv = nn.utils.skip_init(nn.Conv2d, w.shape[1], w.shape[0], k, stride=s, padding=p)
+        with torch.no_grad():
+            conv.weight.copy_(torch.from_numpy(w))
+            conv.bias.copy_(torch.from_numpy(b))
+        mods += [conv, ACTIVATION_MODULES[activation]()]
+    return ConvTorso(*mods)
+
+
+def sequential_from_numpy(prefix: str, weights: Mapping[str, np.ndarray], activation: str,
+                          conv: Sequence[tuple[int, int, int, int]] | None = None) -> nn.Sequential:
+    """``Linear -> act -> ... -> Linear`` holding the arrays ``{prefix}.{2j}.weight/bias`` of ``weights``,
+    behind the conv torso ``{prefix}.conv`` when ``conv`` (its layers) is given."""
     if activation not in ACTIVATION_MODULES:
         raise ValueError(f"unknown activation {activation!r}; choose one of {sorted(ACTIVATION_MODULES)}")
     layers: list[nn.Module] = []
@@ -58,6 +83,9 @@ def sequential_from_numpy(prefix: str, weights: Mapping[str, np.ndarray], activa
         j += 1
     if not layers:
         raise KeyError(f"no layers named {prefix}.0.weight in the weights")
+    if conv:
+        torso = conv_from_numpy(f"{prefix}.conv", weights, conv, activation)
+        return nn.Sequential(OrderedDict([("conv", torso), *((str(i), m) for i, m in enumerate(layers))]))
     return nn.Sequential(*layers)
 
 
@@ -77,10 +105,11 @@ class TorchNetworks:
         self.version = 0  # counts weight changes (optimiser steps, syncs, loads): the numpy copy's freshness
 
     # -- building --------------------------------------------------------------------------------------
-    def mlp(self, name: str, weights: Mapping[str, np.ndarray], activation: str, trainable: bool = True
-            ) -> nn.Sequential:
-        """Register and return the MLP ``name`` built from ``weights`` (a target net: ``trainable=False``)."""
-        net = sequential_from_numpy(name, weights, activation).to(self.device)
+    def mlp(self, name: str, weights: Mapping[str, np.ndarray], activation: str, trainable: bool = True,
+            conv: Sequence[tuple[int, int, int, int]] | None = None) -> nn.Sequential:
+        """Register and return the MLP ``name`` built from ``weights`` (a target net: ``trainable=False``),
+        behind a conv torso ``{name}.conv`` with ``conv`` layers (channels, kernel, stride, padding)."""
+        net = sequential_from_numpy(name, weights, activation, conv).to(self.device)
         net.requires_grad_(trainable)
         self.modules[name] = net
         return net
