@@ -115,6 +115,8 @@ class ConvMLP:
 class TFNetworks:
     """Named Keras models and optimisers of one agent; numpy in, numpy out."""
 
+    numpy_conv_acting = True  # conv torsos act in numpy too: as fast as a traced TF call, or faster
+
     def __init__(self, device: Any = "cpu", compile: bool = False):
         self.device = tf_device(device)
         self.compile = bool(compile)

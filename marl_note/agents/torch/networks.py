@@ -97,6 +97,8 @@ class TorchNetworks:
     slots under its name, in PyTorch's layout (the TF networks write the same keys).
     """
 
+    numpy_conv_acting = False  # conv torsos act in torch: faster than numpy at the default layer sizes
+
     def __init__(self, device: Any = "cpu", compile: bool = False):
         self.device = torch.device(device)
         self.compile = bool(compile)
