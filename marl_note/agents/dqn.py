@@ -23,7 +23,7 @@ import gymnasium as gym
 import numpy as np
 
 from marl_note.agents.core import AgentCore
-from marl_note.agents.encoders import TORSOS, agent_encoder, check_conv_layers, replay_space
+from marl_note.agents.encoders import agent_encoder, check_conv_layers, replay_space, torso_factory
 from marl_note.agents.exploration.masked import masked_argmax
 from marl_note.agents.exploration.policies import EpsGreedyQPolicy
 from marl_note.agents.networks import ACTIVATIONS, check_hidden_sizes, init_linear, mlp_weights, torso_weights
@@ -114,8 +114,8 @@ class DQNConfig:
         put("num_steps", check_num_steps(self.num_steps))
         check_callable("compute_reward", self.compute_reward, "compute_reward(achieved_goal, desired_goal, info)")
         check_callable("augment", self.augment, "transitions -> transitions (or a list of them)")
-        if self.torso not in TORSOS:
-            raise ValueError(f"torso must be one of {list(TORSOS)}, got {self.torso!r}")
+        if torso_factory(self.torso) is not None and self.dueling:
+            raise ValueError("a user-supplied torso takes dueling=False (its features go straight to the Q-network)")
         put("conv_layers", None if self.conv_layers is None else check_conv_layers(self.conv_layers))
         for name in ("double", "PR", "dueling"):
             put(name, bool(getattr(self, name)))
@@ -169,6 +169,12 @@ class DQNCore(AgentCore):
     dueling network: a shared torso of ``hidden_sizes`` under a value head ``V(s)`` and an
     advantage head ``A(s, a)``, ``Q = V + A - mean_a A`` (state keys ``q_net.torso.*``,
     ``q_net.value.*``, ``q_net.advantage.*``).
+
+    Observations of any space go through :class:`~marl_note.agents.encoders.ObsEncoder`: Dict and
+    Tuple ones are flattened (and stored flat), image-shaped Boxes read by a conv torso
+    ``q_net.conv.*`` (``torso="auto" | "mlp" | "conv"``, ``conv_layers``); ``torso=factory`` puts a
+    user-supplied ``torch.nn.Module`` / Keras layer (``q_net.user.*``) in front of the MLP, recorded
+    in checkpoints by its import path (``dueling=False``; it acts in the framework).
 
     Replay options (shared with DDPG, see :class:`~marl_note.replay.feed.ReplayFeed`):
     ``PR=True, alpha, beta, initial_TD`` builds a prioritized buffer (``|TD|`` fed back after each
@@ -231,7 +237,13 @@ class DQNCore(AgentCore):
             her=her, compute_reward=compute_reward, augment=augment, dueling=dueling, torso=torso,
             conv_layers=conv_layers)
         self.encoder = agent_encoder(observation_space, cfg.torso, cfg.conv_layers)  # goal dicts as HER reads them
-        self.cfg = cfg = replace(cfg, torso=self.encoder.torso, conv_layers=self.encoder.conv_layers or None)
+        user_path = None if self.encoder.factory is None else self.encoder.factory[0]
+        self.cfg = cfg = replace(cfg, torso=user_path or self.encoder.torso,
+                                 conv_layers=self.encoder.conv_layers or None)
+        if user_path is not None:  # a user torso: recorded by import path, acting in the framework
+            if "_saving_config" in self.__dict__:
+                self.__dict__["_saving_config"]["torso"] = cfg.torso
+            numpy_acting = False
         self.n_actions, self.action_start = int(action_space.n), int(action_space.start)
         self.gamma = cfg.gamma
         self.policy = cfg.policy if cfg.policy is not None else EpsGreedyQPolicy(1.0, 0.05, n_steps_annealing=10_000)
@@ -245,9 +257,14 @@ class DQNCore(AgentCore):
         self._new_transitions = 0
         self._target_block = 0  # agent_steps // target_update_agent_steps at the last target copy
         conv, in_dim = torso_weights("q_net", self.encoder, self.init_rng)  # a conv torso for images
+        if self.encoder.factory is not None:
+            self.torso_seed = int(self.init_rng.integers(0, 2**31 - 1))
+            in_dim = self.Networks.user_torso_width(self.encoder.factory[1], self.encoder.input_shape)
         q = {**conv, **q_net_weights("q_net", in_dim, self.n_actions, cfg, self.init_rng)}
         target = {"target_net" + k[len("q_net"):]: v.copy() for k, v in q.items()}
-        self.nets = self.Networks({**q, **target}, cfg, device=self.device, compile=self.compile)
+        user = None if self.encoder.factory is None else (self.encoder.factory[1], self.encoder.input_shape,
+                                                          self.torso_seed)
+        self.nets = self.Networks({**q, **target}, cfg, device=self.device, compile=self.compile, user=user)
         self._publish_numpy(numpy_acting, {"q_net": ("dueling" if cfg.dueling else "mlp", "q_net")}, cfg.activation,
                             conv=cfg.conv_layers)
         self.noise_scale = GradientNoiseScale()  # fed by gradient_noise_scale(); not part of state_dict()

@@ -13,6 +13,10 @@
   least 8x8 (images, Go or chess planes) and ``"mlp"`` otherwise (vectors, small boards such as
   tic-tac-toe and connect four, whose default stays the MLP); ``torso="conv"`` forces a conv torso
   on any rank-2 (``HxW``, one channel) or rank-3 Box;
+- or a user-supplied torso (DQN): ``torso=factory`` (a function at the top level of a module, or
+  its ``"module:qualname"`` path) called with the network input's shape (a Box's own shape, else
+  ``(dim,)``) and returning a ``torch.nn.Module`` / Keras layer that gives flat features;
+  :func:`torso_factory` checks that a checkpoint can import it again;
 - the conv layers (``conv_layers``: ``(channels, kernel, stride, padding)`` per layer), by default
   the Atari network for images of 36 pixels or more a side and two 3x3 "same" layers below that.
 
@@ -40,8 +44,8 @@ import numpy as np
 
 from marl_note.types import Transitions
 
-__all__ = ["ObsEncoder", "agent_encoder", "replay_space", "flat_obs_dim", "TORSOS", "check_conv_layers",
-           "default_conv_layers", "conv_output_shape"]
+__all__ = ["ObsEncoder", "agent_encoder", "torso_factory", "replay_space", "flat_obs_dim", "TORSOS",
+           "check_conv_layers", "default_conv_layers", "conv_output_shape"]
 
 TORSOS = ("auto", "mlp", "conv")
 _LEAVES = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiBinary, gym.spaces.MultiDiscrete)
@@ -130,6 +134,48 @@ def _flatten_nested(space: gym.Space, obs: Any, name: str) -> list[np.ndarray]:
     return [_encode_leaf(space, _check_leaf(space, obs, name))]
 
 
+def torso_factory(torso: Any) -> tuple[str, Any] | None:
+    """``(import path, factory)`` of a user-supplied torso (a callable or a ``"module:qualname"``
+    string), None for the named torsos; a ValueError for one a checkpoint could not import again.
+
+    Example:
+        >>> torso_factory("mlp") is None, torso_factory("numpy:zeros")[0]
+        (True, 'numpy:zeros')
+        >>> torso_factory(lambda space: None)
+        Traceback (most recent call last):
+        ...
+        ValueError: torso=<lambda> cannot be imported again when a checkpoint is restored ...
+    """
+    import importlib
+
+    if isinstance(torso, str) and torso in TORSOS:
+        return None
+    if isinstance(torso, str):
+        module, _, qualname = torso.partition(":")
+        if not module or not qualname:
+            raise ValueError(f"torso must be one of {list(TORSOS)}, a function, or a 'module:qualname' import "
+                             f"path, got {torso!r}")
+        try:
+            fn: Any = importlib.import_module(module)
+            for part in qualname.split("."):
+                fn = getattr(fn, part)
+        except (ImportError, AttributeError) as exc:
+            raise ValueError(f"torso={torso!r} cannot be imported ({type(exc).__name__}: {exc})") from None
+        if not callable(fn):
+            raise ValueError(f"torso={torso!r} is not callable")
+        return torso, fn
+    if not callable(torso):
+        raise ValueError(f"torso must be one of {list(TORSOS)}, a function, or a 'module:qualname' import path, "
+                         f"got {torso!r}")
+    module, qualname = getattr(torso, "__module__", None), getattr(torso, "__qualname__", "")
+    path = f"{module}:{qualname}"
+    if not module or "<" in qualname:
+        raise ValueError(f"torso={getattr(torso, '__name__', torso)} cannot be imported again when a checkpoint "
+                         f"is restored (checkpoints hold no code): pass a function defined at the top level of an "
+                         f"importable module, or its 'module:qualname' path")
+    return path, torso
+
+
 def check_conv_layers(layers: Any) -> tuple[tuple[int, int, int, int], ...]:
     """``layers`` as ``((channels, kernel, stride, padding), ...)`` of ints, or a ValueError.
 
@@ -205,8 +251,9 @@ class ObsEncoder:
         if not isinstance(space, (*_LEAVES, *_NESTED)):
             raise TypeError(f"unsupported observation space {space!r}: use Box, Discrete, MultiBinary, "
                             f"MultiDiscrete, or Dict/Tuple of those")
-        if torso not in TORSOS:
-            raise ValueError(f"torso must be one of {list(TORSOS)}, got {torso!r}")
+        self.factory = torso_factory(torso)  # a user-supplied torso: (import path, factory)
+        if self.factory is not None:
+            torso = "user"
         self.space = space
         self.nested = isinstance(space, _NESTED)
         self.dim = flat_obs_dim(space)
@@ -233,6 +280,11 @@ class ObsEncoder:
 
     def _resolve(self, torso: str) -> str:
         space = self.space
+        if torso == "user":
+            if self.nested:
+                raise ValueError(f"a user-supplied torso reads Box, Discrete, MultiBinary or MultiDiscrete "
+                                 f"observations, got {space!r}")
+            return "user"
         rank = len(space.shape or ()) if isinstance(space, gym.spaces.Box) else 0
         if torso == "conv":
             if rank not in (2, 3):
@@ -244,6 +296,15 @@ class ObsEncoder:
             if np.dtype(space.dtype) == np.uint8 or min(h, w) >= 8:
                 return "conv"
         return "mlp"
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        """Shape of one network input: ``image_shape``, a Box's own shape for a user torso, else ``(dim,)``."""
+        if self.image_shape is not None:
+            return self.image_shape
+        if self.torso == "user" and isinstance(self.space, gym.spaces.Box):
+            return tuple(self.space.shape)
+        return (self.dim,)
 
     @property
     def conv_out_dim(self) -> int:
@@ -282,6 +343,9 @@ class ObsEncoder:
         arr = self.check(obs, name)
         if self.nested:
             return np.ascontiguousarray(arr, dtype=np.float32)
+        if self.torso == "user" and isinstance(self.space, gym.spaces.Box):  # the space's own shape
+            x = arr.astype(np.float32)
+            return x * np.float32(1 / 255) if np.dtype(self.space.dtype) == np.uint8 else x
         if self.image_shape is not None:
             x = arr.reshape(len(arr), *self.image_shape).astype(np.float32)
             return x * np.float32(self.scale) if self.scale != 1.0 else x

@@ -109,7 +109,8 @@ class PPOConfig:
                                                                    "in the priority"))
         put(self, "initial_ratio", non_negative_float("initial_ratio", self.initial_ratio))
         if self.torso not in TORSOS:
-            raise ValueError(f"torso must be one of {list(TORSOS)}, got {self.torso!r}")
+            raise ValueError(f"torso must be one of {list(TORSOS)} (a user-supplied torso is for DQN), "
+                             f"got {self.torso!r}")
         put(self, "conv_layers", None if self.conv_layers is None else check_conv_layers(self.conv_layers))
         if self.initial_priority <= 0:
             raise ValueError("the initial priority lambda_ * initial_TD + (1 - lambda_) * initial_ratio must be > 0")

@@ -58,15 +58,20 @@ class DQNNetworks(TFNetworks):
     """Online and target Q-networks, Adam, the TD target and one guarded gradient step (numpy in and out)."""
 
     def __init__(self, weights: Mapping[str, np.ndarray], config: DQNConfig, device: Any = "cpu",
-                 compile: bool = False):
+                 compile: bool = False, user: Any = None):
         super().__init__(device, compile)
         self.config = config
         self.conv = config.conv_layers if config.torso == "conv" else None
+        self.user = user  # (factory, input shape, seed) of a user-supplied torso
         self.q_net = self.q_network("q_net", weights)
         self.target_net = self.q_network("target_net", weights)
+        if user is not None:
+            self.sync("target_net", "q_net")
         self.adam("optimizer", ["q_net"], lr=config.lr)
         n = self.params["q_net"][-1][1].shape[0]
-        obs, vec = self.obs_spec(weights, "q_net", self.conv), tf.TensorSpec([None], tf.float32)
+        obs = (self.obs_spec(weights, "q_net", self.conv) if user is None
+               else tf.TensorSpec([None, *user[1]], tf.float32))
+        vec = tf.TensorSpec([None], tf.float32)
         legal = tf.TensorSpec([None, n], tf.bool)
         self._forward = tf.function(lambda x: self.q_net(x), input_signature=[obs], reduce_retracing=True)
         self._target_fn = self.function(self._target, [obs, vec, vec, vec, legal])
@@ -75,6 +80,8 @@ class DQNNetworks(TFNetworks):
         self._grad_sq_fn = self.function(self._grad_sq, step_signature)
 
     def q_network(self, name: str, weights: Mapping[str, np.ndarray]):
+        if self.user is not None:
+            return self.user_mlp(name, weights, self.config.activation, self.user)
         if not self.config.dueling:
             return self.mlp(name, weights, self.config.activation, self.conv)
         with tf.device(self.device):

@@ -38,7 +38,14 @@ from marl_note.agents.tf.common import (
     tf_device,
 )
 
-__all__ = ["TFNetworks", "keras_mlp", "ConvTorso", "ConvMLP"]
+__all__ = ["TFNetworks", "keras_mlp", "ConvTorso", "ConvMLP", "UserMLP"]
+
+
+def _user_layer(factory: Any, shape: tuple[int, ...]):
+    layer = factory(tuple(shape))
+    if not isinstance(layer, keras.layers.Layer):
+        raise TypeError(f"the torso factory returned a {type(layer).__name__}, expected a Keras layer or model")
+    return layer
 
 
 def keras_mlp(prefix: str, weights: Mapping[str, np.ndarray], activation: str):
@@ -112,6 +119,22 @@ class ConvMLP:
         return self.mlp(tf.reshape(self.conv(x), [-1, self.in_dim]), training=training)
 
 
+class UserMLP:
+    """A user-supplied Keras torso ``{prefix}.user`` (its trainable weights, in order, as
+    ``{prefix}.user.{i}``) under the Keras MLP ``{prefix}``."""
+
+    def __init__(self, prefix: str, weights: Mapping[str, np.ndarray], activation: str, torso: Any,
+                 shape: tuple[int, ...]):
+        self.torso = torso
+        torso(tf.zeros((1, *shape), tf.float32))  # builds its weights
+        self.mlp, mlp_params = keras_mlp(prefix, weights, activation)
+        self.in_dim = int(np.asarray(weights[f"{prefix}.0.weight"]).shape[1])
+        self.params = [(f"{prefix}.user.{i}", v, False) for i, v in enumerate(torso.trainable_weights)] + mlp_params
+
+    def __call__(self, x, training: bool = False):
+        return self.mlp(tf.reshape(self.torso(x, training=training), [-1, self.in_dim]), training=training)
+
+
 class TFNetworks:
     """Named Keras models and optimisers of one agent; numpy in, numpy out."""
 
@@ -138,6 +161,21 @@ class TFNetworks:
                 model, params = keras_mlp(name, weights, activation)
         self.models[name], self.params[name] = model, params
         return model
+
+    def user_mlp(self, name: str, weights: Mapping[str, np.ndarray], activation: str, user: Any) -> UserMLP:
+        """Register and return the MLP ``name`` behind a user-supplied torso: ``user`` is
+        ``(factory, input shape, seed)``, ``factory(input_shape)`` a Keras layer giving features."""
+        factory, shape, _ = user
+        with tf.device(self.device):
+            net = UserMLP(name, weights, activation, _user_layer(factory, shape), tuple(shape))
+        self.models[name], self.params[name] = net, net.params
+        return net
+
+    @staticmethod
+    def user_torso_width(factory: Any, shape: tuple[int, ...]) -> int:
+        """Width of the flat features ``factory(shape)`` gives (one probe batch of zeros)."""
+        out = _user_layer(factory, shape)(tf.zeros((1, *shape), tf.float32))
+        return int(np.prod(out.shape[1:]))
 
     @staticmethod
     def obs_spec(weights: Mapping[str, np.ndarray], prefix: str, conv: Any = None) -> tf.TensorSpec:

@@ -46,16 +46,21 @@ class DQNNetworks(TorchNetworks):
     """Online and target Q-networks, Adam, the TD target and one checked gradient step (numpy in and out)."""
 
     def __init__(self, weights: Mapping[str, np.ndarray], config: DQNConfig, device: Any = "cpu",
-                 compile: bool = False):
+                 compile: bool = False, user: Any = None):
         super().__init__(device, compile)
         self.config = config
         self.conv = config.conv_layers if config.torso == "conv" else None
+        self.user = user  # (factory, input shape, seed) of a user-supplied torso
         self.q_net = self.q_network("q_net", weights)
         self.target_net = self.q_network("target_net", weights, trainable=False)
+        if user is not None:
+            self.sync("target_net", "q_net")
         self.adam("optimizer", ["q_net"], lr=config.lr)
         self._loss_fn = maybe_compile(self._loss, self.compile, "DQN loss")
 
     def q_network(self, name: str, weights: Mapping[str, np.ndarray], trainable: bool = True) -> nn.Module:
+        if self.user is not None:
+            return self.user_mlp(name, weights, self.config.activation, self.user, trainable)
         if not self.config.dueling:
             return self.mlp(name, weights, self.config.activation, trainable, self.conv)
         net = DuelingQNet(name, weights, self.config.activation, self.conv).to(self.device)

@@ -116,6 +116,32 @@ class TorchNetworks:
         self.modules[name] = net
         return net
 
+    def user_mlp(self, name: str, weights: Mapping[str, np.ndarray], activation: str, user: Any,
+                 trainable: bool = True) -> nn.Sequential:
+        """Register and return the MLP ``name`` behind a user-supplied torso ``{name}.user``: ``user`` is
+        ``(factory, input shape, seed)``, ``factory(input_shape)`` an ``nn.Module`` giving features."""
+        factory, shape, seed = user
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            torso = factory(tuple(shape))
+        if not isinstance(torso, nn.Module):
+            raise TypeError(f"the torso factory returned a {type(torso).__name__}, expected a torch.nn.Module")
+        head = sequential_from_numpy(name, weights, activation)
+        net = nn.Sequential(OrderedDict([("user", torso), ("flatten", nn.Flatten()),
+                                         *((str(i), m) for i, m in enumerate(head))])).to(self.device)
+        net.requires_grad_(trainable)
+        self.modules[name] = net
+        return net
+
+    @staticmethod
+    def user_torso_width(factory: Any, shape: tuple[int, ...]) -> int:
+        """Width of the flat features ``factory(shape)`` gives (one probe batch of zeros)."""
+        torso = factory(tuple(shape))
+        if not isinstance(torso, nn.Module):
+            raise TypeError(f"the torso factory returned a {type(torso).__name__}, expected a torch.nn.Module")
+        with torch.no_grad():
+            return int(torso(torch.zeros(1, *shape)).flatten(1).shape[1])
+
     def adam(self, name: str, modules: Iterable[str], lr: float, eps: float = 1e-8) -> torch.optim.Adam:
         """Register and return an Adam optimiser over the parameters of ``modules``."""
         params = [p for m in modules for p in self.modules[m].parameters()]
