@@ -251,7 +251,9 @@ def _mlp_weights_lower_bound(config: Mapping[str, Any], space_params: tuple[str,
             if kind in name:
                 widths[kind] += [_flat_width(s) for s in spaces if isinstance(s, gym.Space)]
     n_in, n_out = min(widths["observation"] or [1]), min(widths["action"] or [1])
-    if config.get("torso", "mlp") != "mlp":  # a conv torso may shrink images before the MLP
-        n_in = 1
+    torso = config.get("torso", "mlp")
+    obs = config.get("observation_space")
+    if torso not in ("mlp", "auto") or (torso == "auto" and isinstance(obs, gym.spaces.Box) and len(obs.shape) == 3):
+        n_in = 1  # a conv (or user) torso may shrink images before the MLP
     sizes = [n_in, *(int(h) for h in hidden), n_out]
     return sum(a * b for a, b in zip(sizes, sizes[1:])) + sum(int(h) for h in hidden)
