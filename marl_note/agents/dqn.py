@@ -259,7 +259,8 @@ class DQNCore(AgentCore):
         conv, in_dim = torso_weights("q_net", self.encoder, self.init_rng)  # a conv torso for images
         if self.encoder.factory is not None:
             self.torso_seed = int(self.init_rng.integers(0, 2**31 - 1))
-            in_dim = self.Networks.user_torso_width(self.encoder.factory[1], self.encoder.input_shape)
+            in_dim = self.Networks.user_torso_width(  # type: ignore[attr-defined]
+                self.encoder.factory[1], self.encoder.input_shape)
         q = {**conv, **q_net_weights("q_net", in_dim, self.n_actions, cfg, self.init_rng)}
         target = {"target_net" + k[len("q_net"):]: v.copy() for k, v in q.items()}
         user = None if self.encoder.factory is None else (self.encoder.factory[1], self.encoder.input_shape,

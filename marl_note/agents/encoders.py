@@ -58,7 +58,7 @@ def _leaf_dim(space: gym.Space) -> int:
         return int(space.n)
     if isinstance(space, gym.spaces.MultiDiscrete):
         return int(np.sum(space.nvec))
-    return int(np.prod(space.shape, dtype=np.int64))
+    return int(np.prod(space.shape or (), dtype=np.int64))
 
 
 def flat_obs_dim(space: gym.Space) -> int:
@@ -167,9 +167,9 @@ def torso_factory(torso: Any) -> tuple[str, Any] | None:
     if not callable(torso):
         raise ValueError(f"torso must be one of {list(TORSOS)}, a function, or a 'module:qualname' import path, "
                          f"got {torso!r}")
-    module, qualname = getattr(torso, "__module__", None), getattr(torso, "__qualname__", "")
-    path = f"{module}:{qualname}"
-    if not module or "<" in qualname:
+    owner, name = getattr(torso, "__module__", None), str(getattr(torso, "__qualname__", ""))
+    path = f"{owner}:{name}"
+    if not owner or "<" in name:
         raise ValueError(f"torso={getattr(torso, '__name__', torso)} cannot be imported again when a checkpoint "
                          f"is restored (checkpoints hold no code): pass a function defined at the top level of an "
                          f"importable module, or its 'module:qualname' path")

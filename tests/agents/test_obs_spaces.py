@@ -154,3 +154,13 @@ def test_goal_dict_agent_with_her_round_trips_its_dict_observation_space(backend
     again = type(agent).restore(agent.save(str(tmp_path / "agent")), compute_reward=env.compute_reward)
     assert isinstance(again.observation_space, gym.spaces.Dict)
     np.testing.assert_allclose(again.q_values(batch), agent.q_values(batch))
+
+
+def test_the_command_line_offers_the_agents_that_take_nested_observations():
+    from marl_note.cli.agents import fitting_algorithms
+    from marl_note.types import EnvSpec
+
+    spec = EnvSpec(("a", "b"), {"a": SPACES["tuple"], "b": SPACES["tuple"]},
+                   {"a": gym.spaces.Discrete(2), "b": gym.spaces.Discrete(2)}, turn_based=False, has_action_mask=False)
+    fits = fitting_algorithms(spec)
+    assert "dqn" in fits and "ppo" in fits and "maddpg" not in fits

@@ -43,7 +43,7 @@ assert set(ACTIVATION_MODULES) == set(ACTIVATIONS)
 class ConvTorso(nn.Sequential):
     """``Conv2d -> act -> ...`` on channels-last images ``[B, H, W, C]``, flattened to ``[B, C' * H' * W']``."""
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return super().forward(x.permute(0, 3, 1, 2)).flatten(1)
 
 
