@@ -170,11 +170,9 @@ class DQNCore(AgentCore):
     advantage head ``A(s, a)``, ``Q = V + A - mean_a A`` (state keys ``q_net.torso.*``,
     ``q_net.value.*``, ``q_net.advantage.*``).
 
-    Observations of any space go through :class:`~marl_note.agents.encoders.ObsEncoder`: Dict and
-    Tuple ones are flattened (and stored flat), image-shaped Boxes read by a conv torso
-    ``q_net.conv.*`` (``torso="auto" | "mlp" | "conv"``, ``conv_layers``); ``torso=factory`` puts a
-    user-supplied ``torch.nn.Module`` / Keras layer (``q_net.user.*``) in front of the MLP, recorded
-    in checkpoints by its import path (``dueling=False``; it acts in the framework).
+    Observations go through :class:`~marl_note.agents.encoders.ObsEncoder` (Dict/Tuple flattened;
+    ``torso="auto" | "mlp" | "conv"``, ``conv_layers``: a conv torso ``q_net.conv.*`` for images;
+    ``torso=factory``: your module ``q_net.user.*``, recorded by import path, ``dueling=False``).
 
     Replay options (shared with DDPG, see :class:`~marl_note.replay.feed.ReplayFeed`):
     ``PR=True, alpha, beta, initial_TD`` builds a prioritized buffer (``|TD|`` fed back after each
@@ -257,14 +255,12 @@ class DQNCore(AgentCore):
         self._new_transitions = 0
         self._target_block = 0  # agent_steps // target_update_agent_steps at the last target copy
         conv, in_dim = torso_weights("q_net", self.encoder, self.init_rng)  # a conv torso for images
-        if self.encoder.factory is not None:
-            self.torso_seed = int(self.init_rng.integers(0, 2**31 - 1))
-            in_dim = self.Networks.user_torso_width(  # type: ignore[attr-defined]
-                self.encoder.factory[1], self.encoder.input_shape)
+        user = None
+        if self.encoder.factory is not None:  # (factory, input shape, seed) of a user torso
+            user = (self.encoder.factory[1], self.encoder.input_shape, int(self.init_rng.integers(0, 2**31 - 1)))
+            in_dim = self.Networks.user_torso_width(*user[:2])  # type: ignore[attr-defined]
         q = {**conv, **q_net_weights("q_net", in_dim, self.n_actions, cfg, self.init_rng)}
         target = {"target_net" + k[len("q_net"):]: v.copy() for k, v in q.items()}
-        user = None if self.encoder.factory is None else (self.encoder.factory[1], self.encoder.input_shape,
-                                                          self.torso_seed)
         self.nets = self.Networks({**q, **target}, cfg, device=self.device, compile=self.compile, user=user)
         self._publish_numpy(numpy_acting, {"q_net": ("dueling" if cfg.dueling else "mlp", "q_net")}, cfg.activation,
                             conv=cfg.conv_layers)
