@@ -51,7 +51,11 @@ class PoolRunLoop(RunLoop):
             if ln and not any(agent is a for a in learners):
                 learners.append(agent)
         self.events = events
-        self.pool = Pool(self.trainer, self.seats, learners, self.explore, self.learn, options, seed)
+        pool_class: Any = Pool
+        if options.backend == "ray":
+            from marl_note.trainers.pool.ray_backend import RayPool  # imports Ray, which only this backend needs
+            pool_class = RayPool
+        self.pool = pool_class(self.trainer, self.seats, learners, self.explore, self.learn, options, seed)
 
     def loop(self, progress: bool) -> None:
         try:
