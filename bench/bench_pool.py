@@ -1,14 +1,16 @@
 """Pool trainer (actors=N) vs the synchronous trainer: wall-clock to a target score, env steps/s.
 
     python bench/bench_pool.py [--target-cartpole 195] [--target-ttt 0.6] [--max-episodes 3000]
-                               [--actors 2] [--seed 0] [--tiny]
+                               [--actors 2] [--seed 0] [--tiny] [--no-ray] [--ray-address ADDR]
 
 (a) CartPole-v1 DQN and (b) tic-tac-toe self-play DQN (tested against a random player): each is
 trained with the same seed, agent and budget by the synchronous trainer and by the pool trainer
 (``actors``), and stopped when its periodic test reaches the target (``stop_fn``); reported are
 the wall-clock seconds, episodes and the last test metric of each, and the speed-up. Then the env
 steps per second of the pool with 1 and with 2 actors on CartPole (a DQN learner that does not
-learn: ``learning_starts`` beyond the run, so the numbers measure collection through the pool).
+learn: ``learning_starts`` beyond the run, so the numbers measure collection through the pool),
+for actor processes and for Ray actors (``pool={"backend": "ray"}``; Ray is started once, locally
+or at ``--ray-address``, before those rows, so its start-up is not in them; ``--no-ray`` skips them).
 ``--tiny`` runs every part for a few seconds (a smoke test of the script, not a measurement).
 """
 from __future__ import annotations
@@ -24,9 +26,9 @@ from marl_note.agents.torch import DQN  # noqa: E402
 from marl_note.trainers import DecentralizedTrainer  # noqa: E402
 
 
-def run(env, seats, target, episodes, actors, seed, **settings):
+def run(env, seats, target, episodes, actors, seed, pool=None, **settings):
     """Train to ``target``; returns (seconds, episodes, last test metric, env steps)."""
-    trainer = DecentralizedTrainer(env, episodes_per_train=episodes, seed=seed, actors=actors,
+    trainer = DecentralizedTrainer(env, episodes_per_train=episodes, seed=seed, actors=actors, pool=pool,
                                    stop_fn=lambda metric, _: metric >= target, **settings)
     agents = seats(trainer)
     t0 = time.perf_counter()
@@ -59,6 +61,8 @@ def main() -> None:
     parser.add_argument("--actors", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--tiny", action="store_true")
+    parser.add_argument("--no-ray", action="store_true", help="skip the Ray actor rows")
+    parser.add_argument("--ray-address", default=None, help="a Ray cluster to join (default: a local Ray)")
     args = parser.parse_args()
     episodes = 20 if args.tiny else args.max_episodes
     common = dict(num_train_envs=4, num_test_envs=4, update_freq=64, test_freq=10 if args.tiny else 50,
@@ -75,12 +79,20 @@ def main() -> None:
         sync, pool = rows["synchronous"][0], rows[f"pool, {args.actors} actors"][0]
         print(f"{name:28s} speed-up to the target: {sync / pool:.2f}x", flush=True)
     steps_budget = 30 if args.tiny else 400
-    for actors in (1, 2):
-        s, n, _, steps = run("CartPole-v1", cartpole_seats((64, 64), 10**9), float("inf"), steps_budget, actors,
-                             args.seed, **{**common, "test_freq": 10**6, "episodes_per_test": 1})
-        print(f"CartPole collection through the pool, {actors} actor(s): {steps / s:9.0f} env steps/s "
-              f"({steps} steps, {n} episodes, {s:.1f} s incl. start-up)", flush=True)
-
+    backends = [("processes", None)] + ([] if args.no_ray else [("Ray", {"backend": "ray"})])
+    for backend, pool in backends:
+        if pool is not None:
+            import ray
+            ray.init(address=args.ray_address, include_dashboard=False, log_to_driver=False)
+        try:
+            for actors in (1, 2):
+                s, n, _, steps = run("CartPole-v1", cartpole_seats((64, 64), 10**9), float("inf"), steps_budget,
+                                     actors, args.seed, pool, **{**common, "test_freq": 10**6, "episodes_per_test": 1})
+                print(f"CartPole collection through the pool ({backend}), {actors} actor(s): {steps / s:9.0f} env "
+                      f"steps/s ({steps} steps, {n} episodes, {s:.1f} s incl. actor start-up)", flush=True)
+        finally:
+            if pool is not None:
+                ray.shutdown()
 
 if __name__ == "__main__":
     main()

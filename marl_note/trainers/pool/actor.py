@@ -28,7 +28,7 @@ from marl_note.trainers.pool.board import WeightBoard
 from marl_note.trainers.pool.shell import load_acting_state
 from marl_note.types import Transitions
 
-__all__ = ["ActorConfig", "ActorSeat", "actor_main", "transition_columns_of"]
+__all__ = ["ActorConfig", "ActorSeat", "RoundRunner", "actor_main", "transition_columns_of"]
 
 
 @dataclass
@@ -154,44 +154,69 @@ def actor_main(payload: bytes, results: Any, stop: Any, locks: Any, credits: Any
                 ring.close()
 
 
+class RoundRunner:
+    """One actor's collecting, shared by the process and the Ray backend: its slice of the envs, a
+    collector whose learning seats act with ``sources[k]`` (anything with ``read(newer_than)``, like
+    a :class:`WeightBoard`) and send what they observe to ``writers[k]`` (a callable taking
+    Transitions). :meth:`round` collects one round and returns its report."""
+
+    def __init__(self, config: ActorConfig, sources: list[Any], writers: list[Any], rng: np.random.Generator):
+        from marl_note.envs.vector import SyncVectorEnv
+        from marl_note.trainers.collector import Collector
+
+        self.config = config
+        self.learners = [ActorSeat(shell, sources[k], writers[k]) for k, shell in enumerate(config.shells)]
+        for seat in self.learners:  # every actor explores with its own stream
+            seat.shell.rng = np.random.default_rng(rng.integers(0, 2**63 - 1))
+        seats = [self.learners[ref] if kind == "learner" else ref for kind, ref in config.seats]
+        for seat in self.learners:
+            seat.refresh()
+        self.venv = SyncVectorEnv([config.env_fn] * config.num_envs)
+        try:
+            self.collector = Collector(self.venv, config.spec, seats, explore=config.explore, learn=config.learn,
+                                       check_finite=config.check_finite)
+            self.collector.reset(seed=None if config.seed is None else config.seed + config.env_offset)
+        except BaseException:
+            self.venv.close()
+            raise
+
+    def round(self) -> tuple:
+        """Collect one round; ``("round", actor, env_steps, agent_steps, returns, lengths, versions,
+        frameworks imported)``."""
+        opts = self.config.options
+        if opts.num_store is not None:
+            stats = self.collector.collect(n_episodes=opts.num_store)
+        else:
+            stats = self.collector.collect(n_steps=self.config.round_steps)
+        self.collector.flush()
+        return ("round", self.config.index, stats.env_steps, stats.agent_steps,
+                [r.tolist() for r in stats.returns], stats.lengths,
+                [seat.version for seat in self.learners],
+                sorted(m for m in ("torch", "tensorflow") if m in sys.modules))
+
+    def close(self) -> None:
+        self.venv.close()
+
+
 def _run(config: ActorConfig, results: Any, stop: Any, locks: Any, credits: Any, boards: list[WeightBoard],
          rings: list[list[SharedRing]]) -> None:
-    from marl_note.envs.vector import SyncVectorEnv
-    from marl_note.trainers.collector import Collector
-
     boards.extend(WeightBoard.attach(h) for h in config.boards)
     rings.extend([SharedRing.attach(h) for h in row] for row in config.rings)
     rng = np.random.default_rng([config.index, 0 if config.seed is None else config.seed])
     writers = [_Writer(config, k, rings, locks, stop, rng) for k in range(len(config.shells))]
-    learners = [ActorSeat(shell, boards[k], writers[k]) for k, shell in enumerate(config.shells)]
-    for seat in learners:  # every actor explores with its own stream
-        seat.shell.rng = np.random.default_rng(rng.integers(0, 2**63 - 1))
-    seats = [learners[ref] if kind == "learner" else ref for kind, ref in config.seats]
-    for seat in learners:
-        seat.refresh()
-    venv = SyncVectorEnv([config.env_fn] * config.num_envs)
+    runner = RoundRunner(config, boards, writers, rng)
     try:
-        collector = Collector(venv, config.spec, seats, explore=config.explore, learn=config.learn,
-                              check_finite=config.check_finite)
-        collector.reset(seed=None if config.seed is None else config.seed + config.env_offset)
         rounds = 0
         opts = config.options
         while _running(stop):
             if rounds >= credits[config.index]:  # the learner has not consumed our earlier rounds yet
                 time.sleep(0.005)  # a short nap: the learner shares the cores
                 continue
-            if opts.num_store is not None:
-                stats = collector.collect(n_episodes=opts.num_store)
-            else:
-                stats = collector.collect(n_steps=config.round_steps)
-            collector.flush()
+            report = runner.round()
             rounds += 1
             if opts.clearing_freq is not None and rounds % opts.clearing_freq == 0:
                 for w in writers:
                     w.clear()
-            results.put(("round", config.index, stats.env_steps, stats.agent_steps,
-                         [r.tolist() for r in stats.returns], stats.lengths,
-                         [seat.version for seat in learners],
-                         sorted(m for m in ("torch", "tensorflow") if m in sys.modules)))
+            results.put(report)
     finally:
-        venv.close()
+        runner.close()

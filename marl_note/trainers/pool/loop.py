@@ -51,7 +51,11 @@ class PoolRunLoop(RunLoop):
             if ln and not any(agent is a for a in learners):
                 learners.append(agent)
         self.events = events
-        self.pool = Pool(self.trainer, self.seats, learners, self.explore, self.learn, options, seed)
+        pool_class: Any = Pool
+        if options.backend == "ray":
+            from marl_note.trainers.pool.ray_backend import RayPool  # imports Ray, which only this backend needs
+            pool_class = RayPool
+        self.pool = pool_class(self.trainer, self.seats, learners, self.explore, self.learn, options, seed)
 
     def loop(self, progress: bool) -> None:
         try:
@@ -85,9 +89,10 @@ class PoolRunLoop(RunLoop):
         run.recent_returns = (run.recent_returns + [r.tolist() for r in stats.returns])[-100:]
         self.callbacks.fire("on_collect_end", t, stats, run.episodes)
 
-    def _update_learners(self) -> None:
+    def _update_learners(self) -> int:
         pool, recorder = self.pool, self.recorder
         assert pool is not None and recorder is not None
+        steps = 0
         for index, learner in enumerate(pool.learners):
             self.callbacks.fire("on_batch_begin", self.trainer, self.batches,
                                 {"learner": index, "episodes": self.run.episodes, "env_steps": self.run.env_steps})
@@ -99,10 +104,12 @@ class PoolRunLoop(RunLoop):
             self.lag_sum, self.lag_count = self.lag_sum + lag, self.lag_count + 1
             recorder.update(index, self.run.episodes, metrics, self.trainer.batch_size)
             self.run.updates += int(metrics.get("gradient_steps", 0))
+            steps += int(metrics.get("gradient_steps", 0))
             self.last_metrics = {k: float(cast(Any, v)) for k, v in metrics.items() if np.isscalar(v)}
             self.callbacks.fire("on_batch_end", self.trainer, self.batches, metrics)
             self.callbacks.fire("on_update_end", self.trainer, metrics, self.run.episodes)
             self.batches += 1
+        return steps
 
     def pool_stats(self) -> dict[str, Any]:
         """What the run's statistics report about the pool (read before the pool closes)."""

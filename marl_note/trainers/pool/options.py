@@ -12,9 +12,16 @@ The shard options keep the original library's names:
 - ``num_store``: an actor's round is ``num_store`` finished episodes; None (default): a round is
   ``update_freq / actors`` env steps (rounded up).
 
+``backend``: ``"process"`` (default: actor processes on this machine, shared-memory shards) or
+``"ray"`` (Ray actors, transitions and weights through Ray's object store; ``address`` is the
+cluster to join, None: a local Ray). Ray has no shards, so the eviction and ``random`` options
+are refused with it.
+
 Example:
     >>> PoolOptions(actors=2, sync_every=4, window_size=100).window_size
     100
+    >>> PoolOptions(actors=2, backend="ray").address is None
+    True
     >>> PoolOptions(actors=2, clearing_freq=5)
     Traceback (most recent call last):
     ...
@@ -22,6 +29,7 @@ Example:
 """
 from __future__ import annotations
 
+import importlib.util
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +37,8 @@ from typing import Any
 __all__ = ["PoolOptions", "SHARD_OPTIONS"]
 
 SHARD_OPTIONS = ("window_size", "clearing_freq", "window_size_", "random", "num_store", "shard_capacity",
-                 "actor_timeout")
+                 "actor_timeout", "backend", "address")
+BACKENDS = ("process", "ray")
 
 
 def _count(name: str, value: Any, allow_none: bool = True) -> int | None:
@@ -44,7 +53,8 @@ def _count(name: str, value: Any, allow_none: bool = True) -> int | None:
 class PoolOptions:
     """Actor processes (``actors``), weight publication every ``sync_every`` gradient steps, the
     shard options (module docstring), ``shard_capacity`` rows per (actor, learner) shard and
-    ``actor_timeout`` seconds the learner waits on its actors (a round, a shard with room, a stop)."""
+    ``actor_timeout`` seconds the learner waits on its actors (a round, a shard with room, a stop),
+    ``backend`` and ``address`` (process actors or Ray actors, module docstring)."""
 
     actors: int = 2
     sync_every: int = 1
@@ -55,6 +65,8 @@ class PoolOptions:
     num_store: int | None = None
     shard_capacity: int = 20_000
     actor_timeout: float = 60.0
+    backend: str = "process"
+    address: str | None = None
 
     def __post_init__(self) -> None:
         _count("actors", self.actors, allow_none=False)
@@ -75,6 +87,20 @@ class PoolOptions:
         t = self.actor_timeout
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
             raise ValueError(f"actor_timeout must be a positive number of seconds, got {t!r}")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {list(BACKENDS)}, got {self.backend!r}")
+        if self.address is not None and (self.backend != "ray" or not isinstance(self.address, str)):
+            raise ValueError(f"address (a Ray cluster address string) needs backend='ray', got address="
+                             f"{self.address!r} with backend={self.backend!r}")
+        if self.backend == "ray":
+            if importlib.util.find_spec("ray") is None:  # found, not imported: only the Ray backend imports it
+                raise ImportError('pool backend "ray" needs Ray: pip install "marl_note[ray]"')
+            shard_only = [name for name, value in (("window_size", self.window_size),
+                                                   ("clearing_freq", self.clearing_freq), ("random", self.random))
+                          if value not in (None, False)]
+            if shard_only:
+                raise ValueError(f"{shard_only} act on shared-memory shards, which backend='ray' does not have "
+                                 f"(its transitions go through Ray's object store)")
 
     @classmethod
     def build(cls, actors: Any, sync_every: Any, options: Any) -> PoolOptions:

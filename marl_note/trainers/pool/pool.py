@@ -32,7 +32,7 @@ from marl_note.trainers.pool.options import PoolOptions
 from marl_note.trainers.pool.shell import acting_shell, acting_state, shell_refusal
 from marl_note.types import Transitions
 
-__all__ = ["Pool", "ActorError"]
+__all__ = ["Pool", "ActorError", "ActorPlan", "check_pool", "columns_to_transitions"]
 
 
 ROUNDS_AHEAD = 2  # rounds an actor may collect beyond those the learner consumed
@@ -122,6 +122,62 @@ def _stop(procs: list[Any], stop: Any, results: Any, shms: list[Any]) -> None:
     results.close()
 
 
+def check_pool(trainer: Any, learners: list[Any], options: PoolOptions) -> None:
+    """Refuse, before any actor starts, more actors than train envs and agents without an acting shell."""
+    if options.actors > trainer.num_train_envs:
+        raise ValueError(f"actors={options.actors} exceeds num_train_envs={trainer.num_train_envs}: each "
+                         f"actor needs at least one train env")
+    for agent in learners:
+        reason = shell_refusal(agent)
+        if reason is not None:
+            raise TypeError(reason)
+
+
+class ActorPlan:
+    """What each actor is started with (both backends): its envs, seats, acting shells and options."""
+
+    def __init__(self, trainer: Any, seats: list[Any], learners: list[Any], explore: list[bool],
+                 learn: list[bool], options: PoolOptions, seed: int | None):
+        self.trainer, self.spec, self.options, self.seed = trainer, trainer.spec, options, seed
+        self.explore, self.learn, self.learners = list(explore), list(learn), learners
+        index = {id(a): k for k, a in enumerate(learners)}
+        self.seat_refs: list[Any] = []
+        self.learner_seat: dict[int, str] = {}
+        for name, agent, ln in zip(trainer.spec.possible_agents, seats, learn):
+            if ln:
+                self.seat_refs.append(("learner", index[id(agent)]))
+                self.learner_seat.setdefault(index[id(agent)], name)
+            elif id(agent) in index:
+                self.seat_refs.append(("learner", index[id(agent)]))
+            else:
+                self.seat_refs.append(("fixed", agent))
+
+    def shard_specs(self, k: int) -> dict[str, tuple[tuple[int, ...], Any]]:
+        return shard_specs(self.spec, self.learner_seat[k])
+
+    def configs(self, boards: list[Any], rings: list[list[Any]]) -> list[ActorConfig]:
+        """One config per actor; the train envs are split over the actors as evenly as possible."""
+        t, opts = self.trainer, self.options
+        shells = [acting_shell(a) for a in self.learners]
+        splits = np.array_split(np.arange(t.num_train_envs), opts.actors)
+        round_steps = max(1, math.ceil(t.update_freq / opts.actors))
+        return [ActorConfig(index=i, env_fn=t.env_fn, num_envs=len(envs), env_offset=int(envs[0]), spec=self.spec,
+                            seats=self.seat_refs, shells=shells, explore=self.explore, learn=self.learn,
+                            boards=boards, rings=rings, options=opts, round_steps=round_steps, seed=self.seed,
+                            check_finite=t.check_finite) for i, envs in enumerate(splits)]
+
+
+def columns_to_transitions(parts: list[dict[str, np.ndarray]], reorder: bool) -> Transitions:
+    """Shard columns of several writes as one Transitions (``reorder``: restore each stream's order)."""
+    cols = {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
+    if reorder:  # rows of one stream may sit in several shards: restore their order
+        keep = np.lexsort((cols["order"], cols["stream"]))
+        cols = {name: c[keep] for name, c in cols.items()}
+    return Transitions(obs=cols["obs"], act=cols["act"], rew=cols["rew"], next_obs=cols["next_obs"],
+                       terminated=cols["terminated"], truncated=cols["truncated"],
+                       mask=cols.get("mask"), next_mask=cols.get("next_mask"), stream=cols["stream"])
+
+
 class Pool:
     """Actor processes acting for ``learners`` (distinct learning agents) over the trainer's env.
 
@@ -131,26 +187,8 @@ class Pool:
 
     def __init__(self, trainer: Any, seats: list[Any], learners: list[Any], explore: list[bool],
                  learn: list[bool], options: PoolOptions, seed: int | None):
-        if options.actors > trainer.num_train_envs:
-            raise ValueError(f"actors={options.actors} exceeds num_train_envs={trainer.num_train_envs}: each "
-                             f"actor needs at least one train env")
-        for agent in learners:
-            reason = shell_refusal(agent)
-            if reason is not None:
-                raise TypeError(reason)
+        check_pool(trainer, learners, options)
         self.options, self.learners, self.spec = options, learners, trainer.spec
-        names = trainer.spec.possible_agents
-        index = {id(a): k for k, a in enumerate(learners)}
-        seat_refs: list[Any] = []
-        learner_seat: dict[int, str] = {}
-        for name, agent, ln in zip(names, seats, learn):
-            if ln:
-                seat_refs.append(("learner", index[id(agent)]))
-                learner_seat.setdefault(index[id(agent)], name)
-            elif id(agent) in index:
-                seat_refs.append(("learner", index[id(agent)]))
-            else:
-                seat_refs.append(("fixed", agent))
         ctx = start_context(None)  # forkserver where there is one: no re-import of the user's __main__
         _preload_actor(ctx)
         self.results = ctx.Queue()
@@ -168,19 +206,13 @@ class Pool:
             self.boards = [self._own(WeightBoard.create(acting_state(a))) for a in learners]
             for k in range(len(learners)):
                 self.publish(k)
-            specs = [shard_specs(self.spec, learner_seat[k]) for k in range(len(learners))]
-            self.rings = [[self._own(SharedRing.create(specs[k], options.shard_capacity))
+            plan = ActorPlan(trainer, seats, learners, explore, learn, options, seed)
+            self.rings = [[self._own(SharedRing.create(plan.shard_specs(k), options.shard_capacity))
                            for k in range(len(learners))] for _ in range(options.actors)]
             self.locks = [[ctx.Lock() for _ in learners] for _ in range(options.actors)] if options.random else None
-            shells = [acting_shell(a) for a in learners]
-            splits = np.array_split(np.arange(trainer.num_train_envs), options.actors)
-            round_steps = max(1, math.ceil(trainer.update_freq / options.actors))
-            for i, envs in enumerate(splits):
-                config = ActorConfig(index=i, env_fn=trainer.env_fn, num_envs=len(envs), env_offset=int(envs[0]),
-                                     spec=self.spec, seats=seat_refs, shells=shells, explore=list(explore),
-                                     learn=list(learn), boards=[b.handle for b in self.boards],
-                                     rings=[[r.handle for r in row] for row in self.rings], options=options,
-                                     round_steps=round_steps, seed=seed, check_finite=trainer.check_finite)
+            for config in plan.configs(boards=[b.handle for b in self.boards],
+                                       rings=[[r.handle for r in row] for row in self.rings]):
+                i = config.index
                 args = (cloudpickle.dumps(config), self.results, self.stop, self.locks, self.credits)
                 proc = ctx.Process(target=actor_main, args=args, daemon=True, name=f"marl_note-actor-{i}")
                 with _main_not_reimported():
@@ -254,13 +286,7 @@ class Pool:
             if not parts:
                 out.append(None)
                 continue
-            cols = {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
-            if self.options.random:  # rows of one stream may sit in several shards: restore their order
-                keep = np.lexsort((cols["order"], cols["stream"]))
-                cols = {name: c[keep] for name, c in cols.items()}
-            out.append(Transitions(obs=cols["obs"], act=cols["act"], rew=cols["rew"], next_obs=cols["next_obs"],
-                                   terminated=cols["terminated"], truncated=cols["truncated"],
-                                   mask=cols.get("mask"), next_mask=cols.get("next_mask"), stream=cols["stream"]))
+            out.append(columns_to_transitions(parts, reorder=self.options.random))
         return out
 
     def feed(self) -> int:

@@ -1,0 +1,101 @@
+"""DecentralizedTrainer(actors=N, pool={"backend": "ray"}): 2 Ray actors on a local Ray (one start per module)."""
+import functools
+import os
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from marl_note.trainers import DecentralizedTrainer
+from marl_note.trainers.pool.pool import ActorError
+from tests.trainers.pool_envs import crashing_cartpole
+
+ray = pytest.importorskip("ray")
+torch = pytest.importorskip("torch")
+from marl_note.agents.torch import DQN  # noqa: E402
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def _children() -> set[int]:
+    """Live processes whose parent is this one (Ray's local GCS, raylet and workers)."""
+    me, out = os.getpid(), set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == me and fields[0] != "Z":
+            out.add(int(pid))
+    return out
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    before = _children()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield before
+    ray.shutdown()
+
+
+def cartpole_trainer(env="CartPole-v1", **kwargs):
+    settings = dict(num_train_envs=4, num_test_envs=2, update_freq=64, episodes_per_train=12, test_freq=6,
+                    episodes_per_test=2, seed=0, actors=2, sync_every=2, pool={"backend": "ray"})
+    return DecentralizedTrainer(env, **{**settings, **kwargs})
+
+
+def dqn(trainer, **kwargs):
+    return DQN(trainer.observation_space("agent_0"), trainer.action_space("agent_0"), hidden_sizes=(16,),
+               learning_starts=32, seed=0, **kwargs)
+
+
+def test_ray_actors_feed_the_learner_and_act_with_refreshed_weights(local_ray):
+    trainer = cartpole_trainer()
+    agent = dqn(trainer, num_steps=3)
+    stats = trainer.train([agent], learning_mask=[1], plot=False, progress=False)
+    pool = stats["pool"]
+    assert pool["actors"] == 2 and min(pool["transitions_per_actor"]) > 0  # every actor's rows arrived
+    assert agent.agent_steps == sum(pool["transitions_per_actor"])  # and every one reached observe
+    assert stats["num_collected_episodes"] >= 12 and agent.updates > 0
+    assert pool["published_versions"][0] > 0 and agent.updates - pool["published_versions"][0] < 2
+    assert pool["actor_frameworks"] == []  # the Ray actors acted in numpy
+    lag = [v for _, v in trainer.run_state.series["policy_lag"].values()]
+    assert lag and all(np.isfinite(lag)) and min(lag) >= 0
+    assert lag[-1] < agent.updates  # the actors act with refreshed weights, not the first version
+    assert ray.is_initialized()  # a Ray the caller started is left running
+
+
+def test_a_ray_actor_crash_raises_its_traceback(local_ray):
+    trainer = cartpole_trainer(functools.partial(crashing_cartpole, os.getpid()), num_train_envs=2,
+                               num_test_envs=1, update_freq=400, episodes_per_train=50,
+                               pool={"backend": "ray", "actor_timeout": 30})
+    with pytest.raises(ActorError, match="(?s)actor [01] failed:.*Traceback.*boom in the actor's env"):
+        trainer.train([dqn(trainer)], learning_mask=[1], plot=False, progress=False)
+
+
+def test_ray_options_are_checked_before_any_work():
+    with pytest.raises(ValueError, match="act on shared-memory shards"):
+        cartpole_trainer(pool={"backend": "ray", "random": True})
+    with pytest.raises(ValueError, match="needs backend='ray'"):
+        cartpole_trainer(pool={"address": "auto"})
+    with pytest.raises(ValueError, match="backend must be one of"):
+        cartpole_trainer(pool={"backend": "dask"})
+
+
+def test_without_ray_the_error_says_how_to_install_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed
+    with pytest.raises(ImportError, match=r'pip install "marl_note\[ray\]"'):
+        cartpole_trainer()
+    from marl_note.trainers.pool.ray_backend import import_ray
+    with pytest.raises(ImportError, match=r'pip install "marl_note\[ray\]"'):
+        import_ray()
+
+
+def test_shutdown_leaves_no_process_behind(local_ray):
+    ray.shutdown()
+    deadline = time.monotonic() + 15
+    while _children() - local_ray and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _children() - local_ray == set()
