@@ -136,6 +136,16 @@ class PositionReplay:
         idx = rng.integers(0, self.size, batch_size)
         return {"obs": self.obs[idx], "pi": self.pi[idx], "legal": self.legal[idx], "z": self.z[idx]}
 
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The stored positions and the write position (``agent.save(path, include_replay=True)``)."""
+        return {"obs": self.obs.copy(), "legal": self.legal.copy(), "pi": self.pi.copy(), "z": self.z.copy(),
+                "size": np.asarray(self.size, np.int64), "pos": np.asarray(self.pos, np.int64)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        for key in ("obs", "legal", "pi", "z"):
+            getattr(self, key)[...] = state[key]
+        self.size, self.pos = int(state["size"]), int(state["pos"])
+
     def __len__(self) -> int:
         return self.size
 
