@@ -69,6 +69,7 @@ class AlphaZeroConfig:
     learning_starts: int = 256
     replay_ratio: float = 0.5
     update_steps: int | None = None
+    mirror: bool = False
 
     def __post_init__(self) -> None:
         def put(name: str, value: Any) -> None:
@@ -92,6 +93,7 @@ class AlphaZeroConfig:
         put("learning_starts", non_negative_int("learning_starts", self.learning_starts))
         put("replay_ratio", non_negative_float("replay_ratio", self.replay_ratio, "gradient steps per new position"))
         put("update_steps", optional(non_negative_int, "update_steps", self.update_steps))
+        put("mirror", bool(self.mirror))
 
 
 def board_simulator_for(observation_space: gym.Space, action_space: gym.Space) -> BoardSimulator:
@@ -171,6 +173,7 @@ class AlphaZeroCore(AgentCore):
     gradient step minimises ``-sum pi log p + (v - z)^2 + weight_decay * |w|^2`` on a batch from the
     last ``buffer_size`` positions; ``update()`` takes ``update_steps`` steps, or ``max(1,
     round(replay_ratio * new positions))``, none before ``learning_starts`` positions are stored.
+    ``mirror=True`` also stores every position mirrored left to right (both games are symmetric).
     The replay and the pending positions are not part of ``state_dict()`` (a restored agent starts
     collecting afresh).
 
@@ -197,6 +200,7 @@ class AlphaZeroCore(AgentCore):
                  temperature_moves: int = AlphaZeroConfig.temperature_moves,
                  buffer_size: int = AlphaZeroConfig.buffer_size, learning_starts: int = AlphaZeroConfig.learning_starts,
                  replay_ratio: float = AlphaZeroConfig.replay_ratio, update_steps: int | None = None,
+                 mirror: bool = AlphaZeroConfig.mirror,
                  seed: int | None = None, device: Any = "cpu", compile: bool = False, numpy_acting: bool = True):
         self.simulator = board_simulator_for(observation_space, action_space)
         super().__init__(observation_space, action_space, seed=seed, device=device, compile=compile)
@@ -205,7 +209,7 @@ class AlphaZeroCore(AgentCore):
             max_grad_norm=max_grad_norm, num_simulations=num_simulations, c_puct=c_puct,
             dirichlet_alpha=dirichlet_alpha, dirichlet_epsilon=dirichlet_epsilon,
             temperature_moves=temperature_moves, buffer_size=buffer_size, learning_starts=learning_starts,
-            replay_ratio=replay_ratio, update_steps=update_steps)
+            replay_ratio=replay_ratio, update_steps=update_steps, mirror=mirror)
         self.encoder = ObsEncoder(observation_space)
         self.n_actions = int(action_space.n)
         self.mcts = MCTS(self.simulator, self.evaluate, cfg.num_simulations, cfg.c_puct, cfg.dirichlet_alpha,
@@ -288,9 +292,17 @@ class AlphaZeroCore(AgentCore):
                 z = float(np.clip(self._returns.pop(s, 0.0), -1.0, 1.0))
                 if transitions.terminated[k] and positions:
                     obs, ok, pis = (np.stack(col) for col in zip(*positions))
-                    self.replay.add(obs, ok, pis, np.full(len(positions), z, np.float32))
-                    self._new_positions += len(positions)
+                    self._store(obs, ok, pis, np.full(len(positions), z, np.float32))
         self.agent_steps += n
+
+    def _store(self, obs: np.ndarray, legal: np.ndarray, pi: np.ndarray, z: np.ndarray) -> None:
+        self.replay.add(obs, legal, pi, z)
+        self._new_positions += len(obs)  # what replay_ratio multiplies: the real positions only
+        if self.cfg.mirror:
+            game = self.simulator.game
+            flip = self.simulator.mirror_actions
+            boards = obs.reshape(len(obs), game.rows, game.cols, 2)[:, :, ::-1].reshape(len(obs), -1)
+            self.replay.add(boards, legal[:, flip], pi[:, flip], z)
 
     # -- learning ----------------------------------------------------------------------------------
     def learn(self, arrays: Mapping[str, np.ndarray]) -> dict[str, float]:

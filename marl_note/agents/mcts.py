@@ -57,11 +57,20 @@ class BoardSimulator:
         >>> after, value = sim.play(state, 3)
         >>> int(after[38]), value, sim.ply(after)   # seen by the next player: the piece is theirs
         (-1, None, 1)
+        >>> sim.mirror_actions.tolist(), BoardSimulator("tictactoe").mirror_actions.tolist()
+        ([6, 5, 4, 3, 2, 1, 0], [2, 1, 0, 5, 4, 3, 8, 7, 6])
     """
 
     def __init__(self, game: str | BoardGame):
         self.game = get_game(game)
         self.num_actions = self.game.num_actions
+
+    @property
+    def mirror_actions(self) -> np.ndarray:
+        """``mirror_actions[a]``: the action that plays ``a``'s move on the board mirrored left to right."""
+        cells = np.arange(self.num_actions).reshape(-1, self.game.cols) if not self.game.gravity \
+            else np.arange(self.game.cols)[None]
+        return cells[:, ::-1].reshape(-1)
 
     def from_observation(self, obs: np.ndarray) -> list[np.ndarray]:
         """One state per PettingZoo observation ``[B, rows, cols, 2]`` (checked)."""

@@ -108,6 +108,20 @@ def test_self_play_targets_get_the_outcome_of_their_seat_at_the_episode_end(Alph
     assert agent.agent_steps == 2
 
 
+def test_mirror_stores_each_position_and_its_mirror_image(AlphaZero):
+    agent = AlphaZero(TTT_OBS, TTT_ACT, temperature_moves=0, mirror=True, seed=0, **SMALL)
+    position = board("x...o.o..")
+    obs, mask = observation([position]), (position == 0)[None]
+    act = agent.act(obs, mask, explore=True)
+    agent.observe(Transitions(obs=obs, act=act, rew=np.array([-1.0]), next_obs=obs, terminated=np.array([True]),
+                              truncated=np.array([False]), mask=mask, stream=np.array([0])))
+    assert len(agent.replay) == 2 and agent.replay.z[:2].tolist() == [-1.0, -1.0]
+    mirrored = observation([position.reshape(3, 3)[:, ::-1].reshape(-1)]).reshape(-1)
+    np.testing.assert_array_equal(agent.replay.obs[1], mirrored)
+    np.testing.assert_array_equal(agent.replay.pi[1].reshape(3, 3), agent.replay.pi[0].reshape(3, 3)[:, ::-1])
+    np.testing.assert_array_equal(agent.replay.legal[1], mirrored.reshape(9, 2).sum(1) == 0)
+
+
 def test_one_train_step_is_the_same_in_both_backends():
     TorchAZ, TFAZ = backends()
     rng = np.random.default_rng(0)
