@@ -15,10 +15,10 @@ copying the env). Any other observation space is refused when the agent is built
 Example:
     >>> AlphaZeroConfig(num_simulations=8).num_simulations
     8
-    >>> AlphaZeroConfig(temperature_moves=-1)
+    >>> AlphaZeroConfig(c_puct=0)
     Traceback (most recent call last):
     ...
-    ValueError: temperature_moves must be a non-negative integer (plies played by sampling moves in proportion to visits), got -1
+    ValueError: c_puct must be a positive finite number, got 0
 """
 from __future__ import annotations
 
@@ -130,8 +130,9 @@ class PositionReplay:
 
     def add(self, obs: np.ndarray, legal: np.ndarray, pi: np.ndarray, z: np.ndarray) -> None:
         for k in range(len(obs)):
-            self.obs[self.pos], self.legal[self.pos], self.pi[self.pos], self.z[self.pos] = obs[k], legal[k], pi[k], z[k]
-            self.pos = (self.pos + 1) % self.capacity
+            at = self.pos
+            self.obs[at], self.legal[at], self.pi[at], self.z[at] = obs[k], legal[k], pi[k], z[k]
+            self.pos = (at + 1) % self.capacity
             self.size = min(self.size + 1, self.capacity)
 
     def sample(self, batch_size: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -259,7 +260,7 @@ class AlphaZeroCore(AgentCore):
         actions = np.empty(len(states), np.int64)
         for k, state in enumerate(states):
             if self.simulator.ply(state) < self.cfg.temperature_moves:
-                actions[k] = self.rng.choice(self.n_actions, p=pi[k].astype(np.float64))
+                actions[k] = self.rng.choice(self.n_actions, p=visits[k] / visits[k].sum())  # float64: sums to 1
             else:
                 actions[k] = int(np.argmax(visits[k]))
             self._remember(x[k].tobytes(), pi[k])

@@ -37,8 +37,9 @@ class AlphaZeroNetworks(TFNetworks):
         dim, n = self.params["net.trunk"][0][1].shape[0], self.params["net.pi"][-1][1].shape[0] - 1
         obs = tf.TensorSpec([None, dim], tf.float32)
         self._forward = tf.function(self.forward, input_signature=[obs], reduce_retracing=True)
-        self._step_fn = self.function(self._step, [obs, tf.TensorSpec([None, n], tf.float32),
-                                                   tf.TensorSpec([None, n], tf.bool), tf.TensorSpec([None], tf.float32)])
+        step_signature = [obs, tf.TensorSpec([None, n], tf.float32), tf.TensorSpec([None, n], tf.bool),
+                          tf.TensorSpec([None], tf.float32)]
+        self._step_fn = self.function(self._step, step_signature)
 
     def forward(self, x, training: bool = False):
         return self.head(self.act_fn(self.trunk(x, training=training)), training=training)
@@ -53,7 +54,8 @@ class AlphaZeroNetworks(TFNetworks):
             log_p = tf.nn.log_softmax(tf.where(legal, out[:, :-1], tf.constant(_ILLEGAL, out.dtype)), axis=1)
             policy_loss = -tf.reduce_mean(tf.reduce_sum(pi * log_p, axis=1))
             value_loss = tf.reduce_mean(tf.square(tf.tanh(out[:, -1]) - z))
-            l2 = tf.add_n([tf.reduce_sum(tf.square(v)) for name in ("net.trunk", "net.pi") for v in self.variables(name)])
+            weights = self.variables("net.trunk") + self.variables("net.pi")
+            l2 = tf.add_n([tf.reduce_sum(tf.square(v)) for v in weights])
             loss = policy_loss + value_loss + self.config.weight_decay * l2
         _, checks = self.apply("optimizer", tape, loss, self.config.max_grad_norm)
         return tf.stack([loss, policy_loss, value_loss]), checks
@@ -67,7 +69,7 @@ class AlphaZeroNetworks(TFNetworks):
 
 
 class AlphaZero(AlphaZeroCore):
-    """AlphaZero in TensorFlow/Keras; arguments, behaviour and state as :class:`~marl_note.agents.alphazero.AlphaZeroCore`.
+    """AlphaZero in TensorFlow/Keras; arguments, behaviour, state as :class:`~marl_note.agents.alphazero.AlphaZeroCore`.
 
     Example:
         >>> import gymnasium as gym, numpy as np
