@@ -212,7 +212,7 @@ class AlphaZeroCore(AgentCore):
             temperature_moves=temperature_moves, buffer_size=buffer_size, learning_starts=learning_starts,
             replay_ratio=replay_ratio, update_steps=update_steps, mirror=mirror)
         self.encoder = ObsEncoder(observation_space)
-        self.n_actions = int(action_space.n)
+        self.n_actions = self.simulator.num_actions  # board_simulator_for checked Discrete(n) against the game
         self.mcts = MCTS(self.simulator, self.evaluate, cfg.num_simulations, cfg.c_puct, cfg.dirichlet_alpha,
                          cfg.dirichlet_epsilon, rng=self.rng)
         self.replay = PositionReplay(cfg.buffer_size, self.encoder.dim, self.n_actions)
