@@ -18,7 +18,7 @@ instead of training. The issue's targets (#14): connect four >= 0.90 as first pl
 as second against win-or-block, >= 0.60 against alpha-beta depth 2; tic-tac-toe no loss to the
 perfect player.
 
-Run:  python bench/bench_strength.py [--game both] [--episodes 15000] [--ttt-episodes 6000] [--seed 0]
+Run:  python bench/bench_strength.py [--game both] [--episodes 15000] [--ttt-episodes 8000] [--seed 0]
       python bench/bench_strength.py --game alphazero [--az-minutes 30] [--games 100]
 """
 from __future__ import annotations
@@ -76,10 +76,11 @@ def connect_four(args) -> None:
     if args.load_dir:
         learner, how = restore(path, augment=example.mirror), f"loaded from {path}"
     else:
-        out = example.train(args.episodes, args.seed, progress=False, final_games=50)
+        out = example.train(args.episodes, args.seed, progress=False, final_games=2)
         learner = out["learner"]
         how = (f"trained {out['games']} games, {out['gradient_steps']} gradient steps, {out['seconds']:.0f} s, "
-               f"kept weights by worst-seat win rate vs random ({out['best_min_win']:.2f})")
+               f"kept the weights of episode {out['best_episode']} by strength vs win-or-block and alpha-beta d2 "
+               f"(worst {out['best_score'][0]:.2f})")
         if args.save_dir:
             learner.save(path)
     space = learner.action_space
@@ -92,14 +93,14 @@ def connect_four(args) -> None:
 
 def tictactoe(args) -> None:
     path = os.path.join(args.load_dir or args.save_dir or "", "tictactoe")
+    example = load_example("tictactoe_selfplay")
     if args.load_dir:
-        learner, how = restore(path), f"loaded from {path}"
+        learner, how = restore(path, augment=example.symmetries), f"loaded from {path}"
     else:
-        example = load_example("tictactoe_selfplay")
-        learner, _, trainer, stats = example.train(args.ttt_episodes, args.seed, plot=None, progress=False)
+        learner, trainer, stats = example.train(args.ttt_episodes, args.seed, plot=None, progress=False)
         trainer.close()
         how = (f"trained {stats['num_collected_episodes']} games, {stats['num_gradient_steps']} gradient steps, "
-               f"{stats['training_time']:.0f} s, final weights")
+               f"{stats['training_time']:.0f} s, kept the weights of episode {stats['strength']['best_episode']}")
         if args.save_dir:
             learner.save(path)
     opponents = {"random": RandomAgent(learner.action_space, seed=args.seed + 1),
@@ -129,7 +130,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--game", choices=("both", "connect_four", "tictactoe", "alphazero"), default="both")
     parser.add_argument("--episodes", type=int, default=15000, help="connect four training games")
-    parser.add_argument("--ttt-episodes", type=int, default=6000, help="tic-tac-toe training games")
+    parser.add_argument("--ttt-episodes", type=int, default=8000, help="tic-tac-toe training games")
     parser.add_argument("--games", type=int, default=200, help="evaluation games per seat and opponent")
     parser.add_argument("--depths", default="2", help="alpha-beta depths to play, comma-separated")
     parser.add_argument("--az-minutes", type=float, default=30.0, help="AlphaZero training wall time")

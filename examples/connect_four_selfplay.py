@@ -8,9 +8,12 @@ the learner beating erratic play while its snapshots get strong (pure self-play 
 and the second one punishes every threat the learner leaves open, in random-looking positions.
 Every stored move is also stored mirrored left-right (``DQN(augment=mirror)``): the board is
 symmetric, so this doubles what each game teaches.
-Every test rates the learner against the pool (Elo) and plays the random player in both seats;
-the weights with the best worst-seat win rate are saved (atomically) and restored at the end.
-Last, 500 fresh games per seat against the random player measure the result.
+Every test rates the learner against the pool (Elo) and measures its strength against search
+players (``KeepStrongest``): greedy games in both seats against a win-or-block player and
+alpha-beta of depth 2, scored win 1, draw 0.5; the weights whose worst seat against the worst of
+them scores best are saved (atomically) and restored at the end. Those selection games use other
+seeds than the final measurement: ``--final-games`` fresh games per seat against a random player,
+the win-or-block player and alpha-beta depth 2.
 
 Run:  python examples/connect_four_selfplay.py [--episodes N] [--seed S]
 """
@@ -26,9 +29,9 @@ import numpy as np
 import torch
 from pettingzoo.classic import connect_four_v3
 
-from marl_note.agents import RandomAgent
+from marl_note.agents import AlphaBetaPlayer, RandomAgent, WinOrBlockPlayer
 from marl_note.agents.torch import DQN
-from marl_note.trainers import DecentralizedTrainer, OpponentPool
+from marl_note.trainers import DecentralizedTrainer, KeepStrongest, OpponentPool, strength
 from marl_note.types import Transitions
 
 # the 69 lines of four cells on the 6 x 7 board, as flat cell indices
@@ -69,35 +72,9 @@ class TakesWins:
         return np.asarray(actions, np.int64)
 
 
-class KeepBest:
-    """Trainer callback: after each test, play ``games`` per seat against ``opponent`` and save the
-    learner when its worst-seat win rate is the best so far."""
-
-    def __init__(self, learner, opponent, path: str, games: int = 200):
-        self.learner, self.opponent, self.path, self.games = learner, opponent, path, games
-        self.best, self.history = -1.0, []
-
-    def win_rates(self, trainer, games: int) -> list[float]:
-        rates = []
-        for seat in range(2):
-            agents = [self.opponent, self.opponent]
-            agents[seat] = self.learner
-            rates.append(float(np.mean(trainer.test(agents, episodes=games)["rewards"][:, seat] > 0)))
-        return rates
-
-    def on_test_end(self, trainer, result, episodes) -> None:
-        rates = self.win_rates(trainer, self.games)
-        self.history.append((episodes, rates))
-        if min(rates) > self.best:
-            self.best = min(rates)
-            self.learner.save_param(self.path)
-
-    def on_train_end(self, trainer, out) -> None:  # the final weights compete too
-        self.on_test_end(trainer, None, out["num_collected_episodes"])
-
-
 def train(episodes: int = 15000, seed: int = 0, snapshot_every: int = 2000, fixed_fraction: float = 0.7,
-          plot: str | None = None, progress: bool = True, final_games: int = 500, replay_ratio: float = 0.5) -> dict:
+          plot: str | None = None, progress: bool = True, final_games: int = 200, replay_ratio: float = 0.5,
+          select_games: int = 50) -> dict:
     """Train, restore the best weights, and measure them; returns the figures the script prints and
     the kept ``learner``."""
     torch.set_num_threads(1)  # these small MLPs train fastest on one thread of a 2-core machine
@@ -118,22 +95,22 @@ def train(episodes: int = 15000, seed: int = 0, snapshot_every: int = 2000, fixe
     pool.add(TakesWins(act_space, seed=seed + 1), name="takes_wins")
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        best = KeepBest(learner, random_player, os.path.join(tmp, "best"))
+        # selection games: their own players and seeds, not those of the final measurement
+        best = KeepStrongest(learner, {"win-or-block": WinOrBlockPlayer(seed=seed + 20),
+                                       "alpha-beta d2": AlphaBetaPlayer(2, seed=seed + 21)},
+                             games=select_games, path=os.path.join(tmp, "best"))
         stats = trainer.train([learner, learner], learning_mask=[1, 1], matchmaker=pool, callbacks=[pool, best],
                               test_agents=[learner, random_player], plot=plot is not None, progress=progress)
-        learner.restore_param(best.path)
-    final = {}
-    for seat in range(2):
-        agents = [random_player, random_player]
-        agents[seat] = learner
-        r = trainer.test(agents, episodes=final_games)["rewards"][:, seat]
-        final[trainer.possible_agents[seat]] = (float(np.mean(r > 0)), float(np.mean(r == 0)), float(np.mean(r < 0)))
+        learner.restore_param(best.path)  # KeepStrongest restored them already; this reads its file back
+    table = strength(trainer, learner, {"random": RandomAgent(act_space, seed=seed + 1),
+                                        "win-or-block": WinOrBlockPlayer(seed=seed + 2),
+                                        "alpha-beta d2": AlphaBetaPlayer(2, seed=seed + 3)}, final_games)
     trainer.close()
     first = min((n for n in stats["elo"] if n.startswith("snapshot_0")), default=None)
     return {"games": stats["num_collected_episodes"], "env_steps": stats["num_collected_steps"],
             "gradient_steps": stats["num_gradient_steps"], "seconds": time.perf_counter() - start,
-            "elo": stats["elo"], "first_snapshot": first, "best_min_win": best.best,
-            "test_history": best.history, "vs_random": final, "learner": learner}
+            "elo": stats["elo"], "first_snapshot": first, "best_score": best.best_score,
+            "best_episode": best.best_episode, "test_history": best.history, "final": table, "learner": learner}
 
 
 def main() -> None:
@@ -142,17 +119,23 @@ def main() -> None:
     parser.add_argument("--snapshot-every", type=int, default=2000)
     parser.add_argument("--fixed-fraction", type=float, default=0.7)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--final-games", type=int, default=200, help="final games per seat and opponent")
     parser.add_argument("--plot", default="runs/connect_four_selfplay.png")
     args = parser.parse_args()
-    out = train(args.episodes, args.seed, args.snapshot_every, args.fixed_fraction, args.plot)
+    out = train(args.episodes, args.seed, args.snapshot_every, args.fixed_fraction, args.plot,
+                final_games=args.final_games)
+    worst, mean = out["best_score"]
     print(f"{out['games']} games, {out['env_steps']} env steps, {out['gradient_steps']} gradient steps, "
-          f"{out['seconds']:.0f} s (best worst-seat win rate at a test: {out['best_min_win']:.2f})")
+          f"{out['seconds']:.0f} s (kept the weights of episode {out['best_episode']}: selection score "
+          f"worst {worst:.3f}, mean {mean:.3f})")
     print("Elo:", {k: round(v) for k, v in sorted(out["elo"].items(), key=lambda kv: -kv[1])})
     if out["first_snapshot"]:
         print(f"final learner Elo {out['elo']['learner']:.0f} vs first snapshot "
               f"{out['elo'][out['first_snapshot']]:.0f}")
-    for seat, (win, draw, loss) in out["vs_random"].items():
-        print(f"best learner as {seat} vs random: win {win:.1%} draw {draw:.1%} loss {loss:.1%}")
+    for name, seats in out["final"].items():
+        for seat, r in seats.items():
+            print(f"kept learner as {seat} vs {name:13s} win {r['win']:6.1%}  draw {r['draw']:6.1%}  "
+                  f"loss {r['loss']:6.1%}")
 
 
 if __name__ == "__main__":

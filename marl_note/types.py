@@ -119,10 +119,19 @@ class Transitions:
         return Transitions(**out)
 
 
-def stack_obs(items: list) -> np.ndarray | dict[str, np.ndarray]:
-    """Stack per-agent observations into a batch; dict observations are stacked key-wise."""
+def stack_obs(items: list) -> Any:
+    """Stack per-agent observations into a batch; dict and tuple observations are stacked entry-wise,
+    at any depth (a batch of Tuple observations is a tuple of batched arrays).
+
+    Example:
+        >>> b = stack_obs([(1, {"x": np.zeros(2)}), (0, {"x": np.ones(2)})])
+        >>> b[0].tolist(), b[1]["x"].shape
+        ([1, 0], (2, 2))
+    """
     if isinstance(items[0], dict):
-        return {k: np.stack([o[k] for o in items]) for k in items[0]}
+        return {k: stack_obs([o[k] for o in items]) for k in items[0]}
+    if isinstance(items[0], tuple):
+        return tuple(stack_obs([o[i] for o in items]) for i in range(len(items[0])))
     return np.stack(items)
 
 
@@ -141,11 +150,13 @@ def obs_batch_size(obs) -> int:
 
 
 def index_obs(obs, index):
-    """``obs[index]`` for an array, key-wise for a dict of arrays, None stays None."""
+    """``obs[index]`` for an array, entry-wise for a (nested) dict or tuple of arrays, None stays None."""
     if obs is None:
         return None
     if isinstance(obs, dict):
-        return {k: v[index] for k, v in obs.items()}
+        return {k: index_obs(v, index) for k, v in obs.items()}
+    if isinstance(obs, tuple):
+        return tuple(index_obs(v, index) for v in obs)
     return obs[index]
 
 

@@ -81,9 +81,13 @@ class AgentCore(Workflow, Saving, Adjustable):
 
     # -- the numpy acting copy ---------------------------------------------------------------------
     def _publish_numpy(self, numpy_acting: bool, nets: Mapping[str, tuple[str, str]], activation: str,
-                       extra: tuple[str, ...] = ()) -> None:
-        """Act through a numpy copy of ``nets`` (see :class:`NumpyPolicy`) when ``numpy_acting``."""
-        self._numpy_policy = NumpyPolicy(nets, activation, extra) if numpy_acting else None
+                       extra: tuple[str, ...] = (), conv: Any = None, conv_prefix: str | None = None) -> None:
+        """Act through a numpy copy of ``nets`` (see :class:`NumpyPolicy`; ``conv``: the layers of their
+        conv torsos) when ``numpy_acting``; a conv torso acts in the framework where the backend's
+        ``numpy_conv_acting`` is False (torch: its conv kernels beat numpy's im2col at the default sizes)."""
+        if conv and not getattr(self.Networks, "numpy_conv_acting", True):
+            numpy_acting = False
+        self._numpy_policy = NumpyPolicy(nets, activation, extra, conv, conv_prefix) if numpy_acting else None
 
     def numpy_policy(self) -> NumpyPolicy | None:
         """The numpy copy of the acting networks, refreshed if the weights changed since it was taken

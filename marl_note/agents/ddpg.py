@@ -17,11 +17,12 @@ import gymnasium as gym
 import numpy as np
 
 from marl_note.agents.core import AgentCore
+from marl_note.agents.encoders import agent_encoder, replay_space
 from marl_note.agents.exploration.noise import ExplorationNoise
 from marl_note.agents.networks import ACTIVATIONS, check_hidden_sizes, mlp_weights
 from marl_note.agents.schedule import NewSteps, check_update_count, gradient_steps, mean_metrics
-from marl_note.agents.spaces import ActionScaler, ObsEncoder, check_box_action_space, check_transitions
-from marl_note.replay.feed import ReplayFeed, check_num_steps, check_prioritized_options, network_space
+from marl_note.agents.spaces import ActionScaler, check_box_action_space, check_transitions
+from marl_note.replay.feed import ReplayFeed, check_num_steps, check_prioritized_options
 from marl_note.types import Transitions
 from marl_note.validation import (
     non_negative_float,
@@ -178,7 +179,7 @@ class DDPGCore(AgentCore):
                  device: Any = "cpu", compile: bool = False, numpy_acting: bool = True):
         super().__init__(observation_space, action_space, seed=seed, device=device, compile=compile)
         box = check_box_action_space(action_space, "DDPG")
-        self.encoder = ObsEncoder(network_space(observation_space))
+        self.encoder = agent_encoder(observation_space, "mlp")  # Dict/Tuple flattened, goal dicts as HER reads them
         self.cfg = cfg = DDPGConfig(
             hidden_sizes=hidden_sizes, activation=activation, actor_lr=actor_lr, critic_lr=critic_lr, gamma=gamma,
             tau=tau, buffer_size=buffer_size, learning_starts=learning_starts, replay_ratio=replay_ratio,
@@ -186,7 +187,8 @@ class DDPGCore(AgentCore):
             max_grad_norm=max_grad_norm,
             PR=PR, alpha=alpha, beta=beta, initial_TD=initial_TD, num_steps=num_steps)
         self.scaler = ActionScaler(box, "DDPG")
-        self._feed = ReplayFeed(observation_space, action_space, buffer_size=cfg.buffer_size, gamma=cfg.gamma,
+        self._feed = ReplayFeed(replay_space(observation_space, self.encoder), action_space,
+                                buffer_size=cfg.buffer_size, gamma=cfg.gamma,
                                 PR=cfg.PR, alpha=cfg.alpha, beta=cfg.beta, initial_TD=cfg.initial_TD,
                                 num_steps=cfg.num_steps, her=her, compute_reward=compute_reward, replay=replay,
                                 augment=augment, seed=int(self.rng.integers(0, 2**63 - 1)))
@@ -228,6 +230,7 @@ class DDPGCore(AgentCore):
     def observe(self, transitions: Transitions) -> None:
         if not isinstance(transitions, Transitions):
             raise TypeError(f"observe() expects a marl_note.types.Transitions batch, got {type(transitions).__name__}")
+        transitions = self.encoder.flat_transitions(transitions)  # nested observations: stored flat
         flat = check_transitions(self._feed.flat(transitions), self.encoder)
         act = np.asarray(flat.act)
         if act.shape[1:] != self.scaler.shape:

@@ -16,19 +16,20 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
 from marl_note.agents.core import AgentCore
+from marl_note.agents.encoders import agent_encoder, check_conv_layers, replay_space, torso_factory
 from marl_note.agents.exploration.masked import masked_argmax
 from marl_note.agents.exploration.policies import EpsGreedyQPolicy
-from marl_note.agents.networks import ACTIVATIONS, check_hidden_sizes, init_linear, mlp_weights
+from marl_note.agents.networks import ACTIVATIONS, check_hidden_sizes, init_linear, mlp_weights, torso_weights
 from marl_note.agents.schedule import NewSteps, check_update_count, gradient_steps, mean_metrics
-from marl_note.agents.spaces import ObsEncoder, check_mask, check_transitions
-from marl_note.replay.feed import ReplayFeed, check_num_steps, check_prioritized_options, network_space
+from marl_note.agents.spaces import check_mask, check_transitions
+from marl_note.replay.feed import ReplayFeed, check_num_steps, check_prioritized_options
 from marl_note.types import Transitions
 from marl_note.validation import (
     check_callable,
@@ -74,6 +75,8 @@ class DQNConfig:
     compute_reward: Callable | None = None
     augment: Callable | None = None
     dueling: bool = False
+    torso: str = "auto"
+    conv_layers: Any = None
 
     def __post_init__(self) -> None:
         def put(name: str, value: Any) -> None:
@@ -112,6 +115,9 @@ class DQNConfig:
         put("num_steps", check_num_steps(self.num_steps))
         check_callable("compute_reward", self.compute_reward, "compute_reward(achieved_goal, desired_goal, info)")
         check_callable("augment", self.augment, "transitions -> transitions (or a list of them)")
+        if torso_factory(self.torso) is not None and self.dueling:
+            raise ValueError("a user-supplied torso takes dueling=False (its features go straight to the Q-network)")
+        put("conv_layers", None if self.conv_layers is None else check_conv_layers(self.conv_layers))
         for name in ("double", "PR", "dueling"):
             put(name, bool(getattr(self, name)))
         if self.dueling and not self.hidden_sizes:
@@ -166,6 +172,10 @@ class DQNCore(AgentCore):
     advantage head ``A(s, a)``, ``Q = V + A - mean_a A`` (state keys ``q_net.torso.*``,
     ``q_net.value.*``, ``q_net.advantage.*``).
 
+    Observations go through :class:`~marl_note.agents.encoders.ObsEncoder` (Dict/Tuple flattened;
+    ``torso="auto" | "mlp" | "conv"``, ``conv_layers``: a conv torso ``q_net.conv.*`` for images;
+    ``torso=factory``: your module ``q_net.user.*``, recorded by import path, ``dueling=False``).
+
     Replay options (shared with DDPG, see :class:`~marl_note.replay.feed.ReplayFeed`):
     ``PR=True, alpha, beta, initial_TD`` builds a prioritized buffer (``|TD|`` fed back after each
     gradient step); ``num_steps=n`` stores n-step transitions (their ``discount`` is ``gamma**k``);
@@ -213,12 +223,12 @@ class DQNCore(AgentCore):
                  compile: bool = False, PR: bool = DQNConfig.PR, alpha: float = DQNConfig.alpha,
                  beta: float = DQNConfig.beta, initial_TD: float = DQNConfig.initial_TD,
                  num_steps: int = DQNConfig.num_steps, her: Any = None, compute_reward: Callable | None = None,
-                 augment: Callable | None = None, dueling: bool = DQNConfig.dueling, numpy_acting: bool = True):
+                 augment: Callable | None = None, dueling: bool = DQNConfig.dueling, numpy_acting: bool = True,
+                 torso: str = DQNConfig.torso, conv_layers: Any = DQNConfig.conv_layers):
         if not isinstance(action_space, gym.spaces.Discrete):
             raise TypeError(f"DQN needs a Discrete action space, got {action_space!r}; "
                             f"use a continuous-control agent for Box actions")
         super().__init__(observation_space, action_space, seed=seed, device=device, compile=compile)
-        self.encoder = ObsEncoder(network_space(observation_space))  # a goal env's dict, flattened
         self.cfg = cfg = DQNConfig(
             hidden_sizes=hidden_sizes, activation=activation, lr=lr, gamma=gamma, buffer_size=buffer_size,
             learning_starts=learning_starts, double=double, target_update=target_update, tau=tau,
@@ -226,11 +236,21 @@ class DQNCore(AgentCore):
             criterion=criterion, max_grad_norm=max_grad_norm, replay_ratio=replay_ratio, update_steps=update_steps,
             update_count=update_count,
             policy=policy, replay=replay, PR=PR, alpha=alpha, beta=beta, initial_TD=initial_TD, num_steps=num_steps,
-            her=her, compute_reward=compute_reward, augment=augment, dueling=dueling)
+            her=her, compute_reward=compute_reward, augment=augment, dueling=dueling, torso=torso,
+            conv_layers=conv_layers)
+        self.encoder = agent_encoder(observation_space, cfg.torso, cfg.conv_layers)  # goal dicts as HER reads them
+        user_path = None if self.encoder.factory is None else self.encoder.factory[0]
+        self.cfg = cfg = replace(cfg, torso=user_path or self.encoder.torso,
+                                 conv_layers=self.encoder.conv_layers or None)
+        if user_path is not None:  # a user torso: recorded by import path, acting in the framework
+            if "_saving_config" in self.__dict__:
+                self.__dict__["_saving_config"]["torso"] = cfg.torso
+            numpy_acting = False
         self.n_actions, self.action_start = int(action_space.n), int(action_space.start)
         self.gamma = cfg.gamma
         self.policy = cfg.policy if cfg.policy is not None else EpsGreedyQPolicy(1.0, 0.05, n_steps_annealing=10_000)
-        self._feed = ReplayFeed(observation_space, action_space, buffer_size=cfg.buffer_size, gamma=cfg.gamma,
+        self._feed = ReplayFeed(replay_space(observation_space, self.encoder), action_space,
+                                buffer_size=cfg.buffer_size, gamma=cfg.gamma,
                                 PR=cfg.PR, alpha=cfg.alpha, beta=cfg.beta, initial_TD=cfg.initial_TD,
                                 num_steps=cfg.num_steps, her=cfg.her, compute_reward=cfg.compute_reward,
                                 replay=cfg.replay, augment=cfg.augment,
@@ -238,10 +258,16 @@ class DQNCore(AgentCore):
         self.replay = self._feed.replay
         self._new = NewSteps(cfg.update_count)  # what replay_ratio multiplies
         self._target_block = 0  # agent_steps // target_update_agent_steps at the last target copy
-        q = q_net_weights("q_net", self.encoder.dim, self.n_actions, cfg, self.init_rng)
+        conv, in_dim = torso_weights("q_net", self.encoder, self.init_rng)  # a conv torso for images
+        user = None
+        if self.encoder.factory is not None:  # (factory, input shape, seed) of a user torso
+            user = (self.encoder.factory[1], self.encoder.input_shape, int(self.init_rng.integers(0, 2**31 - 1)))
+            in_dim = self.Networks.user_torso_width(*user[:2])  # type: ignore[attr-defined]
+        q = {**conv, **q_net_weights("q_net", in_dim, self.n_actions, cfg, self.init_rng)}
         target = {"target_net" + k[len("q_net"):]: v.copy() for k, v in q.items()}
-        self.nets = self.Networks({**q, **target}, cfg, device=self.device, compile=self.compile)
-        self._publish_numpy(numpy_acting, {"q_net": ("dueling" if cfg.dueling else "mlp", "q_net")}, cfg.activation)
+        self.nets = self.Networks({**q, **target}, cfg, device=self.device, compile=self.compile, user=user)
+        self._publish_numpy(numpy_acting, {"q_net": ("dueling" if cfg.dueling else "mlp", "q_net")}, cfg.activation,
+                            conv=cfg.conv_layers)
 
     # -- acting ------------------------------------------------------------------------------------
     def q_values(self, obs: Any) -> np.ndarray:
@@ -260,6 +286,7 @@ class DQNCore(AgentCore):
     def observe(self, transitions: Transitions) -> None:
         if not isinstance(transitions, Transitions):
             raise TypeError(f"observe() expects a marl_note.types.Transitions batch, got {type(transitions).__name__}")
+        transitions = self.encoder.flat_transitions(transitions)  # nested observations: stored flat
         flat = check_transitions(self._feed.flat(transitions), self.encoder)
         self._feed.add(transitions, flat)  # n-step accumulation / HER episode storage happen here
         n = len(transitions)

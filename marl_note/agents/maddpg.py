@@ -175,7 +175,12 @@ class MADDPGCore(AgentCore):
             raise ValueError(f"noise names unknown agents {sorted(unknown)}")
         self.observation_spaces = {a: observation_spaces[a] for a in self.agents}
         self.action_spaces = {a: action_spaces[a] for a in self.agents}
-        self.encoders = {a: ObsEncoder(self.observation_spaces[a]) for a in self.agents}
+        self.encoders = {a: ObsEncoder(self.observation_spaces[a], "mlp") for a in self.agents}
+        nested = [a for a in self.agents if self.encoders[a].nested]
+        if nested:
+            raise TypeError(f"MADDPG takes Box, Discrete, MultiBinary and MultiDiscrete observations; agents {nested} "
+                            f"have Dict/Tuple ones: flatten them first (gymnasium.spaces.flatten) or use DQN, "
+                            f"PPO, DDPG or SAC, which flatten them themselves")
         self.obs_dim = {a: self.encoders[a].dim for a in self.agents}
         self.discrete = {a: isinstance(self.action_spaces[a], gym.spaces.Discrete) for a in self.agents}
         self.scalers = {a: ActionScaler(s, "MADDPG") for a, s in self.action_spaces.items()

@@ -8,6 +8,10 @@ Weights use PyTorch's layout and names: an MLP is a ``torch.nn.Sequential`` of `
 with activations between them, so Linear layer ``j`` is module ``2 * j`` and its arrays are
 ``{prefix}.{2j}.weight`` (``[out, in]``) and ``{prefix}.{2j}.bias`` (``[out]``).
 
+A conv torso in front of a network ``prefix`` is a ``Conv2d -> act -> ...`` stack (every layer
+activated, then flattened in PyTorch's ``C, H, W`` order) under ``{prefix}.conv.{2j}.weight``
+(``[out, in, kh, kw]``) and ``.bias``; the network's own layers keep their names.
+
 Example:
     >>> import numpy as np
     >>> w = mlp_weights("q_net", 4, (8,), 2, np.random.default_rng(0))
@@ -23,7 +27,8 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-__all__ = ["ACTIVATIONS", "INITS", "activate", "init_linear", "mlp_weights", "mlp_forward", "check_hidden_sizes"]
+__all__ = ["ACTIVATIONS", "INITS", "activate", "init_linear", "mlp_weights", "mlp_forward", "check_hidden_sizes",
+           "conv_weights", "conv_forward", "torso_weights"]
 
 ACTIVATIONS = ("relu", "tanh", "elu", "gelu")
 INITS = ("default", "orthogonal")
@@ -102,3 +107,55 @@ def mlp_forward(weights: Mapping[str, np.ndarray], prefix: str, x: np.ndarray, a
     if j == 0:
         raise KeyError(f"no layers named {prefix}.0.weight in the weights")
     return x
+
+
+def conv_weights(prefix: str, in_channels: int, layers, rng: np.random.Generator, init: str = "default"
+                 ) -> dict[str, np.ndarray]:
+    """Weights of the conv torso ``{prefix}.conv``: ``layers`` are ``(channels, kernel, stride, padding)``.
+
+    ``"default"`` draws PyTorch's ``Conv2d`` default (U(+-1/sqrt(in * k * k)) for weight and bias),
+    ``"orthogonal"`` an orthogonal ``[out, in * k * k]`` matrix with gain sqrt(2) and zero biases.
+
+    Example:
+        >>> w = conv_weights("q_net", 2, ((4, 3, 1, 1),), np.random.default_rng(0))
+        >>> {k: v.shape for k, v in w.items()}
+        {'q_net.conv.0.weight': (4, 2, 3, 3), 'q_net.conv.0.bias': (4,)}
+    """
+    out, last = {}, int(in_channels)
+    for j, (channels, k, _, _) in enumerate(layers):
+        w, b = init_linear(last * k * k, channels, rng, init, math.sqrt(2))
+        out[f"{prefix}.conv.{2 * j}.weight"] = w.reshape(channels, last, k, k)
+        out[f"{prefix}.conv.{2 * j}.bias"] = b
+        last = channels
+    return out
+
+
+def torso_weights(prefix: str, encoder, rng: np.random.Generator, init: str = "default"
+                  ) -> tuple[dict[str, np.ndarray], int]:
+    """``(conv torso weights, width of the MLP input)`` of network ``prefix`` over ``encoder``'s
+    observations: no weights and the flat width for an MLP torso."""
+    if encoder.image_shape is None:
+        return {}, int(encoder.dim)
+    return conv_weights(prefix, encoder.image_shape[2], encoder.conv_layers, rng, init), encoder.conv_out_dim
+
+
+def conv_forward(weights: Mapping[str, np.ndarray], prefix: str, x: np.ndarray, layers, activation: str
+                 ) -> np.ndarray:
+    """The conv torso ``{prefix}.conv`` on images ``x`` ``[B, H, W, C]`` in numpy: ``[B, C' * H' * W']``.
+
+    Example:
+        >>> w = conv_weights("q_net", 2, ((4, 3, 1, 1),), np.random.default_rng(0))
+        >>> conv_forward(w, "q_net", np.ones((5, 6, 7, 2), np.float32), ((4, 3, 1, 1),), "relu").shape
+        (5, 168)
+    """
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    h = np.asarray(x, np.float32)
+    for j, (_, k, s, p) in enumerate(layers):
+        if p:
+            h = np.pad(h, ((0, 0), (p, p), (p, p), (0, 0)))
+        win = sliding_window_view(h, (k, k), axis=(1, 2))[:, ::s, ::s]  # [B, H', W', C, kh, kw]
+        w = weights[f"{prefix}.conv.{2 * j}.weight"]  # [out, C, kh, kw]
+        h = activate(np.tensordot(win, w, axes=([3, 4, 5], [1, 2, 3])) + weights[f"{prefix}.conv.{2 * j}.bias"],
+                     activation)
+    return np.ascontiguousarray(h.transpose(0, 3, 1, 2)).reshape(len(h), -1)

@@ -18,6 +18,9 @@ A network is named by ``(kind, prefix)``:
 - ``"shared"``: an optional trunk ``{prefix}.trunk.*`` (every layer activated) under the MLP
   ``{prefix}.pi`` (PPO's actor with ``shared=True``).
 
+Each may sit behind a conv torso ``{prefix}.conv.*`` (``conv``: its layers, channels-last images
+in, see :func:`~marl_note.agents.networks.conv_forward`), or all behind one (``conv_prefix``).
+
 Example:
     >>> import numpy as np
     >>> from marl_note.agents.networks import mlp_weights
@@ -38,7 +41,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from marl_note.agents.networks import ACTIVATIONS, activate
+from marl_note.agents.networks import ACTIVATIONS, activate, conv_forward
 
 __all__ = ["NumpyPolicy", "KINDS", "named_by"]
 
@@ -78,7 +81,8 @@ class NumpyPolicy:
     all there is to send to another process: ``state()`` gives them as numpy arrays.
     """
 
-    def __init__(self, nets: Mapping[str, tuple[str, str]], activation: str, extra: tuple[str, ...] = ()):
+    def __init__(self, nets: Mapping[str, tuple[str, str]], activation: str, extra: tuple[str, ...] = (),
+                 conv: tuple[tuple[int, int, int, int], ...] | None = None, conv_prefix: str | None = None):
         for name, (kind, _) in nets.items():
             if kind not in KINDS:
                 raise ValueError(f"network {name!r} has unknown kind {kind!r}; use one of {list(KINDS)}")
@@ -86,6 +90,8 @@ class NumpyPolicy:
             raise ValueError(f"unknown activation {activation!r}; choose one of {list(ACTIVATIONS)}")
         self.nets = dict(nets)
         self.extra = tuple(extra)
+        self.conv = tuple(conv) if conv else None
+        self.conv_prefix = conv_prefix  # one conv torso under every net (else each net's ``{prefix}.conv``)
         self.activation = activation
         self.weights: dict[str, np.ndarray] = {}
         self.version = -1
@@ -118,6 +124,9 @@ class NumpyPolicy:
         """Network ``name`` on ``x`` ``[B, in]`` (cast to float32): float32 ``[B, out]``."""
         torso, mlp, heads = self._plans[name]
         h = np.asarray(x, np.float32)
+        if self.conv is not None:
+            prefix = self.conv_prefix or f"{self.nets[name][1]}.conv"
+            h = conv_forward(self.weights, prefix.removesuffix(".conv"), h, self.conv, self.activation)
         for w, b in torso:
             h = activate(h @ w + b, self.activation)
         for j, (w, b) in enumerate(mlp):

@@ -17,9 +17,10 @@ import gymnasium as gym
 import numpy as np
 
 from marl_note.agents.core import AgentCore
+from marl_note.agents.encoders import TORSOS, ObsEncoder, check_conv_layers
 from marl_note.agents.exploration.masked import masked_argmax, masked_softmax, sample_categorical
-from marl_note.agents.networks import ACTIVATIONS, check_hidden_sizes, mlp_weights
-from marl_note.agents.spaces import ObsEncoder, check_mask, check_transitions
+from marl_note.agents.networks import ACTIVATIONS, check_hidden_sizes, mlp_weights, torso_weights
+from marl_note.agents.spaces import check_mask, check_transitions
 from marl_note.replay import PrioritizedReplayBuffer, RolloutBuffer, compute_gae
 from marl_note.replay.feed import check_prioritized_options
 from marl_note.types import Transitions
@@ -78,6 +79,8 @@ class PPOConfig:
     initial_TD: float = 1.0
     lambda_: float = 0.5
     initial_ratio: float = 1.0
+    torso: str = "auto"
+    conv_layers: Any = None
 
     def __post_init__(self) -> None:
         put = object.__setattr__
@@ -105,6 +108,10 @@ class PPOConfig:
         put(self, "lambda_", unit_interval("lambda_", self.lambda_, "the weight of |TD| against |ratio - 1| "
                                                                    "in the priority"))
         put(self, "initial_ratio", non_negative_float("initial_ratio", self.initial_ratio))
+        if self.torso not in TORSOS:
+            raise ValueError(f"torso must be one of {list(TORSOS)} (a user-supplied torso is for DQN), "
+                             f"got {self.torso!r}")
+        put(self, "conv_layers", None if self.conv_layers is None else check_conv_layers(self.conv_layers))
         if self.initial_priority <= 0:
             raise ValueError("the initial priority lambda_ * initial_TD + (1 - lambda_) * initial_ratio must be > 0")
 
@@ -157,7 +164,8 @@ class PPOCore(AgentCore):
                  target_kl: float | None = None, log_std_init: float = 0.0,
                  seed: int | None = None, device: Any = "cpu", compile: bool = False,
                  PR: bool = False, alpha: float = 0.6, beta: float = 0.4, initial_TD: float = 1.0,
-                 lambda_: float = 0.5, initial_ratio: float = 1.0, numpy_acting: bool = True):
+                 lambda_: float = 0.5, initial_ratio: float = 1.0, numpy_acting: bool = True,
+                 torso: str = "auto", conv_layers: Any = None):
         self.continuous, self.out_dim = action_output(action_space)
         super().__init__(observation_space, action_space, seed=seed, device=device, compile=compile)
         self.cfg = PPOConfig(hidden_sizes=hidden_sizes, activation=activation, shared=shared, lr=lr, gamma=gamma,
@@ -165,15 +173,17 @@ class PPOCore(AgentCore):
                              n_epochs=n_epochs, n_steps=n_steps, max_grad_norm=max_grad_norm,
                              normalize_advantage=normalize_advantage, target_kl=target_kl,
                              log_std_init=log_std_init, PR=PR, alpha=alpha, beta=beta, initial_TD=initial_TD,
-                             lambda_=lambda_, initial_ratio=initial_ratio)
-        self.encoder = ObsEncoder(observation_space)
+                             lambda_=lambda_, initial_ratio=initial_ratio, torso=torso, conv_layers=conv_layers)
+        self.encoder = ObsEncoder(observation_space, self.cfg.torso, self.cfg.conv_layers)
+        self.cfg = dataclasses.replace(self.cfg, torso=self.encoder.torso, conv_layers=self.encoder.conv_layers or None)
         self.action_start = 0 if self.continuous else int(action_space.start)  # type: ignore[attr-defined]
-        self.rollout = RolloutBuffer(observation_space, action_space)
+        self.rollout = RolloutBuffer(self.encoder.store_space, action_space)  # Dict/Tuple stored flat
         self.nets = self.Networks(self._initial_weights(), self.cfg, self.continuous, device=self.device,
                                   compile=self.compile)
         actor = ("shared", "net") if self.cfg.shared else ("mlp", "net.pi")
+        conv = ("net.conv",) if self.cfg.torso == "conv" else ()
         self._publish_numpy(numpy_acting, {"pi": actor}, self.cfg.activation,
-                            ("net.log_std",) if self.continuous else ())
+                            (("net.log_std",) if self.continuous else ()) + conv, self.cfg.conv_layers, "net.conv")
 
     def __getattr__(self, name: str) -> Any:
         """The hyperparameters read as attributes too (``agent.gamma``, ``agent.n_steps``, ...)."""
@@ -184,10 +194,12 @@ class PPOCore(AgentCore):
 
     def _initial_weights(self) -> dict[str, np.ndarray]:
         """``net.log_std`` (Box actions), ``net.trunk`` (shared), ``net.pi`` and ``net.v``, drawn from ``init_rng``."""
-        cfg, rng, dim = self.cfg, self.init_rng, self.encoder.dim
+        cfg, rng = self.cfg, self.init_rng
         weights: dict[str, np.ndarray] = {}
         if self.continuous:
             weights["net.log_std"] = np.full(self.out_dim, cfg.log_std_init, np.float32)
+        conv, dim = torso_weights("net", self.encoder, rng, "orthogonal")  # one conv torso under pi and v
+        weights.update(conv)
         if cfg.shared:
             weights.update(mlp_weights("net.trunk", dim, cfg.hidden_sizes, None, rng, "orthogonal"))
             last = cfg.hidden_sizes[-1] if cfg.hidden_sizes else dim
@@ -231,6 +243,7 @@ class PPOCore(AgentCore):
 
     # -- storing -----------------------------------------------------------------------------------
     def observe(self, transitions: Transitions) -> None:
+        transitions = self.encoder.flat_transitions(transitions)
         check_transitions(transitions, self.encoder)
         self.rollout.add(transitions)
         self.agent_steps += len(transitions)

@@ -120,7 +120,7 @@ class RLCore(AgentCore):
             raise TypeError(f"{type(self).__name__}: unexpected argument(s) {unknown}; the "
                             f"{backend_of(type(self))} RL takes {sorted(accepted)} besides {sorted(vars(cfg))}")
         self._set_config(cfg)
-        self.encoder = ObsEncoder(observation_space)
+        self.encoder = ObsEncoder(observation_space, "mlp")  # the user's networks read flat or raw arrays
         self.obs_dim = self.encoder.dim
         self.policy: Any = None
         self.noise: Any = None

@@ -18,10 +18,11 @@ import numpy as np
 
 from marl_note import validation as check
 from marl_note.agents.core import AgentCore
+from marl_note.agents.encoders import agent_encoder, replay_space
 from marl_note.agents.exploration.masked import masked_argmax, masked_softmax, sample_categorical, uniform_legal
 from marl_note.agents.networks import ACTIVATIONS, check_hidden_sizes, mlp_weights
 from marl_note.agents.schedule import NewSteps, check_update_count, gradient_steps, mean_metrics
-from marl_note.agents.spaces import ActionScaler, ObsEncoder, check_box_action_space, check_mask, check_transitions
+from marl_note.agents.spaces import ActionScaler, check_box_action_space, check_mask, check_transitions
 from marl_note.replay.feed import ReplayFeed, check_num_steps, check_prioritized_options
 from marl_note.types import Transitions
 
@@ -198,12 +199,13 @@ class SACCore(AgentCore):
         if not self.discrete:
             check_box_action_space(action_space, "SAC")
         super().__init__(observation_space, action_space, seed=seed, device=device, compile=compile)
-        self._feed = ReplayFeed(observation_space, action_space, buffer_size=cfg.buffer_size, gamma=cfg.gamma,
+        self.encoder = agent_encoder(observation_space, "mlp")  # Dict/Tuple flattened, goal dicts as HER reads them
+        self._feed = ReplayFeed(replay_space(observation_space, self.encoder), action_space,
+                                buffer_size=cfg.buffer_size, gamma=cfg.gamma,
                                 PR=cfg.PR, alpha=cfg.alpha, beta=cfg.beta, initial_TD=cfg.initial_TD,
                                 num_steps=cfg.num_steps, her=her, compute_reward=compute_reward, replay=replay,
                                 augment=augment, seed=int(self.rng.integers(0, 2**63 - 1)))
         self.replay = self._feed.replay
-        self.encoder = ObsEncoder(self._feed.network_space)
         if isinstance(action_space, gym.spaces.Discrete):
             self.n_actions, self.action_start = int(action_space.n), int(action_space.start)
             self.action_dim, out_dim, critic_in, critic_out = 1, self.n_actions, 0, self.n_actions
@@ -268,6 +270,7 @@ class SACCore(AgentCore):
     def observe(self, transitions: Transitions) -> None:
         if not isinstance(transitions, Transitions):
             raise TypeError(f"observe() expects a marl_note.types.Transitions batch, got {type(transitions).__name__}")
+        transitions = self.encoder.flat_transitions(transitions)  # nested observations: stored flat
         flat = check_transitions(self._feed.flat(transitions), self.encoder)
         act = np.asarray(flat.act)
         want = () if self.discrete else self.scaler.shape

@@ -1,9 +1,9 @@
 """Spaces seen from an agent, numpy only: the one observation encoder and the one Box action scaler.
 
-The network input width of an observation space and the observation batch check and encoding
-(:class:`ObsEncoder`), action masks, :class:`~marl_note.types.Transitions` batches given to
-``observe()``, the message for a refused non-finite update, and :class:`ActionScaler` between a
-network's ``[-1, 1]`` actions and a Box's bounds.
+The observation encoder (:class:`~marl_note.agents.encoders.ObsEncoder`, re-exported here),
+action masks, :class:`~marl_note.types.Transitions` batches given to ``observe()``, the message
+for a refused non-finite update, and :class:`ActionScaler` between a network's ``[-1, 1]``
+actions and a Box's bounds.
 """
 from __future__ import annotations
 
@@ -12,64 +12,11 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from marl_note.agents.encoders import ObsEncoder, flat_obs_dim
 from marl_note.types import NonFiniteError, Transitions
 
 __all__ = ["flat_obs_dim", "ObsEncoder", "check_mask", "check_transitions", "raise_if_nonfinite_update",
            "ActionScaler", "check_box_action_space"]
-
-
-def flat_obs_dim(space: gym.Space) -> int:
-    """Input width of the network for ``space`` (one-hot for Discrete observations)."""
-    if isinstance(space, gym.spaces.Discrete):
-        return int(space.n)
-    if isinstance(space, (gym.spaces.Box, gym.spaces.MultiBinary, gym.spaces.MultiDiscrete)):
-        return int(np.prod(space.shape, dtype=np.int64))
-    raise TypeError(f"unsupported observation space {space!r}: use Box, Discrete, MultiBinary or "
-                    f"MultiDiscrete (flatten Dict/Tuple observations with a wrapper)")
-
-
-class ObsEncoder:
-    """Checks a batch of observations against the space and turns it into a float32 numpy array.
-
-    Box/MultiBinary/MultiDiscrete observations are flattened to ``[B, prod(shape)]``; Discrete
-    observations become one-hot rows. The PyTorch agents subclass it to return tensors.
-
-    Example:
-        >>> import gymnasium as gym, numpy as np
-        >>> enc = ObsEncoder(gym.spaces.Box(0, 1, (3, 3, 2), np.int8))
-        >>> x = enc(np.zeros((4, 3, 3, 2), np.int8)); x.shape, x.dtype
-        ((4, 18), dtype('float32'))
-        >>> ObsEncoder(gym.spaces.Discrete(3))(np.array([2])).tolist()
-        [[0.0, 0.0, 1.0]]
-        >>> enc.check(np.zeros((3, 3, 2)))
-        Traceback (most recent call last):
-        ...
-        ValueError: obs has shape (3, 3, 2), expected (batch, *(3, 3, 2)) ... add a leading batch axis)
-    """
-
-    def __init__(self, space: gym.Space):
-        self.space = space
-        self.dim = flat_obs_dim(space)
-        self.shape: tuple[int, ...] = () if isinstance(space, gym.spaces.Discrete) else tuple(space.shape or ())
-
-    def check(self, obs: Any, name: str = "obs") -> np.ndarray:
-        arr = np.asarray(obs)
-        if arr.dtype.kind not in "biuf":
-            raise TypeError(f"{name} must be a numeric array, got dtype {arr.dtype}")
-        if arr.shape[1:] != self.shape or arr.ndim != len(self.shape) + 1:
-            hint = " (observations are batched: add a leading batch axis)" if arr.shape == self.shape else ""
-            raise ValueError(f"{name} has shape {arr.shape}, expected (batch, *{self.shape}) for the "
-                             f"observation space {self.space}{hint}")
-        return arr
-
-    def __call__(self, obs: Any, name: str = "obs") -> np.ndarray:
-        arr = self.check(obs, name)
-        if isinstance(self.space, gym.spaces.Discrete):
-            idx = arr.astype(np.int64) - int(self.space.start)
-            out = np.zeros((len(arr), self.dim), np.float32)
-            out[np.arange(len(arr)), idx] = 1.0
-            return out
-        return np.ascontiguousarray(arr.reshape(len(arr), -1), dtype=np.float32)
 
 
 def check_mask(mask: Any, batch: int, n: int, name: str = "mask") -> np.ndarray | None:

@@ -71,8 +71,10 @@ def _problem(algo: str, spec: Any, seats: list[str] | None = None) -> str | None
         try:
             flat_obs_dim(spec.observation_space(seat))
         except TypeError:
-            return (f"the built-in networks take Box, Discrete, MultiBinary or MultiDiscrete observations, but "
-                    f"seat {seat!r} observes {spec.observation_space(seat)}")
+            return (f"the built-in networks take Box, Discrete, MultiBinary or MultiDiscrete observations (or "
+                    f"Dict/Tuple of those), but seat {seat!r} observes {spec.observation_space(seat)}")
+        if info.joint and type(spec.observation_space(seat)).__name__ in ("Dict", "Tuple"):
+            return f"{algo} takes no Dict/Tuple observations, but seat {seat!r} observes {spec.observation_space(seat)}"
     return None
 
 

@@ -97,31 +97,58 @@ def snapshot(agent: Any, name: str = "snapshot") -> FrozenAgent:
 
 
 class OpponentPool:
-    """Frozen snapshots of a learner, matchmaking for the trainer, and Elo ratings.
+    """Frozen snapshots of a learner, the learner itself, fixed opponents; matchmaking and Elo ratings.
+
+    Each training episode the matchmaker draws one opponent for the learner:
+
+    - ``self_play_fraction`` of the games the learner plays itself (every seat is the learner,
+      exploring and learning: plain self-play against its current weights);
+    - ``fixed_fraction`` of the games one of the fixed opponents (those given to :meth:`add`: a
+      random, scripted or search player). Keep it a minority: it keeps the learner able to punish
+      weak play and gives it positions its own play never reaches, but a learner trained mostly
+      against fixed players learns to exploit them rather than to play. ``None`` draws fixed
+      opponents and snapshots from one common pool;
+    - the rest a frozen snapshot of the learner.
+
+    Within a group, ``sampling="uniform"`` draws every opponent alike; ``"prioritized"`` draws the
+    opponents the learner does worst against more often (prioritized fictitious self-play, PFSP):
+    opponent ``i`` gets weight ``(1 - p_i) ** priority_exponent + priority_floor``, where ``p_i``
+    is the learner's expected score against it (win 1, draw 0.5, loss 0; 0.5 before any game).
+    The floor keeps beaten opponents in play now and then, so the learner does not forget them.
+    ``p_i`` is the score of the last greedy evaluation at a test (:meth:`evaluate`), moved after
+    each training game against ``i`` by ``score_rate * (game score - p_i)`` (an exponential moving
+    average of the training games; ``score_rate=None`` uses the evaluations only).
+    :meth:`weights` shows the current sampling probabilities.
 
     - ``snapshot_every`` (training episodes) and/or ``win_rate_threshold`` (win rate against the
       pool at a test, after which a new snapshot is added) control snapshots; the first snapshot is
       taken when training begins. ``max_size`` keeps the newest snapshots (plus added fixed ones).
-    - ``sampling``: ``"uniform"`` or ``"prioritized"`` (opponents the learner scores worst against
-      are drawn more often: weight ``(1 - score) ** priority_exponent + 0.05``).
-    - ``fixed_fraction``: the share of training episodes played against the fixed opponents (those
-      given to :meth:`add`, e.g. a random or scripted player), the rest against snapshots, each
-      group drawn by ``sampling``. It keeps the learner able to beat weak players while its
-      snapshots get strong (pure self-play forgets them). ``None`` draws from one common pool.
     - ``swap_seats``: the learner's seat rotates per env and episode, so it plays every seat.
     - At every test, the learner plays ``eval_episodes`` greedy games against each opponent (half in
       each seat of a two-seat game) and the Elo ratings are updated game by game.
+    - ``opponent_explore``: whether frozen and fixed opponents act with exploration.
     """
 
     def __init__(self, learner: Any, spec: EnvSpec, max_size: int = 20, snapshot_every: int | None = None,
                  win_rate_threshold: float | None = None, sampling: str = "uniform", priority_exponent: float = 2.0,
                  swap_seats: bool = True, eval_episodes: int = 20, opponent_explore: bool = False,
                  elo_k: float = 32.0, seed: int | None = None, learner_name: str = "learner",
-                 fixed_fraction: float | None = None):
+                 fixed_fraction: float | None = None, self_play_fraction: float = 0.0,
+                 priority_floor: float = 0.05, score_rate: float | None = 0.05):
         if sampling not in ("uniform", "prioritized"):
             raise ValueError(f"sampling must be 'uniform' or 'prioritized', got {sampling!r}")
         if fixed_fraction is not None and not 0.0 <= fixed_fraction <= 1.0:
             raise ValueError(f"fixed_fraction must be in [0, 1], got {fixed_fraction}")
+        if not 0.0 <= self_play_fraction <= 1.0:
+            raise ValueError(f"self_play_fraction must be in [0, 1], got {self_play_fraction}")
+        if self_play_fraction + (fixed_fraction or 0.0) > 1.0:
+            raise ValueError(f"self_play_fraction ({self_play_fraction}) + fixed_fraction ({fixed_fraction}) "
+                             f"are shares of the same games and must add up to at most 1")
+        if priority_exponent < 0 or priority_floor < 0 or priority_exponent + priority_floor == 0:
+            raise ValueError(f"priority_exponent and priority_floor must be >= 0 and not both 0, got "
+                             f"{priority_exponent} and {priority_floor}")
+        if score_rate is not None and not 0.0 < score_rate <= 1.0:
+            raise ValueError(f"score_rate must be in (0, 1] or None, got {score_rate}")
         if snapshot_every is not None and snapshot_every < 1:
             raise ValueError(f"snapshot_every must be >= 1 episodes, got {snapshot_every}")
         if win_rate_threshold is not None and not 0.0 < win_rate_threshold <= 1.0:
@@ -136,12 +163,14 @@ class OpponentPool:
         self.eval_episodes, self.opponent_explore = int(eval_episodes), bool(opponent_explore)
         self.learner_name = learner_name
         self.fixed_fraction = None if fixed_fraction is None else float(fixed_fraction)
+        self.self_play_fraction, self.priority_floor = float(self_play_fraction), float(priority_floor)
+        self.score_rate = None if score_rate is None else float(score_rate)
         self.elo = Elo(k=elo_k)
         self.elo.rating(learner_name)
         self.rng = np.random.default_rng(seed)
         self.opponents: dict[str, Any] = {}
         self.fixed: set[str] = set()
-        self.scores: dict[str, float] = {}  # learner's last evaluated score against each opponent
+        self.scores: dict[str, float] = {}  # learner's expected score against each opponent (see class doc)
         self.history: list[tuple[int, dict[str, float]]] = []  # (episodes, ratings) after each evaluation
         self._turn = 0
         self._last_snapshot_episode = 0
@@ -191,19 +220,56 @@ class OpponentPool:
         return name
 
     # ------------------------------------------------------------------ matchmaking
+    def weights(self, names: Sequence[str] | None = None) -> np.ndarray:
+        """Sampling probabilities over ``names`` (default: every opponent) under ``sampling``.
+
+        Example:
+            >>> from pettingzoo.classic import tictactoe_v3
+            >>> from marl_note.agents import RandomAgent
+            >>> from marl_note.trainers import DecentralizedTrainer
+            >>> trainer = DecentralizedTrainer(tictactoe_v3.env, num_train_envs=1, num_test_envs=1)
+            >>> space = trainer.action_space("player_1")
+            >>> pool = OpponentPool(RandomAgent(space), trainer.spec, sampling="prioritized", priority_floor=0.0)
+            >>> for name in ("beaten", "even", "unbeaten"):
+            ...     _ = pool.add(RandomAgent(space), name=name)
+            >>> pool.scores.update(beaten=1.0, even=0.5, unbeaten=0.0)
+            >>> pool.weights().round(3).tolist()  # (1 - p) ** 2, normalised
+            [0.0, 0.2, 0.8]
+        """
+        names = self.names if names is None else list(names)
+        if self.sampling == "uniform":
+            return np.full(len(names), 1.0 / len(names))
+        w = np.array([(1.0 - self.scores.get(n, 0.5)) ** self.priority_exponent + self.priority_floor
+                      for n in names])
+        return w / w.sum()
+
+    def record(self, name: str, score: float) -> None:
+        """One training game's ``score`` (1 win, 0.5 draw, 0 loss) against opponent ``name``: moves the
+        expected score by ``score_rate`` towards it (nothing with ``score_rate=None``)."""
+        if not 0.0 <= score <= 1.0:
+            raise ValueError(f"a game score must be in [0, 1], got {score}")
+        if self.score_rate is None or name not in self.opponents:
+            return
+        old = self.scores.get(name, 0.5)
+        self.scores[name] = old + self.score_rate * (score - old)
+
     def sample_opponent(self) -> str:
+        """The opponent of one training game: the learner's own name for a self-play game, else an
+        opponent in the pool (see the class docstring for the shares and weights)."""
         names = self.names
-        if not names:
+        if not names and self.self_play_fraction < 1.0:
             raise RuntimeError("the opponent pool is empty: add an opponent or a snapshot first")
+        u = self.rng.random() if self.fixed_fraction is not None or self.self_play_fraction > 0 else 1.0
+        if u < self.self_play_fraction:
+            return self.learner_name
         if self.fixed_fraction is not None:
             fixed = [n for n in names if n in self.fixed]
             snaps = [n for n in names if n not in self.fixed]
-            use_fixed = self.rng.random() < self.fixed_fraction
+            use_fixed = u < self.self_play_fraction + self.fixed_fraction
             names = (fixed if use_fixed else snaps) or fixed or snaps
         if self.sampling == "uniform":
             return names[int(self.rng.integers(len(names)))]
-        w = np.array([(1.0 - self.scores.get(n, 0.5)) ** self.priority_exponent + 0.05 for n in names])
-        return names[int(self.rng.choice(len(names), p=w / w.sum()))]
+        return names[int(self.rng.choice(len(names), p=self.weights(names)))]
 
     def __call__(self, env_index: int) -> tuple[list[Any], list[bool], list[bool], tuple[str, int]]:
         """Matchmaker: the seating of one env's next episode, tagged ``(opponent, learner seat)``."""
@@ -213,6 +279,8 @@ class OpponentPool:
         seat = (self._turn % n) if self.swap_seats else 0
         self._turn += 1
         opp = self.sample_opponent()
+        if opp == self.learner_name:  # self-play: the learner in every seat, every seat learning
+            return [self.learner] * n, [True] * n, [True] * n, (opp, seat)
         agents = [self.opponents[opp]] * n
         agents[seat] = self.learner
         explore = [self.opponent_explore] * n
@@ -228,6 +296,13 @@ class OpponentPool:
                              f"add one with pool.add(agent, name) before training")
         if all(n in self.fixed for n in self.opponents):
             self.add_snapshot(0)
+
+    def on_episode_end(self, trainer: Any, episode: int, logs: dict) -> None:
+        """A finished training game against a pool opponent updates the learner's expected score."""
+        tag = logs.get("tag")
+        if self.score_rate is None or not isinstance(tag, tuple) or len(tag) != 2 or tag[0] not in self.opponents:
+            return
+        self.record(tag[0], game_score(logs["returns"], tag[1]))
 
     def on_collect_end(self, trainer: Any, stats: Any, episodes: int) -> None:
         if self.snapshot_every and episodes - self._last_snapshot_episode >= self.snapshot_every:
@@ -259,13 +334,19 @@ class OpponentPool:
                 agents = [opp] * n
                 agents[seat] = self.learner
                 rewards = trainer.test(agents, episodes=per_seat)["rewards"]
-                mine = rewards[:, seat]
-                theirs = np.delete(rewards, seat, axis=1).max(axis=1) if n > 1 else np.zeros_like(mine)
-                for m, t in zip(mine, theirs):
-                    s = 1.0 if m > t else (0.5 if m == t else 0.0)
+                for game in rewards:
+                    s = game_score(game, seat)
                     self.elo.update(self.learner_name, name, s)
                     scores.append(s)
             self.scores[name] = float(np.mean(scores))
             all_scores.extend(scores)
         self.history.append((episodes, dict(self.elo.ratings)))
         return float(np.mean(all_scores)) if all_scores else 0.0
+
+
+def game_score(returns: np.ndarray, seat: int) -> float:
+    """1 if ``seat``'s return beats every other seat's, 0.5 if it ties the best of them, else 0."""
+    returns = np.asarray(returns, dtype=np.float64)
+    mine = returns[seat]
+    theirs = np.delete(returns, seat).max() if len(returns) > 1 else 0.0
+    return 1.0 if mine > theirs else (0.5 if mine == theirs else 0.0)

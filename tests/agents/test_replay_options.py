@@ -131,8 +131,9 @@ def test_conflicting_replay_options():
     with pytest.raises(ValueError, match="unknown her options"):
         DQN(env.observation_space, env.action_space, her=dict(strategy="future", K=4),
             compute_reward=env.compute_reward)
-    with pytest.raises(ValueError, match="goal envs only"):
-        DQN(gym.spaces.Dict({"a": OBS}), ACT)
+    DQN(gym.spaces.Dict({"a": OBS}), ACT)  # a plain Dict observation is flattened by the agent
+    with pytest.raises(ValueError, match="HER needs a goal env"):
+        DQN(gym.spaces.Dict({"a": OBS}), ACT, her=True, compute_reward=env.compute_reward)
 
 
 # --------------------------------------------------------------------------- n-step returns

@@ -130,3 +130,80 @@ def test_fixed_fraction_needs_a_fixed_opponent_and_a_valid_share():
         trainer.train([learner, learner], learning_mask=[1, 1], plot=False, progress=False,
                       matchmaker=pool, callbacks=[pool])
     assert learner.agent_steps == 0  # refused before any game was played
+
+
+def _pool_of(names, **kw):
+    trainer = _trainer()
+    space = trainer.action_space("player_1")
+    pool = OpponentPool(CountingLearner(space, trainer.observation_space("player_1")), trainer.spec,
+                        sampling="prioritized", seed=0, **kw)
+    for name in names:
+        pool.add(RandomAgent(space), name=name)
+    return pool
+
+
+def test_pfsp_weights_move_towards_the_opponents_the_learner_loses_to():
+    pool = _pool_of(["a", "b", "c"], score_rate=0.5, priority_floor=0.05)
+    assert pool.weights().tolist() == pytest.approx([1 / 3] * 3)  # no games yet: p = 0.5 for all
+    for _ in range(2):  # the learner loses twice to a, draws c, beats b twice
+        pool.record("a", 0.0)
+        pool.record("b", 1.0)
+    pool.record("c", 0.5)
+    assert pool.scores == {"a": 0.125, "b": 0.875, "c": 0.5}  # 0.5 -> 0.25 -> 0.125, 0.5 -> 0.75 -> 0.875
+    raw = np.array([0.875 ** 2, 0.125 ** 2, 0.5 ** 2]) + 0.05  # (1 - p) ** 2 + floor
+    assert pool.weights() == pytest.approx(raw / raw.sum())
+    pool.record("b", 0.0)  # a loss to b moves weight back towards b
+    before = raw[1] / raw.sum()
+    assert pool.weights()[1] > before
+    # training games reach the pool through on_episode_end with the matchmaker's tag (opponent, seat)
+    pool.on_episode_end(None, 1, {"tag": ("c", 1), "returns": np.array([1.0, -1.0])})  # learner (seat 1) lost
+    assert pool.scores["c"] == 0.25
+    pool.on_episode_end(None, 2, {"tag": ("learner", 0), "returns": np.array([1.0, -1.0])})  # self-play: no score
+    assert "learner" not in pool.scores
+    frozen = _pool_of(["a"], score_rate=None)
+    frozen.record("a", 0.0)
+    assert frozen.scores == {}  # score_rate=None: only evaluations at tests set the scores
+
+
+def test_self_play_fraction_seats_the_learner_everywhere_in_that_share_of_games():
+    pool = _pool_of(["fixed"], self_play_fraction=0.6, fixed_fraction=0.1)
+    pool.opponents["snapshot_0"] = RandomAgent(pool.spec.action_space("player_1"))
+    seatings = [pool(i % 4) for i in range(3000)]
+    opponents = [tag[0] for *_, tag in seatings]
+    assert opponents.count("learner") / 3000 == pytest.approx(0.6, abs=0.03)
+    assert opponents.count("fixed") / 3000 == pytest.approx(0.1, abs=0.02)
+    for agents, explore, learn, (opp, seat) in seatings[:50]:
+        if opp == "learner":
+            assert all(a is pool.learner for a in agents) and all(explore) and all(learn)
+        else:
+            assert learn == [k == seat for k in range(2)] and agents[seat] is pool.learner
+    with pytest.raises(ValueError, match="add up to at most 1"):
+        _pool_of([], self_play_fraction=0.8, fixed_fraction=0.3)
+    with pytest.raises(ValueError, match="self_play_fraction must be in"):
+        _pool_of([], self_play_fraction=-0.1)
+    with pytest.raises(ValueError, match="score_rate"):
+        _pool_of([], score_rate=0.0)
+
+
+def test_pool_with_self_play_and_a_fixed_minority_trains_and_scores_its_opponents():
+    from marl_note.agents import WinOrBlockPlayer
+
+    trainer = _trainer(episodes_per_train=80, test_freq=40)
+    learner = DQN(trainer.observation_space("player_1"), trainer.action_space("player_1"), seed=0,
+                  learning_starts=50)
+    pool = OpponentPool(learner, trainer.spec, snapshot_every=20, eval_episodes=2, sampling="prioritized",
+                        self_play_fraction=0.5, fixed_fraction=0.2, seed=0)
+    pool.add(WinOrBlockPlayer("tictactoe", seed=1), name="win-or-block")
+    tags = []
+    pool_call = pool.__call__
+
+    def matchmaker(i):
+        seating = pool_call(i)
+        tags.append(seating[3][0])
+        return seating
+
+    stats = trainer.train([learner, learner], learning_mask=[1, 1], plot=False, progress=False,
+                          matchmaker=matchmaker, callbacks=[pool])
+    assert {"learner", "win-or-block"} <= set(tags) and any(t.startswith("snapshot_") for t in tags)
+    assert learner.updates > 0 and "elo" in stats
+    assert set(pool.scores) == set(pool.names)  # every opponent was scored

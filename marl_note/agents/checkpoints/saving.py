@@ -223,7 +223,7 @@ class Saving:
 
 def _spaces_to_json(value: Any, name: str) -> dict[str, Any]:
     """A space as :func:`space_to_json`, or a dict of spaces as ``{"$spaces": [[key, space], ...]}`` (ordered)."""
-    if isinstance(value, Mapping):
+    if isinstance(value, Mapping) and not isinstance(value, gym.spaces.Dict):  # a Dict observation is one space
         return {"$spaces": [[str(k), space_to_json(v)] for k, v in value.items()]}
     if value is None:
         raise TypeError(f"cannot record {name}: the agent has no such attribute (see Saving.saving_spaces)")
@@ -252,5 +252,9 @@ def _mlp_weights_lower_bound(config: Mapping[str, Any], space_params: tuple[str,
             if kind in name:
                 widths[kind] += [_flat_width(s) for s in spaces if isinstance(s, gym.Space)]
     n_in, n_out = min(widths["observation"] or [1]), min(widths["action"] or [1])
+    torso = config.get("torso", "mlp")
+    obs = config.get("observation_space")
+    if torso not in ("mlp", "auto") or (torso == "auto" and isinstance(obs, gym.spaces.Box) and len(obs.shape) == 3):
+        n_in = 1  # a conv (or user) torso may shrink images before the MLP
     sizes = [n_in, *(int(h) for h in hidden), n_out]
     return sum(a * b for a, b in zip(sizes, sizes[1:])) + sum(int(h) for h in hidden)

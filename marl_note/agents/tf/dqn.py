@@ -15,7 +15,7 @@ import tensorflow as tf
 from marl_note.agents.dqn import DQNConfig, DQNCore
 from marl_note.agents.tf.common import step_names
 from marl_note.agents.tf.distribute import UNSAVED_PARAMS, strategy_init
-from marl_note.agents.tf.networks import TFNetworks, keras_mlp
+from marl_note.agents.tf.networks import ConvTorso, TFNetworks, keras_mlp
 
 __all__ = ["DQN", "DQNNetworks", "DuelingQNet"]
 
@@ -38,14 +38,18 @@ def dense_from_numpy(weights: Mapping[str, np.ndarray], key: str):
 class DuelingQNet:
     """``Q = V(h) + A(h, a) - mean_a A(h, a)`` with ``h = torso(s)`` (every torso layer activated)."""
 
-    def __init__(self, prefix: str, weights: Mapping[str, np.ndarray], activation: str):
+    def __init__(self, prefix: str, weights: Mapping[str, np.ndarray], activation: str, conv=None):
+        self.conv = ConvTorso(f"{prefix}.conv", weights, conv, activation) if conv else None
         self.torso, torso_params = keras_mlp(f"{prefix}.torso", weights, activation)
         self.activation = keras.activations.get(activation)
         self.value, value_params = dense_from_numpy(weights, f"{prefix}.value")
         self.advantage, advantage_params = dense_from_numpy(weights, f"{prefix}.advantage")
-        self.params = torso_params + value_params + advantage_params  # torch's parameter order
+        self.params = (self.conv.params if self.conv else []) + torso_params + value_params + advantage_params
+        # (torch's parameter order)
 
     def __call__(self, x, training: bool = False):
+        if self.conv is not None:
+            x = self.conv(x)
         h = self.activation(self.torso(x, training=training))
         adv = self.advantage(h)
         return self.value(h) + adv - tf.reduce_mean(adv, axis=1, keepdims=True)
@@ -55,14 +59,20 @@ class DQNNetworks(TFNetworks):
     """Online and target Q-networks, Adam, the TD target and one guarded gradient step (numpy in and out)."""
 
     def __init__(self, weights: Mapping[str, np.ndarray], config: DQNConfig, device: Any = "cpu",
-                 compile: bool = False):
+                 compile: bool = False, user: Any = None):
         super().__init__(device, compile)
         self.config = config
+        self.conv = config.conv_layers if config.torso == "conv" else None
+        self.user = user  # (factory, input shape, seed) of a user-supplied torso
         self.q_net = self.q_network("q_net", weights)
         self.target_net = self.q_network("target_net", weights)
+        if user is not None:
+            self.sync("target_net", "q_net")
         self.adam("optimizer", ["q_net"], lr=config.lr)
-        dim, n = self.params["q_net"][0][1].shape[0], self.params["q_net"][-1][1].shape[0]
-        obs, vec = tf.TensorSpec([None, dim], tf.float32), tf.TensorSpec([None], tf.float32)
+        n = self.params["q_net"][-1][1].shape[0]
+        obs = (self.obs_spec(weights, "q_net", self.conv) if user is None
+               else tf.TensorSpec([None, *user[1]], tf.float32))
+        vec = tf.TensorSpec([None], tf.float32)
         legal = tf.TensorSpec([None, n], tf.bool)
         self._forward = tf.function(lambda x: self.q_net(x), input_signature=[obs], reduce_retracing=True)
         self._target_fn = self.function(self._target, [obs, vec, vec, vec, legal])
@@ -71,10 +81,12 @@ class DQNNetworks(TFNetworks):
         self._grad_sq_fn = self.function(self._grad_sq, step_signature)
 
     def q_network(self, name: str, weights: Mapping[str, np.ndarray]):
+        if self.user is not None:
+            return self.user_mlp(name, weights, self.config.activation, self.user)
         if not self.config.dueling:
-            return self.mlp(name, weights, self.config.activation)
+            return self.mlp(name, weights, self.config.activation, self.conv)
         with tf.device(self.device):
-            net = DuelingQNet(name, weights, self.config.activation)
+            net = DuelingQNet(name, weights, self.config.activation, self.conv)
         self.models[name], self.params[name] = net, net.params
         return net
 

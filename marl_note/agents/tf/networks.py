@@ -17,7 +17,7 @@ Example:
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import keras
@@ -45,7 +45,14 @@ from marl_note.agents.tf.distribute import (
     replicated_function,
 )
 
-__all__ = ["TFNetworks", "keras_mlp"]
+__all__ = ["TFNetworks", "keras_mlp", "ConvTorso", "ConvMLP", "UserMLP"]
+
+
+def _user_layer(factory: Any, shape: tuple[int, ...]):
+    layer = factory(tuple(shape))
+    if not isinstance(layer, keras.layers.Layer):
+        raise TypeError(f"the torso factory returned a {type(layer).__name__}, expected a Keras layer or model")
+    return layer
 
 
 def keras_mlp(prefix: str, weights: Mapping[str, np.ndarray], activation: str):
@@ -75,6 +82,66 @@ def keras_mlp(prefix: str, weights: Mapping[str, np.ndarray], activation: str):
     return model, params
 
 
+class ConvTorso:
+    """``conv -> act -> ...`` on channels-last images ``[B, H, W, C]``, flattened in PyTorch's ``C, H, W`` order.
+
+    Holds ``{prefix}.{2j}.weight/bias`` (``layers``: channels, kernel, stride, padding). Each kernel
+    variable is kept as ``[kw, kh, in, out]``, whose transpose is PyTorch's ``[out, in, kh, kw]``, so
+    the ``(torch key, variable, transposed)`` params read and write it like a Dense kernel.
+    """
+
+    def __init__(self, prefix: str, weights: Mapping[str, np.ndarray], layers: Sequence[tuple[int, int, int, int]],
+                 activation: str):
+        self.layers = tuple(layers)
+        self.activation = keras.activations.get(activation)
+        self.kernels, self.biases, self.params = [], [], []
+        for j in range(len(self.layers)):
+            w = np.asarray(weights[f"{prefix}.{2 * j}.weight"], np.float32)
+            b = np.asarray(weights[f"{prefix}.{2 * j}.bias"], np.float32)
+            kernel, bias = tf.Variable(w.T, dtype=tf.float32), tf.Variable(b, dtype=tf.float32)
+            self.kernels.append(kernel)
+            self.biases.append(bias)
+            self.params += [(f"{prefix}.{2 * j}.weight", kernel, True), (f"{prefix}.{2 * j}.bias", bias, False)]
+
+    def __call__(self, x):
+        h = x
+        for kernel, bias, (_, _, stride, pad) in zip(self.kernels, self.biases, self.layers, strict=True):
+            if pad:
+                h = tf.pad(h, [[0, 0], [pad, pad], [pad, pad], [0, 0]])
+            h = self.activation(tf.nn.conv2d(h, tf.transpose(kernel, [1, 0, 2, 3]), stride, "VALID") + bias)
+        return tf.reshape(tf.transpose(h, [0, 3, 1, 2]), [tf.shape(h)[0], -1])
+
+
+class ConvMLP:
+    """A :class:`ConvTorso` ``{prefix}.conv`` under the Keras MLP ``{prefix}`` (PyTorch's parameter order)."""
+
+    def __init__(self, prefix: str, weights: Mapping[str, np.ndarray], activation: str,
+                 layers: Sequence[tuple[int, int, int, int]]):
+        self.conv = ConvTorso(f"{prefix}.conv", weights, layers, activation)
+        self.mlp, mlp_params = keras_mlp(prefix, weights, activation)
+        self.in_dim = int(np.asarray(weights[f"{prefix}.0.weight"]).shape[1])
+        self.params = self.conv.params + mlp_params
+
+    def __call__(self, x, training: bool = False):
+        return self.mlp(tf.reshape(self.conv(x), [-1, self.in_dim]), training=training)
+
+
+class UserMLP:
+    """A user-supplied Keras torso ``{prefix}.user`` (its trainable weights, in order, as
+    ``{prefix}.user.{i}``) under the Keras MLP ``{prefix}``."""
+
+    def __init__(self, prefix: str, weights: Mapping[str, np.ndarray], activation: str, torso: Any,
+                 shape: tuple[int, ...]):
+        self.torso = torso
+        torso(tf.zeros((1, *shape), tf.float32))  # builds its weights
+        self.mlp, mlp_params = keras_mlp(prefix, weights, activation)
+        self.in_dim = int(np.asarray(weights[f"{prefix}.0.weight"]).shape[1])
+        self.params = [(f"{prefix}.user.{i}", v, False) for i, v in enumerate(torso.trainable_weights)] + mlp_params
+
+    def __call__(self, x, training: bool = False):
+        return self.mlp(tf.reshape(self.torso(x, training=training), [-1, self.in_dim]), training=training)
+
+
 class TFNetworks:
     """Named Keras models and optimisers of one agent; numpy in, numpy out.
 
@@ -82,6 +149,8 @@ class TFNetworks:
     with :meth:`function` on each of its replicas (see :mod:`marl_note.agents.tf.distribute`);
     build the networks inside ``strategy.scope()``.
     """
+
+    numpy_conv_acting = True  # conv torsos act in numpy too: as fast as a traced TF call, or faster
 
     def __init__(self, device: Any = "cpu", compile: bool = False, strategy: Any = None):
         self.device = tf_device(device)
@@ -93,12 +162,42 @@ class TFNetworks:
         self.version = 0  # counts weight changes (train steps, syncs, loads): the numpy copy's freshness
 
     # -- building --------------------------------------------------------------------------------------
-    def mlp(self, name: str, weights: Mapping[str, np.ndarray], activation: str):
-        """Register and return the Keras MLP ``name`` built from ``weights``."""
+    def mlp(self, name: str, weights: Mapping[str, np.ndarray], activation: str,
+            conv: Sequence[tuple[int, int, int, int]] | None = None):
+        """Register and return the Keras MLP ``name`` built from ``weights``, behind a conv torso
+        ``{name}.conv`` with ``conv`` layers (channels, kernel, stride, padding) when given."""
         with tf.device(self.device):
-            model, params = keras_mlp(name, weights, activation)
+            if conv:
+                net = ConvMLP(name, weights, activation, conv)
+                model, params = net, net.params
+            else:
+                model, params = keras_mlp(name, weights, activation)
         self.models[name], self.params[name] = model, params
         return model
+
+    def user_mlp(self, name: str, weights: Mapping[str, np.ndarray], activation: str, user: Any) -> UserMLP:
+        """Register and return the MLP ``name`` behind a user-supplied torso: ``user`` is
+        ``(factory, input shape, seed)``, ``factory(input_shape)`` a Keras layer giving features."""
+        factory, shape, _ = user
+        with tf.device(self.device):
+            net = UserMLP(name, weights, activation, _user_layer(factory, shape), tuple(shape))
+        self.models[name], self.params[name] = net, net.params
+        return net
+
+    @staticmethod
+    def user_torso_width(factory: Any, shape: tuple[int, ...]) -> int:
+        """Width of the flat features ``factory(shape)`` gives (one probe batch of zeros)."""
+        out = _user_layer(factory, shape)(tf.zeros((1, *shape), tf.float32))
+        return int(np.prod(out.shape[1:]))
+
+    @staticmethod
+    def obs_spec(weights: Mapping[str, np.ndarray], prefix: str, conv: Any = None) -> tf.TensorSpec:
+        """The input signature of network ``prefix``'s observations: ``[None, in]`` for an MLP (its
+        first layer ``{prefix}.0`` or ``{prefix}.torso.0``), ``[None, None, None, C]`` images for a conv torso."""
+        if conv:
+            return tf.TensorSpec([None, None, None, int(np.shape(weights[f"{prefix}.conv.0.weight"])[1])], tf.float32)
+        first = f"{prefix}.0.weight" if f"{prefix}.0.weight" in weights else f"{prefix}.torso.0.weight"
+        return tf.TensorSpec([None, int(np.shape(weights[first])[1])], tf.float32)
 
     def variables(self, name: str) -> list:
         return [v for _, v, _ in self.params[name]]

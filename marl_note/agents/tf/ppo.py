@@ -16,7 +16,7 @@ import tensorflow as tf
 from marl_note.agents.ppo import PPOConfig, PPOCore
 from marl_note.agents.tf.common import step_names
 from marl_note.agents.tf.distribute import UNSAVED_PARAMS, strategy_init
-from marl_note.agents.tf.networks import TFNetworks, keras_mlp
+from marl_note.agents.tf.networks import ConvTorso, TFNetworks, keras_mlp
 
 __all__ = ["PPO", "PPONetworks"]
 
@@ -48,6 +48,9 @@ class PPONetworks(TFNetworks):
             if "net.log_std" in weights:  # first, as in the torch module's parameters()
                 self.std_log = keras.Variable(np.asarray(weights["net.log_std"], np.float32), name="log_std")
                 params.append(("net.log_std", self.std_log, False))
+            self.conv = ConvTorso("net.conv", weights, cfg.conv_layers, cfg.activation) if cfg.torso == "conv" else None
+            if self.conv is not None:  # images: one conv torso under pi and v
+                params += self.conv.params
             if cfg.shared and "net.trunk.0.weight" in weights:
                 self.trunk, trunk_params = keras_mlp("net.trunk", weights, cfg.activation)
                 params += trunk_params
@@ -57,9 +60,10 @@ class PPONetworks(TFNetworks):
         self.adam("optimizer", ["net"], lr=cfg.lr, eps=1e-5)
         self._hidden = keras.activations.get(cfg.activation)
 
-        in_dim = int(weights["net.trunk.0.weight" if self.trunk is not None else "net.pi.0.weight"].shape[1])
+        self.in_dim = int(weights["net.trunk.0.weight" if self.trunk is not None else "net.pi.0.weight"].shape[1])
         n_out = int(self.pi.layers[-1].units)
-        x = tf.TensorSpec([None, in_dim], tf.float32)
+        x = (tf.TensorSpec([None, self.in_dim], tf.float32) if self.conv is None
+             else self.obs_spec(weights, "net", cfg.conv_layers))
         act = tf.TensorSpec([None, n_out], tf.float32) if continuous else tf.TensorSpec([None], tf.int64)
         mask, vec = tf.TensorSpec([None, n_out], tf.bool), tf.TensorSpec([None], tf.float32)
         self._policy_fn = tf.function(self._policy_out, input_signature=[x], reduce_retracing=True)
@@ -74,6 +78,8 @@ class PPONetworks(TFNetworks):
 
     # -- graph code --------------------------------------------------------------------------------
     def _features(self, x):
+        if self.conv is not None:
+            x = tf.reshape(self.conv(x), [-1, self.in_dim])
         if not self.cfg.shared:
             return x
         return x if self.trunk is None else self._hidden(self.trunk(x))

@@ -10,7 +10,7 @@ from torch import nn
 
 from marl_note.agents.dqn import DQNConfig, DQNCore
 from marl_note.agents.torch.compiling import maybe_compile
-from marl_note.agents.torch.networks import ACTIVATION_MODULES, TorchNetworks, sequential_from_numpy
+from marl_note.agents.torch.networks import ACTIVATION_MODULES, TorchNetworks, conv_from_numpy, sequential_from_numpy
 
 __all__ = ["DQN", "DQNNetworks", "DuelingQNet"]
 
@@ -28,15 +28,16 @@ def linear_from_numpy(weights: Mapping[str, np.ndarray], key: str) -> nn.Linear:
 class DuelingQNet(nn.Module):
     """``Q = V(h) + A(h, a) - mean_a A(h, a)`` with ``h = torso(s)`` (every torso layer activated)."""
 
-    def __init__(self, prefix: str, weights: Mapping[str, np.ndarray], activation: str):
+    def __init__(self, prefix: str, weights: Mapping[str, np.ndarray], activation: str, conv=None):
         super().__init__()
+        self.conv = conv_from_numpy(f"{prefix}.conv", weights, conv, activation) if conv else None
         torso = sequential_from_numpy(f"{prefix}.torso", weights, activation)
         self.torso = nn.Sequential(*torso, ACTIVATION_MODULES[activation]())
         self.value = linear_from_numpy(weights, f"{prefix}.value")
         self.advantage = linear_from_numpy(weights, f"{prefix}.advantage")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.torso(x)
+        h = self.torso(x if self.conv is None else self.conv(x))
         adv = self.advantage(h)
         return self.value(h) + adv - adv.mean(dim=1, keepdim=True)
 
@@ -45,18 +46,24 @@ class DQNNetworks(TorchNetworks):
     """Online and target Q-networks, Adam, the TD target and one checked gradient step (numpy in and out)."""
 
     def __init__(self, weights: Mapping[str, np.ndarray], config: DQNConfig, device: Any = "cpu",
-                 compile: bool = False):
+                 compile: bool = False, user: Any = None):
         super().__init__(device, compile)
         self.config = config
+        self.conv = config.conv_layers if config.torso == "conv" else None
+        self.user = user  # (factory, input shape, seed) of a user-supplied torso
         self.q_net = self.q_network("q_net", weights)
         self.target_net = self.q_network("target_net", weights, trainable=False)
+        if user is not None:
+            self.sync("target_net", "q_net")
         self.adam("optimizer", ["q_net"], lr=config.lr)
         self._loss_fn = maybe_compile(self._loss, self.compile, "DQN loss")
 
     def q_network(self, name: str, weights: Mapping[str, np.ndarray], trainable: bool = True) -> nn.Module:
+        if self.user is not None:
+            return self.user_mlp(name, weights, self.config.activation, self.user, trainable)
         if not self.config.dueling:
-            return self.mlp(name, weights, self.config.activation, trainable)
-        net = DuelingQNet(name, weights, self.config.activation).to(self.device)
+            return self.mlp(name, weights, self.config.activation, trainable, self.conv)
+        net = DuelingQNet(name, weights, self.config.activation, self.conv).to(self.device)
         net.requires_grad_(trainable)
         self.modules[name] = net
         return net

@@ -16,7 +16,8 @@ Example:
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -33,14 +34,38 @@ from marl_note.agents.torch.common import (
     optimizer_to_numpy,
 )
 
-__all__ = ["TorchNetworks", "ACTIVATION_MODULES"]
+__all__ = ["TorchNetworks", "ACTIVATION_MODULES", "ConvTorso", "conv_from_numpy"]
 
 ACTIVATION_MODULES = {"relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU, "gelu": nn.GELU}
 assert set(ACTIVATION_MODULES) == set(ACTIVATIONS)
 
 
-def sequential_from_numpy(prefix: str, weights: Mapping[str, np.ndarray], activation: str) -> nn.Sequential:
-    """``Linear -> act -> ... -> Linear`` holding the arrays ``{prefix}.{2j}.weight/bias`` of ``weights``."""
+class ConvTorso(nn.Sequential):
+    """``Conv2d -> act -> ...`` on channels-last images ``[B, H, W, C]``, flattened to ``[B, C' * H' * W']``."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x.permute(0, 3, 1, 2)).flatten(1)
+
+
+def conv_from_numpy(prefix: str, weights: Mapping[str, np.ndarray], layers: Sequence[tuple[int, int, int, int]],
+                    activation: str) -> ConvTorso:
+    """The :class:`ConvTorso` holding ``{prefix}.{2j}.weight/bias`` (``layers``: channels, kernel, stride, padding)."""
+    mods: list[nn.Module] = []
+    for j, (_, k, s, p) in enumerate(layers):
+        w = np.asarray(weights[f"{prefix}.{2 * j}.weight"], np.float32)
+        b = np.asarray(weights[f"{prefix}.{2 * j}.bias"], np.float32)
+        conv = nn.utils.skip_init(nn.Conv2d, w.shape[1], w.shape[0], k, stride=s, padding=p)
+        with torch.no_grad():
+            conv.weight.copy_(torch.from_numpy(w))
+            conv.bias.copy_(torch.from_numpy(b))
+        mods += [conv, ACTIVATION_MODULES[activation]()]
+    return ConvTorso(*mods)
+
+
+def sequential_from_numpy(prefix: str, weights: Mapping[str, np.ndarray], activation: str,
+                          conv: Sequence[tuple[int, int, int, int]] | None = None) -> nn.Sequential:
+    """``Linear -> act -> ... -> Linear`` holding the arrays ``{prefix}.{2j}.weight/bias`` of ``weights``,
+    behind the conv torso ``{prefix}.conv`` when ``conv`` (its layers) is given."""
     if activation not in ACTIVATION_MODULES:
         raise ValueError(f"unknown activation {activation!r}; choose one of {sorted(ACTIVATION_MODULES)}")
     layers: list[nn.Module] = []
@@ -58,6 +83,9 @@ def sequential_from_numpy(prefix: str, weights: Mapping[str, np.ndarray], activa
         j += 1
     if not layers:
         raise KeyError(f"no layers named {prefix}.0.weight in the weights")
+    if conv:
+        torso = conv_from_numpy(f"{prefix}.conv", weights, conv, activation)
+        return nn.Sequential(OrderedDict([("conv", torso), *((str(i), m) for i, m in enumerate(layers))]))
     return nn.Sequential(*layers)
 
 
@@ -68,6 +96,8 @@ class TorchNetworks:
     are modules too. ``state_dict()`` is every module's arrays under its name and every optimiser's
     slots under its name, in PyTorch's layout (the TF networks write the same keys).
     """
+
+    numpy_conv_acting = False  # conv torsos act in torch: faster than numpy at the default layer sizes
 
     def __init__(self, device: Any = "cpu", compile: bool = False):
         self.device = torch.device(device)
@@ -80,13 +110,40 @@ class TorchNetworks:
         self.grad_hook: Callable[[list[torch.Tensor]], None] | None = None
 
     # -- building --------------------------------------------------------------------------------------
-    def mlp(self, name: str, weights: Mapping[str, np.ndarray], activation: str, trainable: bool = True
-            ) -> nn.Sequential:
-        """Register and return the MLP ``name`` built from ``weights`` (a target net: ``trainable=False``)."""
-        net = sequential_from_numpy(name, weights, activation).to(self.device)
+    def mlp(self, name: str, weights: Mapping[str, np.ndarray], activation: str, trainable: bool = True,
+            conv: Sequence[tuple[int, int, int, int]] | None = None) -> nn.Sequential:
+        """Register and return the MLP ``name`` built from ``weights`` (a target net: ``trainable=False``),
+        behind a conv torso ``{name}.conv`` with ``conv`` layers (channels, kernel, stride, padding)."""
+        net = sequential_from_numpy(name, weights, activation, conv).to(self.device)
         net.requires_grad_(trainable)
         self.modules[name] = net
         return net
+
+    def user_mlp(self, name: str, weights: Mapping[str, np.ndarray], activation: str, user: Any,
+                 trainable: bool = True) -> nn.Sequential:
+        """Register and return the MLP ``name`` behind a user-supplied torso ``{name}.user``: ``user`` is
+        ``(factory, input shape, seed)``, ``factory(input_shape)`` an ``nn.Module`` giving features."""
+        factory, shape, seed = user
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            torso = factory(tuple(shape))
+        if not isinstance(torso, nn.Module):
+            raise TypeError(f"the torso factory returned a {type(torso).__name__}, expected a torch.nn.Module")
+        head = sequential_from_numpy(name, weights, activation)
+        net = nn.Sequential(OrderedDict([("user", torso), ("flatten", nn.Flatten()),
+                                         *((str(i), m) for i, m in enumerate(head))])).to(self.device)
+        net.requires_grad_(trainable)
+        self.modules[name] = net
+        return net
+
+    @staticmethod
+    def user_torso_width(factory: Any, shape: tuple[int, ...]) -> int:
+        """Width of the flat features ``factory(shape)`` gives (one probe batch of zeros)."""
+        torso = factory(tuple(shape))
+        if not isinstance(torso, nn.Module):
+            raise TypeError(f"the torso factory returned a {type(torso).__name__}, expected a torch.nn.Module")
+        with torch.no_grad():
+            return int(torso(torch.zeros(1, *shape)).flatten(1).shape[1])
 
     def adam(self, name: str, modules: Iterable[str], lr: float, eps: float = 1e-8) -> torch.optim.Adam:
         """Register and return an Adam optimiser over the parameters of ``modules``."""

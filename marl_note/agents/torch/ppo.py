@@ -15,7 +15,7 @@ from torch import nn
 
 from marl_note.agents.ppo import PPOConfig, PPOCore
 from marl_note.agents.torch.compiling import maybe_compile
-from marl_note.agents.torch.networks import ACTIVATION_MODULES, TorchNetworks, sequential_from_numpy
+from marl_note.agents.torch.networks import ACTIVATION_MODULES, TorchNetworks, conv_from_numpy, sequential_from_numpy
 
 __all__ = ["PPO", "PPONetworks", "ActorCritic"]
 
@@ -35,10 +35,11 @@ class ActorCritic(nn.Module):
         [torch.Size([5, 2]), torch.Size([5])]
     """
 
-    def __init__(self, weights: Mapping[str, np.ndarray], activation: str, shared: bool = False):
+    def __init__(self, weights: Mapping[str, np.ndarray], activation: str, shared: bool = False, conv=None):
         super().__init__()
         log_std = weights.get("net.log_std")
         self.log_std = None if log_std is None else nn.Parameter(torch.tensor(np.asarray(log_std, np.float32)))
+        self.conv = conv_from_numpy("net.conv", weights, conv, activation) if conv else None  # images: one torso
         self.shared = shared
         if shared:  # Linear -> act -> ... -> act (no layers: the identity)
             trunk = sequential_from_numpy("net.trunk", weights, activation) if "net.trunk.0.weight" in weights else ()
@@ -46,11 +47,15 @@ class ActorCritic(nn.Module):
         self.pi = sequential_from_numpy("net.pi", weights, activation)
         self.v = sequential_from_numpy("net.v", weights, activation)
 
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        h = x if self.conv is None else self.conv(x)
+        return self.trunk(h) if self.shared else h
+
     def policy_out(self, x: torch.Tensor) -> torch.Tensor:
-        return self.pi(self.trunk(x) if self.shared else x)
+        return self.pi(self.features(x))
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        h = self.trunk(x) if self.shared else x
+        h = self.features(x)
         return self.pi(h), self.v(h).squeeze(-1)
 
 
@@ -76,7 +81,8 @@ class PPONetworks(TorchNetworks):
                  compile: bool = False):
         super().__init__(device, compile)
         self.cfg, self.continuous = cfg, continuous
-        self.net = ActorCritic(weights, cfg.activation, cfg.shared).to(self.device)
+        self.net = ActorCritic(weights, cfg.activation, cfg.shared,
+                               cfg.conv_layers if cfg.torso == "conv" else None).to(self.device)
         self.modules["net"] = self.net
         self.adam("optimizer", ["net"], lr=cfg.lr, eps=1e-5)
         self._loss = maybe_compile(self._losses, self.compile, "PPO loss")
