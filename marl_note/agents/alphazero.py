@@ -23,7 +23,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import gymnasium as gym
@@ -31,11 +31,11 @@ import numpy as np
 
 from marl_note.agents.board_games.rules import CONNECT_FOUR, TIC_TAC_TOE
 from marl_note.agents.core import AgentCore
+from marl_note.agents.encoders import TORSOS, ObsEncoder, check_conv_layers
 from marl_note.agents.exploration.masked import masked_argmax
 from marl_note.agents.mcts import MCTS, BoardSimulator
-from marl_note.agents.networks import ACTIVATIONS, check_hidden_sizes, mlp_weights
+from marl_note.agents.networks import ACTIVATIONS, check_hidden_sizes, mlp_weights, torso_weights
 from marl_note.agents.schedule import gradient_steps, mean_metrics
-from marl_note.agents.spaces import ObsEncoder
 from marl_note.types import Transitions
 from marl_note.validation import (
     non_negative_float,
@@ -70,6 +70,8 @@ class AlphaZeroConfig:
     replay_ratio: float = 0.5
     update_steps: int | None = None
     mirror: bool = False
+    torso: str = "auto"
+    conv_layers: Any = None
 
     def __post_init__(self) -> None:
         def put(name: str, value: Any) -> None:
@@ -94,6 +96,9 @@ class AlphaZeroConfig:
         put("replay_ratio", non_negative_float("replay_ratio", self.replay_ratio, "gradient steps per new position"))
         put("update_steps", optional(non_negative_int, "update_steps", self.update_steps))
         put("mirror", bool(self.mirror))
+        if self.torso not in TORSOS:
+            raise ValueError(f"torso must be one of {list(TORSOS)}, got {self.torso!r}")
+        put("conv_layers", None if self.conv_layers is None else check_conv_layers(self.conv_layers))
 
 
 def board_simulator_for(observation_space: gym.Space, action_space: gym.Space) -> BoardSimulator:
@@ -120,9 +125,9 @@ class PositionReplay:
         (3, ['legal', 'obs', 'pi', 'z'])
     """
 
-    def __init__(self, capacity: int, obs_dim: int, n_actions: int):
+    def __init__(self, capacity: int, obs_dim: int | tuple[int, ...], n_actions: int):
         self.capacity = positive_int("capacity", capacity)
-        self.obs = np.zeros((capacity, obs_dim), np.float32)
+        self.obs = np.zeros((capacity, *np.atleast_1d(obs_dim)), np.float32)
         self.legal = np.zeros((capacity, n_actions), bool)
         self.pi = np.zeros((capacity, n_actions), np.float32)
         self.z = np.zeros(capacity, np.float32)
@@ -156,7 +161,9 @@ class PositionReplay:
 class AlphaZeroCore(AgentCore):
     """AlphaZero for tic-tac-toe and connect four: PUCT search with a policy/value network, self-play targets.
 
-    The network is an MLP torso (``hidden_sizes``, every layer activated) under one linear head
+    The network is an MLP torso (``hidden_sizes``, every layer activated; behind a conv torso
+    ``net.trunk.conv.*`` with ``torso="conv"``, ``conv_layers``, see
+    :mod:`~marl_note.agents.encoders`; ``"auto"`` keeps these small boards on the MLP) under one linear head
     ``net.pi`` of ``n_actions + 1`` outputs: the move logits, then the value before ``tanh``
     (state keys ``net.trunk.*``, ``net.pi.0.*``). ``act(obs, mask, explore)`` runs
     ``num_simulations`` PUCT simulations (``c_puct``) from every row's position (rebuilt from the
@@ -201,7 +208,8 @@ class AlphaZeroCore(AgentCore):
                  temperature_moves: int = AlphaZeroConfig.temperature_moves,
                  buffer_size: int = AlphaZeroConfig.buffer_size, learning_starts: int = AlphaZeroConfig.learning_starts,
                  replay_ratio: float = AlphaZeroConfig.replay_ratio, update_steps: int | None = None,
-                 mirror: bool = AlphaZeroConfig.mirror,
+                 mirror: bool = AlphaZeroConfig.mirror, torso: str = AlphaZeroConfig.torso,
+                 conv_layers: Any = AlphaZeroConfig.conv_layers,
                  seed: int | None = None, device: Any = "cpu", compile: bool = False, numpy_acting: bool = True):
         self.simulator = board_simulator_for(observation_space, action_space)
         super().__init__(observation_space, action_space, seed=seed, device=device, compile=compile)
@@ -210,20 +218,26 @@ class AlphaZeroCore(AgentCore):
             max_grad_norm=max_grad_norm, num_simulations=num_simulations, c_puct=c_puct,
             dirichlet_alpha=dirichlet_alpha, dirichlet_epsilon=dirichlet_epsilon,
             temperature_moves=temperature_moves, buffer_size=buffer_size, learning_starts=learning_starts,
-            replay_ratio=replay_ratio, update_steps=update_steps, mirror=mirror)
-        self.encoder = ObsEncoder(observation_space)
+            replay_ratio=replay_ratio, update_steps=update_steps, mirror=mirror, torso=torso,
+            conv_layers=conv_layers)
+        self.encoder = ObsEncoder(observation_space, cfg.torso, cfg.conv_layers)
+        self.cfg = cfg = replace(cfg, torso=self.encoder.torso, conv_layers=self.encoder.conv_layers or None)
         self.n_actions = self.simulator.num_actions  # board_simulator_for checked Discrete(n) against the game
         self.mcts = MCTS(self.simulator, self.evaluate, cfg.num_simulations, cfg.c_puct, cfg.dirichlet_alpha,
                          cfg.dirichlet_epsilon, rng=self.rng)
-        self.replay = PositionReplay(cfg.buffer_size, self.encoder.dim, self.n_actions)
+        self.replay = PositionReplay(cfg.buffer_size, self.encoder(np.zeros((1, *observation_space.shape),
+                                                                        observation_space.dtype)).shape[1:],
+                                     self.n_actions)
         self._targets: dict[bytes, np.ndarray] = {}  # encoded observation -> visit distribution of its search
         self._episodes: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
         self._returns: dict[int, float] = {}
         self._new_positions = 0
-        weights = {**mlp_weights("net.trunk", self.encoder.dim, cfg.hidden_sizes, None, self.init_rng),
+        conv, in_dim = torso_weights("net.trunk", self.encoder, self.init_rng)  # a conv torso: net.trunk.conv.*
+        weights = {**conv, **mlp_weights("net.trunk", in_dim, cfg.hidden_sizes, None, self.init_rng),
                    **mlp_weights("net.pi", cfg.hidden_sizes[-1], (), self.n_actions + 1, self.init_rng)}
         self.nets = self.Networks(weights, cfg, device=self.device, compile=self.compile)
-        self._publish_numpy(numpy_acting, {"net": ("shared", "net")}, cfg.activation)
+        self._publish_numpy(numpy_acting, {"net": ("shared", "net")}, cfg.activation, conv=cfg.conv_layers,
+                            conv_prefix="net.trunk.conv")
 
     # -- the network -------------------------------------------------------------------------------
     def predict(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -302,7 +316,7 @@ class AlphaZeroCore(AgentCore):
         if self.cfg.mirror:
             game = self.simulator.game
             flip = self.simulator.mirror_actions
-            boards = obs.reshape(len(obs), game.rows, game.cols, 2)[:, :, ::-1].reshape(len(obs), -1)
+            boards = obs.reshape(len(obs), game.rows, game.cols, 2)[:, :, ::-1].reshape(obs.shape)
             self.replay.add(boards, legal[:, flip], pi[:, flip], z)
 
     # -- learning ----------------------------------------------------------------------------------

@@ -158,6 +158,33 @@ def test_one_train_step_is_the_same_in_both_backends():
         np.testing.assert_allclose(out_a, out_b, atol=1e-5)
 
 
+def test_a_conv_torso_trains_at_parity_and_acts_like_the_framework():
+    TorchAZ, TFAZ = backends()
+    c4 = gym.spaces.Box(0, 1, (6, 7, 2), np.int8)
+    options = dict(hidden_sizes=(16,), torso="conv", conv_layers=((4, 3, 1, 1),), num_simulations=8, mirror=True)
+    agents = [cls(c4, gym.spaces.Discrete(7), seed=3, **options) for cls in (TorchAZ, TFAZ)]
+    assert agents[0].cfg.torso == "conv" and "net.trunk.conv.0.weight" in agents[0].state_dict()
+    rng = np.random.default_rng(1)
+    obs = (rng.random((8, 6, 7, 2)) < 0.2).astype(np.float32)
+    arrays = {"obs": obs, "legal": np.ones((8, 7), bool), "pi": np.full((8, 7), 1 / 7, np.float32),
+              "z": rng.choice([-1.0, 1.0], 8).astype(np.float32)}
+    losses = [a.learn(arrays)["loss"] for a in agents]
+    assert losses[0] == pytest.approx(losses[1], rel=1e-5)
+    for k, v in agents[0].state_dict().items():
+        if k.startswith("net."):
+            np.testing.assert_allclose(v, agents[1].state_dict()[k], atol=1e-5, err_msg=k)
+    boards = np.zeros((2, 6, 7, 2), np.int8)
+    boards[0, 5, :3, 0] = 1
+    numpy_out = agents[1].predict(boards)  # TF acts through the numpy copy, conv included
+    framework = agents[1].nets.predict(agents[1].encoder(boards))
+    np.testing.assert_allclose(numpy_out[0], framework[:, :-1], atol=1e-5)
+    agents[0].act(boards, np.ones((2, 7), bool), explore=True)
+    agents[0].observe(Transitions(obs=boards, act=np.zeros(2, int), rew=np.array([1.0, -1.0]), next_obs=boards,
+                                  terminated=np.ones(2, bool), truncated=np.zeros(2, bool), mask=np.ones((2, 7), bool),
+                                  stream=np.arange(2)))
+    assert agents[0].replay.obs.shape[1:] == (6, 7, 2) and len(agents[0].replay) == 4
+
+
 def test_save_and_restore_round_trip_across_backends(tmp_path):
     TorchAZ, TFAZ = backends()
     agent = TorchAZ(TTT_OBS, TTT_ACT, seed=1, learning_starts=1, **SMALL)

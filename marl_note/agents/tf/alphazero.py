@@ -30,12 +30,13 @@ class AlphaZeroNetworks(TFNetworks):
                  compile: bool = False):
         super().__init__(device, compile)
         self.config = config
-        self.trunk = self.mlp("net.trunk", weights, config.activation)
+        conv = config.conv_layers if config.torso == "conv" else None
+        self.trunk = self.mlp("net.trunk", weights, config.activation, conv)
         self.head = self.mlp("net.pi", weights, config.activation)
         self.act_fn = keras.activations.get(config.activation)
         self.adam("optimizer", ["net.trunk", "net.pi"], lr=config.lr)
-        dim, n = self.params["net.trunk"][0][1].shape[0], self.params["net.pi"][-1][1].shape[0] - 1
-        obs = tf.TensorSpec([None, dim], tf.float32)
+        n = self.params["net.pi"][-1][1].shape[0] - 1
+        obs = self.obs_spec(weights, "net.trunk", conv)
         self._forward = tf.function(self.forward, input_signature=[obs], reduce_retracing=True)
         step_signature = [obs, tf.TensorSpec([None, n], tf.float32), tf.TensorSpec([None, n], tf.bool),
                           tf.TensorSpec([None], tf.float32)]

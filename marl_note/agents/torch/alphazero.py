@@ -23,7 +23,8 @@ class AlphaZeroNetworks(TorchNetworks):
                  compile: bool = False):
         super().__init__(device, compile)
         self.config = config
-        self.trunk = self.mlp("net.trunk", weights, config.activation)
+        conv = config.conv_layers if config.torso == "conv" else None
+        self.trunk = self.mlp("net.trunk", weights, config.activation, conv=conv)
         self.head = self.mlp("net.pi", weights, config.activation)
         self.act_fn = ACTIVATION_MODULES[config.activation]()
         self.adam("optimizer", ["net.trunk", "net.pi"], lr=config.lr)
