@@ -149,12 +149,14 @@ class EnvSimulator:
 class _Node:
     """One position: priors ``P``, visit counts ``N`` and summed values ``W`` of its moves, its children."""
 
-    __slots__ = ("state", "legal", "P", "N", "W", "children")
+    __slots__ = ("state", "legal", "P", "N", "W", "total", "illegal", "children")
 
     def __init__(self, state: Any, legal: np.ndarray, prior: np.ndarray):
         self.state, self.legal, self.P = state, legal, prior
-        self.N = np.zeros(len(legal), np.int64)
+        self.N = np.zeros(len(legal))
         self.W = np.zeros(len(legal))
+        self.total = 0  # sum of N
+        self.illegal = np.where(legal, 0.0, -np.inf)  # added to the scores: illegal moves are never taken
         self.children: dict[int, _Node | float] = {}  # a finished game's child is its value
 
 
@@ -190,9 +192,10 @@ class MCTS:
         return legal, list(priors / priors.sum(axis=1, keepdims=True)), np.asarray(values, np.float64)
 
     def _select(self, node: _Node) -> int:
-        q = np.divide(node.W, node.N, out=np.zeros_like(node.W), where=node.N > 0)
-        u = self.c_puct * node.P * np.sqrt(max(int(node.N.sum()), 1)) / (1 + node.N)
-        return int(np.argmax(np.where(node.legal, q + u, -np.inf)))
+        n = node.N
+        q = node.W / np.maximum(n, 1.0)  # W is 0 where N is: unvisited moves have Q = 0
+        u = (self.c_puct * max(node.total, 1) ** 0.5) * node.P / (1.0 + n)
+        return int((q + u + node.illegal).argmax())
 
     @staticmethod
     def _backup(path: list[tuple[_Node, int]], value: float) -> None:
@@ -200,6 +203,7 @@ class MCTS:
             value = -value
             node.N[action] += 1
             node.W[action] += value
+            node.total += 1
 
     def search(self, states: Sequence[Any], explore: bool = False) -> np.ndarray:
         """Root visit counts ``[B, num_actions]`` (int64) of ``num_simulations`` simulations from each state."""
@@ -240,5 +244,5 @@ class MCTS:
                     parent, action = path[-1]
                     parent.children[action] = _Node(after, ok, prior)
                     self._backup(path, float(value))
-        return np.stack([root.N for root in roots])
+        return np.stack([root.N for root in roots]).astype(np.int64)
 
