@@ -220,6 +220,12 @@ def test_a_short_self_play_run_through_the_trainer(AlphaZero):
 def test_bad_input_is_refused_with_a_clear_message(AlphaZero):
     with pytest.raises(ValueError, match="two-player, alternating, zero-sum board games"):
         AlphaZero(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), seed=0)
+    trainer = DecentralizedTrainer(rps_v2.parallel_env, num_train_envs=1, num_test_envs=1, seed=0)
+    try:  # simultaneous moves: its observation is no board to search from
+        with pytest.raises(ValueError, match="got Discrete"):
+            AlphaZero(trainer.observation_space("player_0"), trainer.action_space("player_0"), seed=0)
+    finally:
+        trainer.close()
     agent = AlphaZero(TTT_OBS, TTT_ACT, seed=0, **SMALL)
     obs = observation([board(".........")])
     with pytest.raises(ValueError, match="needs the action mask of a turn-based env"):
