@@ -225,9 +225,8 @@ class AlphaZeroCore(AgentCore):
         self.n_actions = self.simulator.num_actions  # board_simulator_for checked Discrete(n) against the game
         self.mcts = MCTS(self.simulator, self.evaluate, cfg.num_simulations, cfg.c_puct, cfg.dirichlet_alpha,
                          cfg.dirichlet_epsilon, rng=self.rng)
-        self.replay = PositionReplay(cfg.buffer_size, self.encoder(np.zeros((1, *observation_space.shape),
-                                                                        observation_space.dtype)).shape[1:],
-                                     self.n_actions)
+        encoded = self.encoder(np.zeros((1, *self.simulator.game.obs_shape), np.int8)).shape[1:]  # flat or image
+        self.replay = PositionReplay(cfg.buffer_size, encoded, self.n_actions)
         self._targets: dict[bytes, np.ndarray] = {}  # encoded observation -> visit distribution of its search
         self._episodes: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
         self._returns: dict[int, float] = {}
