@@ -7,7 +7,10 @@ Trains (or loads) the current recipes' learners and reports win / draw / loss in
   ``AlphaBetaPlayer(depth=2)`` (and deeper with ``--depths 2,4``);
 - tic-tac-toe: the DQN of ``examples/tictactoe_selfplay.py`` (``make demo``) trained for
   ``--ttt-episodes`` games, against a random player, ``WinOrBlockPlayer`` and
-  ``PerfectTicTacToePlayer`` (the goal: zero losses to the perfect player).
+  ``PerfectTicTacToePlayer`` (the goal: zero losses to the perfect player);
+- connect four AlphaZero (only with ``--game alphazero``): ``examples/connect_four_alphazero.py``
+  trained for ``--az-minutes`` of wall time, against ``AlphaBetaPlayer`` of depth 2 and 4 (the
+  target: >= 0.80 as first player against depth 4 after 30 minutes on 2 cores).
 
 ``--games`` greedy games per seat against each opponent (default 200). ``--save-dir DIR`` keeps
 the trained learners (``DIR/connect_four``, ``DIR/tictactoe``); ``--load-dir DIR`` measures those
@@ -16,6 +19,7 @@ as second against win-or-block, >= 0.60 against alpha-beta depth 2; tic-tac-toe 
 perfect player.
 
 Run:  python bench/bench_strength.py [--game both] [--episodes 15000] [--ttt-episodes 8000] [--seed 0]
+      python bench/bench_strength.py --game alphazero [--az-minutes 30] [--games 100]
 """
 from __future__ import annotations
 
@@ -24,6 +28,8 @@ import importlib.util
 import os
 import platform
 import time
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # numpy acting on small batches: BLAS threads only contend
 
 from pettingzoo.classic import connect_four_v3, tictactoe_v3
 
@@ -104,13 +110,30 @@ def tictactoe(args) -> None:
            strength(tictactoe_v3.env, learner, opponents, args.games, args.seed))
 
 
+def alphazero(args) -> None:
+    path = os.path.join(args.load_dir or args.save_dir or "", "connect_four_alphazero")
+    if args.load_dir:
+        agent, how = restore(path), f"loaded from {path}"
+    else:
+        out = load_example("connect_four_alphazero").train(args.az_minutes, seed=args.seed, progress=False)
+        agent = out["agent"]
+        how = (f"trained {out['games']} games, {out['gradient_steps']} gradient steps, {out['seconds']:.0f} s, "
+               f"final weights")
+        if args.save_dir:
+            agent.save(path)
+    opponents = {f"alpha-beta d{d}": AlphaBetaPlayer(d, seed=args.seed + 3 + d) for d in (2, 4)}
+    report(f"connect four AlphaZero ({how}), {args.games} games per seat:",
+           strength(connect_four_v3.env, agent, opponents, args.games, args.seed))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--game", choices=("both", "connect_four", "tictactoe"), default="both")
+    parser.add_argument("--game", choices=("both", "connect_four", "tictactoe", "alphazero"), default="both")
     parser.add_argument("--episodes", type=int, default=15000, help="connect four training games")
     parser.add_argument("--ttt-episodes", type=int, default=8000, help="tic-tac-toe training games")
     parser.add_argument("--games", type=int, default=200, help="evaluation games per seat and opponent")
     parser.add_argument("--depths", default="2", help="alpha-beta depths to play, comma-separated")
+    parser.add_argument("--az-minutes", type=float, default=30.0, help="AlphaZero training wall time")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--save-dir", default=None, help="save the trained learners here")
     parser.add_argument("--load-dir", default=None, help="measure learners saved with --save-dir instead of training")
@@ -127,6 +150,8 @@ def main() -> None:
         tictactoe(args)
     if args.game in ("both", "connect_four"):
         connect_four(args)
+    if args.game == "alphazero":
+        alphazero(args)
 
 
 if __name__ == "__main__":
