@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import gymnasium as gym
@@ -19,81 +19,16 @@ from marl_note.agents.exploration.masked import masked_argmax
 from marl_note.agents.exploration.noise import GaussianWhiteNoiseProcess
 from marl_note.agents.exploration.per_env import PerEnvNoise
 from marl_note.agents.exploration.policies import GumbelSoftmaxPolicy
+from marl_note.agents.maddpg_config import MADDPGConfig
 from marl_note.agents.maddpg_seats import MADDPGSeat, check_agent_spaces
-from marl_note.agents.networks import ACTIVATIONS, check_hidden_sizes, mlp_weights
+from marl_note.agents.networks import mlp_weights
 from marl_note.agents.schedule import gradient_steps, mean_metrics
 from marl_note.agents.spaces import ActionScaler, ObsEncoder, check_mask
 from marl_note.replay.joint import JointReplayBuffer
 from marl_note.types import JointTransitions
-from marl_note.validation import (
-    check_callable,
-    non_negative_float,
-    non_negative_int,
-    open_unit_interval,
-    optional,
-    positive_float,
-    positive_int,
-    unit_interval,
-)
+from marl_note.validation import positive_int
 
 __all__ = ["MADDPGConfig", "MADDPGCore", "MADDPGSeat"]
-
-@dataclass(frozen=True)
-class MADDPGConfig:
-    """MADDPG's hyperparameters, checked once (see :class:`MADDPGCore` for their meaning).
-
-    ``MARL`` is the original library's name of ``centralized_critic``; when given it decides it.
-
-    Example:
-        >>> MADDPGConfig(MARL=False).centralized_critic
-        False
-        >>> MADDPGConfig(tau=0.0)
-        Traceback (most recent call last):
-        ...
-        ValueError: tau must be in (0, 1] (the rate of the Polyak target update), got 0.0
-    """
-
-    hidden_sizes: Sequence[int] = (64, 64)  # kept as a tuple
-    activation: str = "relu"
-    actor_lr: float = 1e-2
-    critic_lr: float = 1e-2
-    gamma: float = 0.95
-    tau: float = 0.01
-    buffer_size: int = 100_000
-    learning_starts: int = 1024
-    replay_ratio: float = 0.05
-    update_steps: int | None = None
-    temperature: float = 1.0
-    noise_sigma: float = 0.1
-    noise: Mapping[str, Any] | None = None
-    action_reg: float = 1e-3
-    max_grad_norm: float | None = 0.5
-    centralized_critic: bool = True
-    MARL: bool | None = None
-    reward_done_func_ma: Callable | None = None
-
-    def __post_init__(self) -> None:
-        def put(name: str, value: Any) -> None:
-            object.__setattr__(self, name, value)
-
-        put("hidden_sizes", check_hidden_sizes(self.hidden_sizes))
-        if self.activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {list(ACTIVATIONS)}, got {self.activation!r}")
-        for name in ("actor_lr", "critic_lr", "temperature"):
-            put(name, positive_float(name, getattr(self, name)))
-        put("gamma", unit_interval("gamma", self.gamma, "the discount"))
-        put("tau", open_unit_interval("tau", self.tau, "the rate of the Polyak target update"))
-        put("buffer_size", positive_int("buffer_size", self.buffer_size))
-        put("learning_starts", non_negative_int("learning_starts", self.learning_starts))
-        put("update_steps", optional(non_negative_int, "update_steps", self.update_steps))
-        for name in ("replay_ratio", "noise_sigma", "action_reg"):
-            put(name, non_negative_float(name, getattr(self, name)))
-        put("max_grad_norm", optional(positive_float, "max_grad_norm", self.max_grad_norm))
-        if self.noise is not None and not isinstance(self.noise, Mapping):
-            raise TypeError(f"noise must be a dict {{agent: noise process}}, got {type(self.noise).__name__}")
-        check_callable("reward_done_func_ma", self.reward_done_func_ma, "(joint) -> (rew, terminated)")
-        put("centralized_critic", bool(self.centralized_critic if self.MARL is None else self.MARL))
-
 
 _D = MADDPGConfig  # the defaults of the constructor below are the config's
 
