@@ -159,7 +159,28 @@ def mirrored(out: dict, tmp: str, names: tuple[str, ...]) -> None:
     out["nonfinite_unchanged"] = max_diff(before, restored_dist.state_dict())
 
 
-def worker(out: dict, die: bool) -> None:
+def trainer_run(out: dict, strategy, tmp: str) -> None:
+    """A short DQN run of the trainer on CartPole, one rank per worker (each from its own weights:
+    ``prepare`` must give every worker rank 0's); rank 0 tests and checkpoints."""
+    from marl_note.agents.tf import DQN
+    from marl_note.agents.tf.distributed import init_distributed
+    from marl_note.trainers import DecentralizedTrainer
+
+    ctx = init_distributed(strategy)
+    trainer = DecentralizedTrainer("CartPole-v1", num_train_envs=2, num_test_envs=1, batch_size=16, update_freq=16,
+                                   test_freq=4, episodes_per_train=8, episodes_per_test=1, seed=0, distributed=ctx)
+    space = gym.make("CartPole-v1").observation_space
+    agent = DQN(space, gym.spaces.Discrete(2), hidden_sizes=(16,), learning_starts=16, seed=ctx.rank,
+                strategy=ctx.collective.strategy)
+    stats = trainer.train([agent], learning_mask=[1], plot=False, progress=False,
+                          checkpoint_path=os.path.join(tmp, f"run_rank{ctx.rank}"))
+    trainer.close()
+    np.savez(os.path.join(tmp, f"weights_rank{ctx.rank}.npz"), **agent.nets.state_dict())
+    out["trainer"] = {"updates": agent.updates, "tests": len(stats["test_history"]),
+                      "episodes": stats["num_collected_episodes"]}
+
+
+def worker(out: dict, die: bool, tmp: str | None = None) -> None:
     import tensorflow as tf
 
     from marl_note.agents.tf import DQN, PPO
@@ -192,6 +213,8 @@ def worker(out: dict, die: bool) -> None:
     from marl_note.agents.tf.distribute import any_worker, broadcast_from_rank0
     out["broadcast"] = broadcast_from_rank0(strategy, np.array([rank + 5, 7 * rank])).tolist()
     out["any"] = [any_worker(strategy, rank == 1), any_worker(strategy, False)]
+    if tmp is not None:
+        trainer_run(out, strategy, tmp)
     if not die:
         return
     if rank == 1:
@@ -263,7 +286,7 @@ def main() -> None:
         elif mode == "ps":
             parameter_server(out, sys.argv[3])
         else:
-            worker(out, die=mode == "worker-die")
+            worker(out, die=mode == "worker-die", tmp=sys.argv[3] if len(sys.argv) > 3 else None)
     finally:
         out["seconds"] = time.perf_counter() - START
         with open(path, "w") as f:
