@@ -29,6 +29,11 @@ from marl_note.types import Transitions  # noqa: E402
 START = time.perf_counter()
 
 
+def mark(out: dict, what: str) -> None:
+    """Record when ``what`` finished (seconds since the start), to see where a slow run spends its time."""
+    out.setdefault("marks", {})[what] = round(time.perf_counter() - START, 1)
+
+
 def max_diff(a: dict, b: dict) -> float:
     """Largest absolute difference over the float arrays the two states share (inf for a missing key)."""
     worst = 0.0
@@ -101,14 +106,22 @@ def cases(names: tuple[str, ...]):
     return [case for case in every if case[0] in names]
 
 
-def mirrored(out: dict, tmp: str, names: tuple[str, ...]) -> None:
+def two_logical_cpus() -> None:
+    """Split the CPU into two logical devices (before TensorFlow starts) for ``MirroredStrategy``."""
     import tensorflow as tf
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+
+
+def mirrored(out: dict, tmp: str, names: tuple[str, ...]) -> None:
+    import tensorflow as tf
+
     from marl_note.agents.tf import DQN
     from marl_note.types import NonFiniteError
 
-    strategy = tf.distribute.MirroredStrategy(["/CPU:0", "/CPU:1"])
+    # beside a MultiWorker strategy's collectives (the worker processes), reduce without collective ops
+    reduce = tf.distribute.ReductionToOneDevice() if "TF_CONFIG" in os.environ else None
+    strategy = tf.distribute.MirroredStrategy(["/CPU:0", "/CPU:1"], cross_device_ops=reduce)
     out["replicas"] = strategy.num_replicas_in_sync
     out["diff"], out["copies"], out["numpy_acting"], out["case_seconds"] = {}, {}, {}, {}
     for name, make, feed, batch in cases(names):
@@ -180,15 +193,18 @@ def trainer_run(out: dict, strategy, tmp: str) -> None:
                       "episodes": stats["num_collected_episodes"]}
 
 
-def worker(out: dict, die: bool, tmp: str | None = None) -> None:
+def worker(out: dict, die: bool, tmp: str | None = None, names: tuple[str, ...] = ()) -> None:
     import tensorflow as tf
+    two_logical_cpus()  # for the MirroredStrategy checks at the end (MultiWorker uses one CPU device)
 
     from marl_note.agents.tf import DQN, PPO
     from marl_note.agents.tf.distribute import rank_from_tf_config
+    mark(out, "import")
 
     rank, world = rank_from_tf_config()
     options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=60.0)
     strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    mark(out, "strategy")
     out.update(rank=rank, world=world, replicas=strategy.num_replicas_in_sync)
     n = 12
     lo, hi = rank * n // world, (rank + 1) * n // world
@@ -199,6 +215,7 @@ def worker(out: dict, die: bool, tmp: str | None = None) -> None:
     single.nets.train_step(arrays, "single", 0)
     _, td = dist.nets.train_step({k: v[lo:hi] for k, v in arrays.items()}, "dist", 0)
     out["dqn_diff"] = max_diff(single.state_dict(), dist.state_dict())
+    mark(out, "dqn")
     out["td_rows"] = int(len(td))
     ppo_single = PPO(space, gym.spaces.Discrete(2), hidden_sizes=(16, 16), seed=3)
     ppo_dist = PPO(space, gym.spaces.Discrete(2), hidden_sizes=(16, 16), seed=3, strategy=strategy)
@@ -210,11 +227,20 @@ def worker(out: dict, die: bool, tmp: str | None = None) -> None:
     ppo_single.nets.train_step(*batch, who="single", update=0)
     ppo_dist.nets.train_step(*(b[lo:hi] for b in batch), who="dist", update=0)
     out["ppo_diff"] = max_diff(ppo_single.state_dict(), ppo_dist.state_dict())
+    mark(out, "ppo")
     from marl_note.agents.tf.distribute import any_worker, broadcast_from_rank0
     out["broadcast"] = broadcast_from_rank0(strategy, np.array([rank + 5, 7 * rank])).tolist()
     out["any"] = [any_worker(strategy, rank == 1), any_worker(strategy, False)]
+    mark(out, "helpers")
     if tmp is not None:
         trainer_run(out, strategy, tmp)
+        mark(out, "trainer")
+    mine = tuple(n for n in names if (n == "DQN") == (rank == 0))  # DQN's checks are the longest
+    if mine:
+        out["mirrored"] = {}
+        mirrored(out["mirrored"], tmp or ".", mine)
+        mark(out, "mirrored")
+    out["last_barrier"] = any_worker(strategy, False)  # both workers are here before one of them leaves
     if not die:
         return
     if rank == 1:
@@ -282,11 +308,13 @@ def main() -> None:
     out: dict = {"mode": mode}
     try:
         if mode == "mirrored":
+            two_logical_cpus()
             mirrored(out, sys.argv[3], tuple(sys.argv[4].split(",")))
         elif mode == "ps":
             parameter_server(out, sys.argv[3])
         else:
-            worker(out, die=mode == "worker-die", tmp=sys.argv[3] if len(sys.argv) > 3 else None)
+            worker(out, die=mode == "worker-die", tmp=sys.argv[3] if len(sys.argv) > 3 else None,
+                   names=tuple(sys.argv[4].split(",")) if len(sys.argv) > 4 else ())
     finally:
         out["seconds"] = time.perf_counter() - START
         with open(path, "w") as f:
