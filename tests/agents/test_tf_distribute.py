@@ -177,3 +177,14 @@ def test_two_worker_trainer_stays_in_lockstep_and_rank_0_checkpoint_restores_in_
     assert run.updates == r0["updates"] == restored.updates
     for key, value in w0.items():
         np.testing.assert_array_equal(restored.nets.state_dict()[key], value, err_msg=key)
+
+
+def test_the_example_runs_tf_in_one_process_under_a_mirrored_strategy(monkeypatch):
+    """Without TF_CONFIG, ``--backend tf`` is one process with a MirroredStrategy (no rank context)."""
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    path = ROOT / "examples" / "distributed_cartpole.py"
+    spec = importlib.util.spec_from_file_location("distributed_cartpole", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    out = example.train(backend="tf", algo="DQN", episodes=4, batch_size=16, progress=False)
+    assert out["rank"] == 0 and out["world_size"] == 1 and out["replicas"] >= 1 and out["env_steps"] > 0
