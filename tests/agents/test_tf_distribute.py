@@ -2,16 +2,18 @@
 
 A strategy's devices must be configured before TensorFlow starts, so the strategies run in
 subprocesses (``tests/agents/tf_distribute_worker.py``), bounded by a timeout and killed on
-expiry; starting TensorFlow is the slow part, so there are three, started together. Two
-MultiWorkerMirroredStrategy workers on 127.0.0.1 (``TF_CONFIG``) each run, in order: one DQN and
-one PPO step on their half of the batch equal to the single-process step on the whole (1e-5);
-the lockstep helpers; a short 2-worker trainer run on CartPole (rank 0 tests and checkpoints, the
-workers end with equal weights); MirroredStrategy on two logical CPU devices (rank 0: DQN with
-checkpoints both ways between a strategy and none, a one-row batch and a refused non-finite step;
-rank 1: PPO, and MADDPG, DDPG, SAC with MARL_NOTE_TEST_ALL_STRATEGIES=1): one 2-replica
-``agent.update`` equals the one-device update; then rank 1 exits and rank 0's next step fails
-with DistributedStepError in bounded time. ParameterServerStrategy on an in-process cluster:
-steps scheduled on workers by a ClusterCoordinator equal single-process steps.
+expiry; starting TensorFlow is the slow part, so there are three, started together:
+
+- two MultiWorkerMirroredStrategy workers on 127.0.0.1 (``TF_CONFIG``): one DQN and one PPO step on
+  each worker's half of the batch equal the single-process step on the whole (1e-5); the lockstep
+  helpers; a short 2-worker trainer run on CartPole (rank 0 tests and checkpoints, the workers end
+  with equal weights, the checkpoint restores in this process); then rank 1 exits and rank 0's next
+  step fails with DistributedStepError in bounded time;
+- one process: MirroredStrategy on two logical CPU devices (DQN and PPO; also MADDPG, DDPG and SAC
+  with MARL_NOTE_TEST_ALL_STRATEGIES=1): one 2-replica ``agent.update`` equals the one-device
+  update, checkpoints move both ways between a strategy and none, a one-row batch, a refused
+  non-finite step; then ParameterServerStrategy on an in-process cluster: steps scheduled on
+  workers by a ClusterCoordinator equal single-process steps.
 """
 import importlib.util
 import json
@@ -86,8 +88,8 @@ def runs(tmp_path_factory):
     on TensorFlow's start-up more than they compute); each test waits for its own."""
     tmp = tmp_path_factory.mktemp("strategies")
     cluster = {"worker": [f"127.0.0.1:{p}" for p in free_ports(2)]}
-    started = {"ps": ([launch("ps", tmp / "ps.json", tmp)], [tmp / "ps.json"]),
-               "workers": ([launch("worker-die", tmp / f"worker{i}.json", tmp, ",".join(MIRRORED),
+    started = {"ps": ([launch("ps", tmp / "ps.json", tmp, ",".join(MIRRORED))], [tmp / "ps.json"]),
+               "workers": ([launch("worker-die", tmp / f"worker{i}.json", tmp,
                                    env={"TF_CONFIG": json.dumps({"cluster": cluster,
                                                                  "task": {"type": "worker", "index": i}})})
                             for i in range(2)], [tmp / f"worker{i}.json" for i in range(2)])}
@@ -101,12 +103,9 @@ def runs(tmp_path_factory):
 
 @pytest.mark.timeout(LIMIT + 30)
 def test_mirrored_two_devices_update_equals_one_device_and_checkpoints_move_both_ways(runs):
-    (first, second), logs = finish(*runs[1]["workers"])
-    assert "mirrored" in first and "mirrored" in second, (logs[0][-3000:], logs[1][-3000:])
-    result = first["mirrored"]  # rank 0 checked DQN (and its checkpoints), rank 1 the others
-    assert "nonfinite" in result and second["mirrored"]["replicas"] == 2
-    for key in ("diff", "copies", "numpy_acting"):
-        result[key].update(second["mirrored"][key])
+    (result,), (log,) = finish(*runs[1]["ps"])
+    result = result.get("mirrored", {})
+    assert "diff" in result and "nonfinite" in result, log[-3000:]
     assert result["replicas"] == 2
     for name, diff in result["diff"].items():  # one agent.update() each, single device vs 2 replicas
         assert diff < TOL, (name, diff)

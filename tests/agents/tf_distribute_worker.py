@@ -119,9 +119,7 @@ def mirrored(out: dict, tmp: str, names: tuple[str, ...]) -> None:
     from marl_note.agents.tf import DQN
     from marl_note.types import NonFiniteError
 
-    # beside a MultiWorker strategy's collectives (the worker processes), reduce without collective ops
-    reduce = tf.distribute.ReductionToOneDevice() if "TF_CONFIG" in os.environ else None
-    strategy = tf.distribute.MirroredStrategy(["/CPU:0", "/CPU:1"], cross_device_ops=reduce)
+    strategy = tf.distribute.MirroredStrategy(["/CPU:0", "/CPU:1"])
     out["replicas"] = strategy.num_replicas_in_sync
     out["diff"], out["copies"], out["numpy_acting"], out["case_seconds"] = {}, {}, {}, {}
     for name, make, feed, batch in cases(names):
@@ -193,9 +191,8 @@ def trainer_run(out: dict, strategy, tmp: str) -> None:
                       "episodes": stats["num_collected_episodes"]}
 
 
-def worker(out: dict, die: bool, tmp: str | None = None, names: tuple[str, ...] = ()) -> None:
+def worker(out: dict, die: bool, tmp: str | None = None) -> None:
     import tensorflow as tf
-    two_logical_cpus()  # for the MirroredStrategy checks at the end (MultiWorker uses one CPU device)
 
     from marl_note.agents.tf import DQN, PPO
     from marl_note.agents.tf.distribute import rank_from_tf_config
@@ -235,11 +232,6 @@ def worker(out: dict, die: bool, tmp: str | None = None, names: tuple[str, ...] 
     if tmp is not None:
         trainer_run(out, strategy, tmp)
         mark(out, "trainer")
-    mine = tuple(n for n in names if (n == "DQN") == (rank == 0))  # DQN's checks are the longest
-    if mine:
-        out["mirrored"] = {}
-        mirrored(out["mirrored"], tmp or ".", mine)
-        mark(out, "mirrored")
     out["last_barrier"] = any_worker(strategy, False)  # both workers are here before one of them leaves
     if not die:
         return
@@ -310,11 +302,15 @@ def main() -> None:
         if mode == "mirrored":
             two_logical_cpus()
             mirrored(out, sys.argv[3], tuple(sys.argv[4].split(",")))
-        elif mode == "ps":
+        elif mode == "ps":  # (after the MirroredStrategy checks of the algorithms named, if any)
+            if len(sys.argv) > 4:
+                two_logical_cpus()
+                out["mirrored"] = {}
+                mirrored(out["mirrored"], sys.argv[3], tuple(sys.argv[4].split(",")))
+                mark(out, "mirrored")
             parameter_server(out, sys.argv[3])
         else:
-            worker(out, die=mode == "worker-die", tmp=sys.argv[3] if len(sys.argv) > 3 else None,
-                   names=tuple(sys.argv[4].split(",")) if len(sys.argv) > 4 else ())
+            worker(out, die=mode == "worker-die", tmp=sys.argv[3] if len(sys.argv) > 3 else None)
     finally:
         out["seconds"] = time.perf_counter() - START
         with open(path, "w") as f:
