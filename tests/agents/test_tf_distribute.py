@@ -136,6 +136,8 @@ def test_multi_worker_update_equals_single_process_and_a_dead_worker_fails_the_o
     assert first["second_step"].startswith("DistributedStepError"), first["second_step"]
     assert "task:1" in first["second_step"], first["second_step"]
     assert first["failed_after"] < 120
+    assert first["barrier"].startswith("RankLostError: rank 0: waiting for the other workers (barrier)"), \
+        first["barrier"]
 
 
 @pytest.mark.timeout(LIMIT + 30)
@@ -187,3 +189,29 @@ def test_the_example_runs_tf_in_one_process_under_a_mirrored_strategy(monkeypatc
     spec.loader.exec_module(example)
     out = example.train(backend="tf", algo="DQN", episodes=4, batch_size=16, progress=False)
     assert out["rank"] == 0 and out["world_size"] == 1 and out["replicas"] >= 1 and out["env_steps"] > 0
+
+
+def test_the_tf_collective_refuses_what_cannot_stay_in_lockstep_before_any_communication(monkeypatch):
+    import gymnasium as gym
+    import tensorflow as tf
+
+    from marl_note.agents import RandomAgent
+    from marl_note.agents.tf import DQN, PPO
+    from marl_note.agents.tf.distributed import TFCollective, init_distributed
+
+    space, acts = gym.make("CartPole-v1").observation_space, gym.spaces.Discrete(2)
+    collective = TFCollective(tf.distribute.get_strategy())
+    with pytest.raises(ValueError, match="not built under this run's strategy"):
+        collective.prepare(DQN(space, acts, hidden_sizes=(8,), seed=0))
+    with pytest.raises(ValueError, match="target_kl=None with several workers"):
+        collective.prepare(PPO(space, acts, hidden_sizes=(8,), target_kl=0.01, seed=0))
+    with pytest.raises(TypeError, match="RandomAgent has no TensorFlow networks"):
+        collective.prepare(RandomAgent(acts))
+    with pytest.raises(ValueError, match="from rank 0 only"):
+        collective.broadcast("x", src=1)
+    with pytest.raises(TypeError, match="takes a MultiWorkerMirroredStrategy"):
+        init_distributed(tf.distribute.get_strategy())
+    cluster = {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster, "task": {"type": "ps", "index": 0}}))
+    with pytest.raises(ValueError, match="runs no trainer"):
+        init_distributed()

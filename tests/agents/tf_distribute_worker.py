@@ -245,6 +245,12 @@ def worker(out: dict, die: bool, tmp: str | None = None) -> None:
     except Exception as exc:  # noqa: BLE001 (which error it is is the result)
         out["second_step"] = f"{type(exc).__name__}: {exc}"
     out["failed_after"] = time.perf_counter() - start
+    from marl_note.agents.tf.distributed import TFCollective
+    try:  # the trainer's collectives fail the same way, named
+        TFCollective(strategy, rank).barrier()
+        out["barrier"] = "no error"
+    except Exception as exc:  # noqa: BLE001 (which error it is is the result)
+        out["barrier"] = f"{type(exc).__name__}: {exc}"
 
 
 def free_ports(n: int) -> list[int]:

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from marl_note.agents.tf.distribute import _PEER_ERRORS, broadcast_from_rank0, rank_from_tf_config
+from marl_note.agents.tf.distribute import _PEER_ERRORS, _peer_detail, broadcast_from_rank0, rank_from_tf_config
 from marl_note.distributed import DistributedContext, RankLostError
 
 __all__ = ["TFCollective", "init_distributed", "distribute", "shutdown"]
@@ -42,10 +42,9 @@ def collective(rank: int, what: str) -> Iterator[None]:
     try:
         yield
     except _PEER_ERRORS as err:
-        first = str(getattr(err, "message", err)).strip().splitlines()
         raise RankLostError(f"rank {rank}: {what} with the other workers failed; one of them died or stopped "
                             f"answering within the strategy's timeout ({type(err).__name__}: "
-                            f"{first[0][:300] if first else ''})") from err
+                            f"{_peer_detail(str(getattr(err, 'message', err)))})") from err
 
 
 def _networks(agent: Any, strategy: tf.distribute.Strategy) -> Any:
