@@ -1,4 +1,6 @@
-"""Distributed-training benchmark (not part of the test suite): 1 against 2 PyTorch replicas (gloo, CPU).
+"""Distributed-training benchmark (not part of the test suite): 1 against 2 replicas, PyTorch (gloo, CPU)
+or TensorFlow (``--backend tf``: MirroredStrategy on 1 vs 2 logical CPU devices of one process, and
+MultiWorkerMirroredStrategy with 1 vs 2 worker processes on 127.0.0.1 through ``TF_CONFIG``).
 
 - learner: DQN gradient steps on a fixed global batch split over the replicas (no envs): updates/s
   and samples/s (gradient-step samples: updates/s x global batch).
@@ -9,8 +11,10 @@
 Each configuration runs in freshly launched ranks (``marl_note.trainers.distributed.launch``); the
 times are rank 0's, after a barrier, without process start-up. Ratios are 2 replicas / 1 replica.
 
-Run:  python bench/bench_distributed.py [--smoke] [--solve] [--replicas 1,2] [--seed 0]
+Run:  python bench/bench_distributed.py [--backend torch|tf] [--smoke] [--solve] [--replicas 1,2] [--seed 0]
       [--learner-steps 2000] [--env-steps 40000]
+(TF: every configuration in fresh processes, since devices and TF_CONFIG are fixed when TensorFlow
+starts; the modes are named mirrored-learner, mirrored-trainer, multiworker-learner, multiworker-trainer.)
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ import platform
 import time
 
 import numpy as np
+from bench_distributed_tf import tf_table  # (beside this script: bench/ is on the path)
 
 from marl_note.trainers.distributed import launch
 
@@ -113,6 +118,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="tiny budgets: checks that it runs, measures nothing")
     parser.add_argument("--solve", action="store_true", help="also CartPole to 475 (minutes per configuration)")
+    parser.add_argument("--backend", choices=["torch", "tf"], default="torch")
     parser.add_argument("--replicas", default="1,2")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--learner-steps", type=int, default=None, help="gradient steps timed (default 2000)")
@@ -123,6 +129,9 @@ def main() -> None:
     steps, env_steps = args.learner_steps or steps, args.env_steps or env_steps
     print(json.dumps({"python": platform.python_version(), "cpus": os.cpu_count(), "machine": platform.machine()}))
     table: dict[str, dict[int, dict]] = {}
+    if args.backend == "tf":
+        table = tf_table(replicas, steps, env_steps, args.seed, solve=args.solve, smoke=args.smoke)
+        replicas = []  # printed by tf_table as they come
     for n in replicas:
         table.setdefault("learner", {})[n] = launch(learner, n, steps, 256, 256)[0]
         table.setdefault("trainer", {})[n] = launch(trainer_throughput, n, env_steps, args.seed)[0]
@@ -131,11 +140,11 @@ def main() -> None:
         for mode, rows in table.items():
             print(json.dumps({"mode": mode, "replicas": n, **{k: round(v, 3) if isinstance(v, float) else v
                                                                for k, v in rows[n].items()}}))
-    if 1 in replicas:
-        for mode in ("learner", "trainer"):
-            for n in replicas:
-                if n != 1:
-                    ratios = {k: round(table[mode][n][k] / table[mode][1][k], 3)
+    if 1 in [int(r) for r in args.replicas.split(",")]:
+        for mode in [m for m in table if "solve" not in m]:
+            for n in sorted(table[mode]):
+                if n != 1 and 1 in table[mode]:
+                    ratios = {k: round(table[mode][n][k] / table[mode][1][k], 3) if table[mode][1][k] else None
                               for k in ("updates_per_s", "samples_per_s")}
                     print(json.dumps({"mode": mode, "ratio": f"{n}/1", **ratios}))
 

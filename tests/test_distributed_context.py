@@ -78,3 +78,15 @@ def test_the_launcher_bounds_a_run_in_time_and_leaves_no_process():
 def test_a_crash_is_reported_before_the_errors_it_causes():
     err = RankFailedError(1, -9, "", {0: "RankLostError: rank 0: averaging the gradients ... failed"})
     assert str(err).startswith("rank 1 exited with code -9; the other ranks were stopped\n  rank 0 then: RankLost")
+
+
+def test_a_trainer_refuses_an_actor_pool_in_a_multi_rank_run_before_any_process_starts():
+    from marl_note.trainers import DecentralizedTrainer
+
+    ranks = DistributedContext(rank=0, world_size=2, collective=Chief((True, 0)))
+    with pytest.raises(ValueError, match="actors=N and distributed= cannot be combined"):
+        DecentralizedTrainer("CartPole-v1", num_train_envs=4, batch_size=16, actors=2, distributed=ranks)
+    assert multiprocessing.active_children() == []
+    one = DecentralizedTrainer("CartPole-v1", num_train_envs=4, batch_size=16, actors=2,
+                               distributed=DistributedContext())  # one process: the pool is fine
+    one.close()

@@ -29,6 +29,11 @@ from marl_note.types import Transitions  # noqa: E402
 START = time.perf_counter()
 
 
+def mark(out: dict, what: str) -> None:
+    """Record when ``what`` finished (seconds since the start), to see where a slow run spends its time."""
+    out.setdefault("marks", {})[what] = round(time.perf_counter() - START, 1)
+
+
 def max_diff(a: dict, b: dict) -> float:
     """Largest absolute difference over the float arrays the two states share (inf for a missing key)."""
     worst = 0.0
@@ -101,10 +106,16 @@ def cases(names: tuple[str, ...]):
     return [case for case in every if case[0] in names]
 
 
-def mirrored(out: dict, tmp: str, names: tuple[str, ...]) -> None:
+def two_logical_cpus() -> None:
+    """Split the CPU into two logical devices (before TensorFlow starts) for ``MirroredStrategy``."""
     import tensorflow as tf
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+
+
+def mirrored(out: dict, tmp: str, names: tuple[str, ...]) -> None:
+    import tensorflow as tf
+
     from marl_note.agents.tf import DQN
     from marl_note.types import NonFiniteError
 
@@ -159,15 +170,38 @@ def mirrored(out: dict, tmp: str, names: tuple[str, ...]) -> None:
     out["nonfinite_unchanged"] = max_diff(before, restored_dist.state_dict())
 
 
-def worker(out: dict, die: bool) -> None:
+def trainer_run(out: dict, strategy, tmp: str) -> None:
+    """A short DQN run of the trainer on CartPole, one rank per worker (each from its own weights:
+    ``prepare`` must give every worker rank 0's); rank 0 tests and checkpoints."""
+    from marl_note.agents.tf import DQN
+    from marl_note.agents.tf.distributed import init_distributed
+    from marl_note.trainers import DecentralizedTrainer
+
+    ctx = init_distributed(strategy)
+    trainer = DecentralizedTrainer("CartPole-v1", num_train_envs=2, num_test_envs=1, batch_size=16, update_freq=16,
+                                   test_freq=4, episodes_per_train=8, episodes_per_test=1, seed=0, distributed=ctx)
+    space = gym.make("CartPole-v1").observation_space
+    agent = DQN(space, gym.spaces.Discrete(2), hidden_sizes=(16,), learning_starts=16, seed=ctx.rank,
+                strategy=ctx.collective.strategy)
+    stats = trainer.train([agent], learning_mask=[1], plot=False, progress=False,
+                          checkpoint_path=os.path.join(tmp, f"run_rank{ctx.rank}"))
+    trainer.close()
+    np.savez(os.path.join(tmp, f"weights_rank{ctx.rank}.npz"), **agent.nets.state_dict())
+    out["trainer"] = {"updates": agent.updates, "tests": len(stats["test_history"]),
+                      "episodes": stats["num_collected_episodes"]}
+
+
+def worker(out: dict, die: bool, tmp: str | None = None) -> None:
     import tensorflow as tf
 
     from marl_note.agents.tf import DQN, PPO
     from marl_note.agents.tf.distribute import rank_from_tf_config
+    mark(out, "import")
 
     rank, world = rank_from_tf_config()
     options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=60.0)
     strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    mark(out, "strategy")
     out.update(rank=rank, world=world, replicas=strategy.num_replicas_in_sync)
     n = 12
     lo, hi = rank * n // world, (rank + 1) * n // world
@@ -178,6 +212,7 @@ def worker(out: dict, die: bool) -> None:
     single.nets.train_step(arrays, "single", 0)
     _, td = dist.nets.train_step({k: v[lo:hi] for k, v in arrays.items()}, "dist", 0)
     out["dqn_diff"] = max_diff(single.state_dict(), dist.state_dict())
+    mark(out, "dqn")
     out["td_rows"] = int(len(td))
     ppo_single = PPO(space, gym.spaces.Discrete(2), hidden_sizes=(16, 16), seed=3)
     ppo_dist = PPO(space, gym.spaces.Discrete(2), hidden_sizes=(16, 16), seed=3, strategy=strategy)
@@ -189,9 +224,15 @@ def worker(out: dict, die: bool) -> None:
     ppo_single.nets.train_step(*batch, who="single", update=0)
     ppo_dist.nets.train_step(*(b[lo:hi] for b in batch), who="dist", update=0)
     out["ppo_diff"] = max_diff(ppo_single.state_dict(), ppo_dist.state_dict())
+    mark(out, "ppo")
     from marl_note.agents.tf.distribute import any_worker, broadcast_from_rank0
     out["broadcast"] = broadcast_from_rank0(strategy, np.array([rank + 5, 7 * rank])).tolist()
     out["any"] = [any_worker(strategy, rank == 1), any_worker(strategy, False)]
+    mark(out, "helpers")
+    if tmp is not None:
+        trainer_run(out, strategy, tmp)
+        mark(out, "trainer")
+    out["last_barrier"] = any_worker(strategy, False)  # both workers are here before one of them leaves
     if not die:
         return
     if rank == 1:
@@ -204,6 +245,12 @@ def worker(out: dict, die: bool) -> None:
     except Exception as exc:  # noqa: BLE001 (which error it is is the result)
         out["second_step"] = f"{type(exc).__name__}: {exc}"
     out["failed_after"] = time.perf_counter() - start
+    from marl_note.agents.tf.distributed import TFCollective
+    try:  # the trainer's collectives fail the same way, named
+        TFCollective(strategy, rank).barrier()
+        out["barrier"] = "no error"
+    except Exception as exc:  # noqa: BLE001 (which error it is is the result)
+        out["barrier"] = f"{type(exc).__name__}: {exc}"
 
 
 def free_ports(n: int) -> list[int]:
@@ -259,11 +306,17 @@ def main() -> None:
     out: dict = {"mode": mode}
     try:
         if mode == "mirrored":
+            two_logical_cpus()
             mirrored(out, sys.argv[3], tuple(sys.argv[4].split(",")))
-        elif mode == "ps":
+        elif mode == "ps":  # (after the MirroredStrategy checks of the algorithms named, if any)
+            if len(sys.argv) > 4:
+                two_logical_cpus()
+                out["mirrored"] = {}
+                mirrored(out["mirrored"], sys.argv[3], tuple(sys.argv[4].split(",")))
+                mark(out, "mirrored")
             parameter_server(out, sys.argv[3])
         else:
-            worker(out, die=mode == "worker-die")
+            worker(out, die=mode == "worker-die", tmp=sys.argv[3] if len(sys.argv) > 3 else None)
     finally:
         out["seconds"] = time.perf_counter() - START
         with open(path, "w") as f:

@@ -232,12 +232,12 @@ def _example():
     return module
 
 
-def test_the_example_runs_in_one_process_and_names_the_missing_tf_backend():
+def test_the_example_runs_in_one_process_and_refuses_an_unknown_backend():
     example = _example()
     out = example.train(episodes=6, batch_size=16, progress=False)
     assert out["rank"] == 0 and out["world_size"] == 1 and out["env_steps"] > 0
-    with pytest.raises(NotImplementedError, match="issue #10"):
-        example.train(backend="tf")
+    with pytest.raises(ValueError, match="--backend must be 'torch' or 'tf', got 'jax'"):
+        example.train(backend="jax")
 
 
 def test_distribute_refuses_what_cannot_stay_in_lockstep_before_any_communication():

@@ -1,0 +1,148 @@
+"""TF agents in a multi-process run: the trainer's rank context over a ``MultiWorkerMirroredStrategy``.
+
+The TensorFlow twin of :mod:`marl_note.agents.torch.distributed` (same names, so a script picks
+its backend by module): :func:`init_distributed` reads ``TF_CONFIG`` (this worker's rank and the
+number of workers), builds the ``MultiWorkerMirroredStrategy`` unless given one, and returns the
+trainer's :class:`~marl_note.distributed.DistributedContext` around a :class:`TFCollective`.
+Build the agents with ``strategy=ctx.collective.strategy``: their train steps then all-reduce the
+gradients over the workers (:mod:`marl_note.agents.tf.distribute`), and the trainer keeps every
+worker taking the same steps.
+
+The collective's ``broadcast`` and ``barrier`` use the strategy's own all-reduce (the objects the
+trainer broadcasts are a few bytes: pickled, sent as one array), so there is one channel, one
+timeout (the strategy's ``CommunicationOptions``) and one failure mode: a worker that is gone
+makes the others raise :class:`~marl_note.distributed.RankLostError` instead of waiting.
+
+Example (one process, no ``TF_CONFIG``: no strategy, nothing to agree on):
+    >>> ctx = init_distributed()
+    >>> ctx.world_size, ctx.collective is None
+    (1, True)
+"""
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from marl_note.agents.tf.distribute import _PEER_ERRORS, _peer_detail, broadcast_from_rank0, rank_from_tf_config
+from marl_note.distributed import DistributedContext, RankLostError
+
+__all__ = ["TFCollective", "init_distributed", "distribute", "shutdown"]
+
+DEFAULT_TIMEOUT = 300.0
+
+
+@contextmanager
+def collective(rank: int, what: str) -> Iterator[None]:
+    """Turn a lost peer in a strategy collective into :class:`~marl_note.distributed.RankLostError`."""
+    try:
+        yield
+    except _PEER_ERRORS as err:
+        raise RankLostError(f"rank {rank}: {what} with the other workers failed; one of them died or stopped "
+                            f"answering within the strategy's timeout ({type(err).__name__}: "
+                            f"{_peer_detail(str(getattr(err, 'message', err)))})") from err
+
+
+def _networks(agent: Any, strategy: tf.distribute.Strategy) -> Any:
+    from marl_note.agents.tf.networks import TFNetworks
+
+    nets = getattr(agent, "nets", None)
+    if not isinstance(nets, TFNetworks):
+        raise TypeError(f"{type(agent).__name__} has no TensorFlow networks (agent.nets is {type(nets).__name__}): "
+                        f"a MultiWorkerMirroredStrategy trains TF agents (marl_note.agents.tf) built with strategy=")
+    if nets.strategy is not strategy:
+        raise ValueError(f"{type(agent).__name__} was not built under this run's strategy (its strategy: "
+                         f"{type(nets.strategy).__name__}); build it with strategy=ctx.collective.strategy so that "
+                         f"its train steps all-reduce the gradients over the workers")
+    return nets
+
+
+def distribute(agent: Any, strategy: tf.distribute.Strategy, rank: int = 0) -> None:
+    """Check ``agent`` was built under ``strategy`` and copy rank 0's numpy state (weights, targets,
+    optimiser moments) into it on every worker (all workers call it, like a train step)."""
+    if getattr(getattr(agent, "cfg", None), "target_kl", None) is not None:
+        raise ValueError(f"{type(agent).__name__}(target_kl=...) stops each worker's epochs on that worker's own KL, "
+                         f"so the workers would fall out of lockstep; use target_kl=None with several workers")
+    nets = _networks(agent, strategy)
+    state = nets.state_dict()
+    names = sorted(k for k, v in state.items() if np.asarray(v).dtype.kind in "fiub")
+    arrays = [np.asarray(state[k]) for k in names]
+    flat = np.concatenate([a.astype(np.float64).reshape(-1) for a in arrays]) if arrays else np.zeros(0)
+    with collective(rank, f"broadcasting rank 0's weights of {type(agent).__name__}"):
+        flat = broadcast_from_rank0(strategy, flat)
+    offset, chief = 0, dict(state)
+    for name, array in zip(names, arrays):
+        chief[name] = flat[offset:offset + array.size].reshape(array.shape).astype(array.dtype)
+        offset += array.size
+    nets.load_state_dict(chief)  # writes every copy; bumps nets.version (the numpy acting copy re-exports)
+
+
+class TFCollective:
+    """:class:`~marl_note.distributed.Collective` over a ``MultiWorkerMirroredStrategy``'s all-reduce.
+
+    ``broadcast(obj)`` pickles rank 0's ``obj`` and sends it as a byte array (two all-reduces: its
+    length, then the bytes); ``barrier()`` is one all-reduce; ``prepare(agent)`` is :func:`distribute`.
+    Every worker must make the same calls in the same order, as with train steps.
+
+    Example (the default strategy stands in for one worker):
+        >>> c = TFCollective(tf.distribute.get_strategy())
+        >>> c.broadcast({"go_on": True, "steps": 3}), c.barrier()
+        ({'go_on': True, 'steps': 3}, None)
+    """
+
+    def __init__(self, strategy: tf.distribute.Strategy, rank: int = 0):
+        if not isinstance(strategy, tf.distribute.Strategy):
+            raise TypeError(f"strategy must be a tf.distribute.Strategy, got {type(strategy).__name__}")
+        self.strategy, self.rank = strategy, int(rank)
+
+    def broadcast(self, obj: Any, src: int = 0) -> Any:
+        if src != 0:
+            raise ValueError(f"TFCollective broadcasts from rank 0 only, got src={src}")
+        data = pickle.dumps(obj) if self.rank == 0 else b""
+        with collective(self.rank, "receiving rank 0's decision"):
+            size = int(broadcast_from_rank0(self.strategy, np.int64(len(data))))
+            buf = np.zeros(size, np.uint8)
+            if self.rank == 0:
+                buf[:] = np.frombuffer(data, np.uint8)
+            out = broadcast_from_rank0(self.strategy, buf)
+        return obj if self.rank == 0 else pickle.loads(out.tobytes())
+
+    def barrier(self) -> None:
+        with collective(self.rank, "waiting for the other workers (barrier)"):
+            broadcast_from_rank0(self.strategy, np.int64(0))
+
+    def prepare(self, agent: Any) -> None:
+        distribute(agent, self.strategy, self.rank)
+
+
+def init_distributed(strategy: tf.distribute.Strategy | None = None,
+                     timeout: float = DEFAULT_TIMEOUT) -> DistributedContext:
+    """This worker's rank context from ``TF_CONFIG`` (one process without it, or with one worker).
+
+    ``strategy``: the ``MultiWorkerMirroredStrategy`` to use (built here, with collectives bounded
+    by ``timeout`` seconds, when None). Build the agents with ``strategy=ctx.collective.strategy``.
+    A ``MirroredStrategy`` (several devices, one process) needs no rank context: pass it to the
+    agents and train without ``distributed=``. On GPUs each worker's strategy uses the worker's
+    visible GPUs (``CUDA_VISIBLE_DEVICES`` per worker) with NCCL all-reduce.
+    """
+    rank, world_size = rank_from_tf_config()
+    if strategy is not None and not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        raise TypeError(f"init_distributed takes a MultiWorkerMirroredStrategy (one process per worker), got "
+                        f"{type(strategy).__name__}; a MirroredStrategy or ParameterServerStrategy runs in one "
+                        f"trainer process: pass it to the agents (strategy=) and train without distributed=")
+    if world_size == 1:
+        return DistributedContext()
+    if not timeout > 0:
+        raise ValueError(f"timeout must be positive seconds, got {timeout!r}")
+    if strategy is None:
+        options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=float(timeout))
+        strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    return DistributedContext(rank, world_size, 0, TFCollective(strategy, rank))
+
+
+def shutdown() -> None:
+    """Nothing to leave (a strategy has no process group to destroy); the torch module's twin."""
