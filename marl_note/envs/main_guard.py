@@ -10,13 +10,16 @@ process raises :class:`MissingMainGuardError` itself.
 """
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import sys
+from collections.abc import Iterator
 from types import FrameType
+from typing import Any
 
 __all__ = ["MissingMainGuardError", "check_not_reimporting_main", "reimporting_main", "GUARD_EXIT_CODE",
-           "WORKER_NAME_PREFIX", "GUARD_ADVICE"]
+           "WORKER_NAME_PREFIX", "GUARD_ADVICE", "main_not_reimported"]
 
 WORKER_NAME_PREFIX = "marl_note-env-worker"  # process name of SubprocVectorEnv workers
 GUARD_EXIT_CODE = 86  # exit status of a worker stopped by the check
@@ -64,3 +67,31 @@ def check_not_reimporting_main(what: str) -> None:
         f"{what} was created while process {name!r} (pid {os.getpid()}) imports the main script of its "
         f"parent: the script has no `if __name__ == \"__main__\":` guard, so each worker process runs it "
         f"again; {GUARD_ADVICE}")
+
+
+@contextlib.contextmanager
+def main_not_reimported() -> Iterator[None]:
+    """Start processes without them importing the user's main script (nor the framework it imports).
+
+    For children that get everything by value (cloudpickle) and whose entry point is a marl_note
+    module: the spawn/forkserver preparation step that re-runs ``__main__`` is skipped by hiding the
+    main module's file and spec while the processes start, so such children need no main guard.
+
+    Example:
+        >>> import sys
+        >>> with main_not_reimported():
+        ...     getattr(sys.modules["__main__"], "__spec__", None) is None
+        True
+    """
+    main = sys.modules.get("__main__")
+    keys = ("__file__", "__spec__")
+    saved: dict[str, Any] = {k: main.__dict__[k] for k in keys if main is not None and k in main.__dict__}
+    try:
+        if main is not None:
+            main.__dict__.pop("__file__", None)
+            main.__dict__["__spec__"] = None
+        yield
+    finally:
+        if main is not None:
+            main.__dict__.pop("__spec__", None)
+            main.__dict__.update(saved)

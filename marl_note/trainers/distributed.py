@@ -22,6 +22,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from marl_note.distributed import Collective, DistributedContext, env_rank_info
+from marl_note.envs.main_guard import main_not_reimported
 
 __all__ = ["Collective", "DistributedContext", "RankFailedError", "launch", "free_port", "env_rank_info"]
 
@@ -102,7 +103,8 @@ def launch(fn: Callable[..., Any], world_size: int, *args: Any, timeout: float |
             parent, child = ctx.Pipe(duplex=False)
             p = ctx.Process(target=_run_rank, args=(payload, rank, world_size, env, child),
                             name=f"marl_note-rank{rank}", daemon=False)
-            p.start()
+            with main_not_reimported():  # fn travels by value: the ranks need not re-run the user's script
+                p.start()
             child.close()
             procs.append(p)
             conns.append(parent)

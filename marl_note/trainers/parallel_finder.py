@@ -6,8 +6,9 @@ Each worker (a fresh ``spawn`` interpreter: no framework state is inherited) run
 budget) and sends back a numpy/JSON-only row: the candidate, its score, the best and mean test
 metric, the final loss and the wall time. The factory, env and arguments reach the workers through
 cloudpickle, so lambdas and closures work. Nothing of a framework crosses back, so the parent needs
-no framework either. Workers are bounded by ``timeout`` (all of them are terminated when it runs out
-or when a worker fails) and the pool is always closed.
+no framework either, and the workers do not re-run the user's script (no main guard is needed). Workers
+are bounded by ``timeout`` (all of them are terminated when it runs out or when a worker fails or
+dies) and the executor is always shut down.
 """
 from __future__ import annotations
 
@@ -16,11 +17,15 @@ import multiprocessing
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import TimeoutError as FuturesTimeout
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 import cloudpickle
 import numpy as np
 
+from marl_note.envs.main_guard import main_not_reimported
 from marl_note.trainers.finder_parts import check_candidates, check_loss_key, checked_metric
 from marl_note.trainers.finder_results import OptFinderResult
 from marl_note.validation import positive_float, positive_int
@@ -44,6 +49,20 @@ def _train_candidate(payload: bytes) -> dict[str, Any]:
             "best_reward": max(tests) if tests else math.nan,
             "final_loss": float(np.mean(losses[-tail:])) if losses else math.nan,
             "time_s": time.perf_counter() - start, "same_init": None}
+
+
+def _shutdown(executor: ProcessPoolExecutor) -> None:
+    """Stop every worker now (a finished search, a timeout or an error): terminate, then join."""
+    processes = list(getattr(executor, "_processes", {}).values())  # live workers, by pid
+    executor.shutdown(wait=False, cancel_futures=True)
+    for proc in processes:
+        if proc.is_alive():
+            proc.terminate()
+    for proc in processes:
+        proc.join(timeout=5.0)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(timeout=5.0)
 
 
 class ParallelFinder:
@@ -90,21 +109,25 @@ class ParallelFinder:
             raise TypeError("ParallelFinder has no progress bar (the workers run side by side)")
         payloads = [cloudpickle.dumps((self.factory, i, cand, env, metric, loss_key, tail, trainer_kwargs))
                     for i, cand in enumerate(self.candidates)]
-        pool = multiprocessing.get_context("spawn").Pool(self.processes)
+        # a fresh interpreter per worker that neither re-runs the user's script (so it needs no main
+        # guard) nor inherits framework state; a worker that dies breaks the executor at once
+        executor = ProcessPoolExecutor(self.processes, mp_context=multiprocessing.get_context("spawn"))
         try:
-            pending = [pool.apply_async(_train_candidate, (p,)) for p in payloads]
+            with main_not_reimported():  # the workers start at submit
+                pending = [executor.submit(_train_candidate, p) for p in payloads]
             deadline = time.monotonic() + self.timeout
             rows = []
             for i, job in enumerate(pending):
                 try:
-                    rows.append(job.get(timeout=max(0.0, deadline - time.monotonic())))
-                except multiprocessing.TimeoutError:
+                    rows.append(job.result(timeout=max(0.0, deadline - time.monotonic())))
+                except FuturesTimeout:
                     raise TimeoutError(f"ParallelFinder: candidate {i} {self.candidates[i]} did not finish within "
                                        f"timeout={self.timeout:g} s; every worker was stopped") from None
-            pool.close()
+                except BrokenProcessPool as exc:
+                    raise RuntimeError(f"ParallelFinder: the worker of candidate {i} {self.candidates[i]} died "
+                                       f"(killed, or out of memory); every worker was stopped") from exc
         finally:
-            pool.terminate()
-            pool.join()
+            _shutdown(executor)
         order = sorted(range(len(rows)), key=lambda i: (math.isnan(rows[i]["score"]),
                                                         -rows[i]["score"] if metric == "reward" else rows[i]["score"]))
         self.result = OptFinderResult(metric, [{"rank": r + 1, **rows[i]} for r, i in enumerate(order)])

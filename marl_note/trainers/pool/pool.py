@@ -11,18 +11,16 @@ interpreter exit.
 """
 from __future__ import annotations
 
-import contextlib
 import math
 import queue
-import sys
 import time
 import weakref
-from collections.abc import Iterator
 from typing import Any
 
 import cloudpickle
 import numpy as np
 
+from marl_note.envs.main_guard import main_not_reimported
 from marl_note.envs.subproc_pool import start_context
 from marl_note.replay.buffer import transition_specs
 from marl_note.replay.shared import SharedRing
@@ -75,28 +73,6 @@ def _preload_actor(ctx: Any) -> None:
             ctx.set_forkserver_preload(wanted)
         except Exception:  # noqa: BLE001 - an optimisation only
             pass
-
-
-@contextlib.contextmanager
-def _main_not_reimported() -> Iterator[None]:
-    """Start a process without it importing the user's main script (and the framework that imports).
-
-    An actor gets everything by value (cloudpickle) and its entry point from this package, so the
-    spawn/forkserver preparation step that re-runs ``__main__`` is skipped: hide the main module's
-    file and spec while the process starts.
-    """
-    main = sys.modules.get("__main__")
-    keys = ("__file__", "__spec__")
-    saved: dict[str, Any] = {k: main.__dict__[k] for k in keys if main is not None and k in main.__dict__}
-    try:
-        if main is not None:
-            main.__dict__.pop("__file__", None)
-            main.__dict__["__spec__"] = None
-        yield
-    finally:
-        if main is not None:
-            main.__dict__.pop("__spec__", None)
-            main.__dict__.update(saved)
 
 
 def _stop(procs: list[Any], stop: Any, results: Any, shms: list[Any]) -> None:
@@ -215,7 +191,7 @@ class Pool:
                 i = config.index
                 args = (cloudpickle.dumps(config), self.results, self.stop, self.locks, self.credits)
                 proc = ctx.Process(target=actor_main, args=args, daemon=True, name=f"marl_note-actor-{i}")
-                with _main_not_reimported():
+                with main_not_reimported():
                     proc.start()
                 self.procs.append(proc)
         except BaseException:
