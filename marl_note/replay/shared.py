@@ -50,11 +50,38 @@ def _attach(name: str) -> shared_memory.SharedMemory:
         resource_tracker.register = register
 
 
-__all__ = ["SharedRing", "RingFullError"]
+__all__ = ["SharedRing", "RingFullError", "SharedBlock", "close_block"]
 
 _START, _DONE, _READ, _EVICTED, _WRITTEN = range(5)
 _HEADER = 8  # int64 slots, the rest reserved
 _ALIGN = 64
+
+
+def close_block(owner: Any) -> None:
+    """Drop ``owner``'s header view and close its ``_shm`` mapping (views still held elsewhere keep it)."""
+    owner._head = np.zeros_like(owner._head)  # no view into the block survives
+    try:
+        owner._shm.close()
+    except BufferError:
+        pass
+
+
+class SharedBlock:
+    """The lifetime of one shared-memory block held in ``self._shm``: ``close`` (this process) and
+    ``unlink`` (the owner, idempotent). Subclasses drop their own array views in ``close``."""
+
+    _shm: shared_memory.SharedMemory
+
+    def close(self) -> None:
+        close_block(self)
+
+    def unlink(self) -> None:
+        """Close and free the block (the owner; idempotent)."""
+        self.close()
+        try:
+            self._shm.unlink()
+        except FileNotFoundError:
+            pass
 
 
 class RingFullError(RuntimeError):
@@ -75,7 +102,7 @@ def _layout(specs: Specs, capacity: int) -> tuple[dict[str, tuple[tuple[int, ...
     return out, max(offset, _ALIGN)
 
 
-class SharedRing:
+class SharedRing(SharedBlock):
     """Fixed columns of ``capacity`` rows in one shared block with write/read/evict counters.
 
     Build it with :meth:`create` (the owner, which must :meth:`unlink`) or :meth:`attach` (another
@@ -201,16 +228,4 @@ class SharedRing:
     def close(self) -> None:
         """Release this process's views and mapping (the block lives on until unlinked)."""
         self._cols.clear()
-        self._head = np.zeros(_HEADER, np.int64)
-        try:
-            self._shm.close()
-        except BufferError:
-            pass
-
-    def unlink(self) -> None:
-        """Close and free the block (the owner; idempotent)."""
-        self.close()
-        try:
-            self._shm.unlink()
-        except FileNotFoundError:
-            pass
+        close_block(self)

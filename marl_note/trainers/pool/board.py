@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from marl_note.replay.shared import SharedBlock, close_block
+
 
 def _attach(name: str) -> shared_memory.SharedMemory:
     """Map an existing block without registering it with the resource tracker: its creator owns
@@ -44,7 +46,7 @@ _SEQ, _VERSION = 0, 1
 _HEADER = 8  # int64 slots
 
 
-class WeightBoard:
+class WeightBoard(SharedBlock):
     """A fixed set of named arrays (their shapes and dtypes are set by :meth:`create`) and a version."""
 
     def __init__(self, shm: shared_memory.SharedMemory, layout: dict[str, tuple[tuple[int, ...], str, int]]):
@@ -109,17 +111,6 @@ class WeightBoard:
             time.sleep(0.0005)
 
     def close(self) -> None:
+        """Release this process's views and mapping (the block lives on until the creator unlinks it)."""
         self._arrays.clear()
-        self._head = np.zeros(_HEADER, np.int64)
-        try:
-            self._shm.close()
-        except BufferError:
-            pass
-
-    def unlink(self) -> None:
-        """Close and free the block (the creator; idempotent)."""
-        self.close()
-        try:
-            self._shm.unlink()
-        except FileNotFoundError:
-            pass
+        close_block(self)

@@ -154,7 +154,34 @@ def columns_to_transitions(parts: list[dict[str, np.ndarray]], reorder: bool) ->
                        mask=cols.get("mask"), next_mask=cols.get("next_mask"), stream=cols["stream"])
 
 
-class Pool:
+class Feeding:
+    """What both pool backends share: draining what the actors sent into the learners, and the lag.
+
+    A backend sets ``learners`` and ``versions`` (``[actor, learner]`` weight versions the actors
+    last acted with) and implements ``drain() -> [Transitions | None per learner]``.
+    """
+
+    learners: list[Any]
+    versions: np.ndarray
+
+    def drain(self) -> list[Transitions | None]:
+        raise NotImplementedError
+
+    def feed(self) -> int:
+        """Drain what the actors sent into each learner (``observe``); returns the number of rows."""
+        total = 0
+        for learner, batch in zip(self.learners, self.drain()):
+            if batch is not None:
+                learner.observe(batch)
+                total += len(batch)
+        return total
+
+    def lag(self, k: int) -> float:
+        """Learner ``k``'s gradient steps minus the mean weight version its actors last acted with."""
+        return float(self.learners[k].updates - self.versions[:, k].mean())
+
+
+class Pool(Feeding):
     """Actor processes acting for ``learners`` (distinct learning agents) over the trainer's env.
 
     ``seats``/``explore``/``learn`` are the checked seats of the run. The train envs
@@ -264,19 +291,6 @@ class Pool:
                 continue
             out.append(columns_to_transitions(parts, reorder=self.options.random))
         return out
-
-    def feed(self) -> int:
-        """Drain every shard into its learner (``observe``); returns the number of rows."""
-        total = 0
-        for learner, batch in zip(self.learners, self.drain()):
-            if batch is not None:
-                learner.observe(batch)
-                total += len(batch)
-        return total
-
-    def lag(self, k: int) -> float:
-        """Learner ``k``'s gradient steps minus the mean weight version its actors last acted with."""
-        return float(self.learners[k].updates - self.versions[:, k].mean())
 
     def evicted(self) -> int:
         return int(sum(r.evicted for row in self.rings for r in row)) if self._shms else 0

@@ -38,7 +38,14 @@ import numpy as np
 
 from marl_note.trainers.pool.actor import ActorConfig, RoundRunner, transition_columns_of
 from marl_note.trainers.pool.options import PoolOptions
-from marl_note.trainers.pool.pool import ROUNDS_AHEAD, ActorError, ActorPlan, check_pool, columns_to_transitions
+from marl_note.trainers.pool.pool import (
+    ROUNDS_AHEAD,
+    ActorError,
+    ActorPlan,
+    Feeding,
+    check_pool,
+    columns_to_transitions,
+)
 from marl_note.trainers.pool.shell import acting_state
 from marl_note.types import Transitions
 
@@ -113,7 +120,7 @@ class RayActor:
         self.runner.close()
 
 
-class RayPool:
+class RayPool(Feeding):
     """Ray actors acting for ``learners`` over the trainer's env (same arguments as ``Pool``)."""
 
     def __init__(self, trainer: Any, seats: list[Any], learners: list[Any], explore: list[bool],
@@ -218,19 +225,6 @@ class RayPool:
             parts, self._pending[k] = [p for p in self._pending[k] if len(p["rew"])], []
             out.append(columns_to_transitions(parts, reorder=False) if parts else None)
         return out
-
-    def feed(self) -> int:
-        """Drain the received transitions into their learners (``observe``); returns the number of rows."""
-        total = 0
-        for learner, batch in zip(self.learners, self.drain()):
-            if batch is not None:
-                learner.observe(batch)
-                total += len(batch)
-        return total
-
-    def lag(self, k: int) -> float:
-        """Learner ``k``'s gradient steps minus the mean weight version its actors last acted with."""
-        return float(self.learners[k].updates - self.versions[:, k].mean())
 
     def evicted(self) -> int:
         return 0  # no shards: nothing is evicted
