@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 
-def _attach(name: str) -> shared_memory.SharedMemory:
+def attach_block(name: str) -> shared_memory.SharedMemory:
     """Map an existing block without registering it with the resource tracker: its creator owns
     (and unlinks) it, and a second registration would be reported as a leak at exit."""
     register = resource_tracker.register
@@ -50,7 +50,7 @@ def _attach(name: str) -> shared_memory.SharedMemory:
         resource_tracker.register = register
 
 
-__all__ = ["SharedRing", "RingFullError", "SharedBlock", "close_block"]
+__all__ = ["SharedRing", "RingFullError", "SharedBlock", "attach_block", "close_block"]
 
 _START, _DONE, _READ, _EVICTED, _WRITTEN = range(5)
 _HEADER = 8  # int64 slots, the rest reserved
@@ -139,7 +139,7 @@ class SharedRing(SharedBlock):
     @classmethod
     def attach(cls, handle: tuple[str, Any, int]) -> SharedRing:
         name, specs, capacity = handle
-        return cls(_attach(name), specs, capacity, owner=False)
+        return cls(attach_block(name), specs, capacity, owner=False)
 
     # -- counters ------------------------------------------------------------------------------------
     def __len__(self) -> int:

@@ -21,24 +21,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from multiprocessing import resource_tracker, shared_memory
+from multiprocessing import shared_memory
 from typing import Any
 
 import numpy as np
 
-from marl_note.replay.shared import SharedBlock, close_block
-
-
-def _attach(name: str) -> shared_memory.SharedMemory:
-    """Map an existing block without registering it with the resource tracker: its creator owns
-    (and unlinks) it, and a second registration would be reported as a leak at exit."""
-    register = resource_tracker.register
-    resource_tracker.register = lambda *args, **kwargs: None
-    try:
-        return shared_memory.SharedMemory(name=name)
-    finally:
-        resource_tracker.register = register
-
+from marl_note.replay.shared import SharedBlock, attach_block, close_block
 
 __all__ = ["WeightBoard"]
 
@@ -74,7 +62,7 @@ class WeightBoard(SharedBlock):
     @classmethod
     def attach(cls, handle: tuple[str, Any]) -> WeightBoard:
         name, layout = handle
-        return cls(_attach(name), layout)
+        return cls(attach_block(name), layout)
 
     @property
     def version(self) -> int:
