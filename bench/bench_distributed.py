@@ -22,10 +22,9 @@ import argparse
 import json
 import os
 import platform
-import time
 
 import numpy as np
-from bench_distributed_tf import tf_table  # (beside this script: bench/ is on the path)
+from bench_distributed_tf import tf_table, time_learner  # (beside this script: bench/ is on the path)
 
 from marl_note.trainers.distributed import launch
 
@@ -48,22 +47,7 @@ def learner(steps: int, global_batch: int, hidden: int) -> dict:
     try:
         agent = DQN(gym.spaces.Box(-1, 1, (16,), np.float32), gym.spaces.Discrete(4), hidden_sizes=(hidden, hidden),
                     seed=0)
-        ctx.prepare(agent)
-        n = ctx.shard_batch(global_batch)
-        rng = np.random.default_rng(ctx.rank)
-        batch = {"obs": rng.normal(size=(n, 16)).astype(np.float32), "act": rng.integers(0, 4, n),
-                 "next_obs": rng.normal(size=(n, 16)).astype(np.float32), "rew": rng.normal(size=n).astype(np.float32),
-                 "discount": np.full(n, 0.99, np.float32), "alive": np.ones(n, np.float32),
-                 "legal": np.ones((n, 4), bool), "weights": np.ones(n, np.float32)}
-        for i in range(5):  # warm-up
-            agent.nets.train_step(batch, who="DQN", update=i + 1)
-        ctx.barrier()
-        start = time.perf_counter()
-        for i in range(steps):
-            agent.nets.train_step(batch, who="DQN", update=i + 6)
-        ctx.barrier()
-        wall = time.perf_counter() - start
-        return {"updates_per_s": steps / wall, "samples_per_s": steps * global_batch / wall}
+        return time_learner(agent, ctx, steps, global_batch)
     finally:
         shutdown()
 
