@@ -114,6 +114,12 @@ def test_mirrored_two_devices_update_equals_one_device_and_checkpoints_move_both
     assert all(d < TOL for d in result["numpy_acting"].values()), result["numpy_acting"]
     assert result["saved_config_has_strategy"] is False
     assert result["rebuilt"] == [True, "MirroredVariable"]  # set()'s rebuild keeps the strategy
+    whole, under = result["grad_sq_norm"]  # |G_B|^2 of the batch as in one process (not a per-replica mean)
+    assert abs(under - whole) < TOL * max(1.0, whole), result["grad_sq_norm"]
+    count, g_sq, trace = result["noise_measured"]  # one 2-replica step: per-replica vs all-reduced |g|^2
+    assert count == 1
+    for got, want in zip((g_sq, trace), result["noise_expected"]):
+        assert abs(got - want) < 1e-4 * max(1.0, abs(want)), (result["noise_measured"], result["noise_expected"])
     plain, diff = result["restored_plain"]  # written under the strategy, restored without one
     assert plain and diff == 0.0
     kind, diff = result["restored_dist"]  # written without, restored under it

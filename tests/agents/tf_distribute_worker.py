@@ -142,6 +142,7 @@ def mirrored(out: dict, tmp: str, names: tuple[str, ...]) -> None:
             dqn, dqn_dist = single, dist
     if "DQN" not in names:
         return
+    noise_scale(out, strategy)
     from marl_note.agents.rebuild import rebuild
     rebuild(dqn_dist, {"gamma": 0.95})  # what agent.set() does: the new object keeps the strategy
     out["rebuilt"] = [dqn_dist.strategy is strategy, type(dqn_dist.nets.params["q_net"][0][1].value).__name__]
@@ -168,6 +169,23 @@ def mirrored(out: dict, tmp: str, names: tuple[str, ...]) -> None:
     except NonFiniteError as exc:
         out["nonfinite"] = str(exc)
     out["nonfinite_unchanged"] = max_diff(before, restored_dist.state_dict())
+
+
+def noise_scale(out: dict, strategy) -> None:
+    """DQN's gradient noise scale under the strategy: ``grad_sq_norm`` of a batch as in one process,
+    and the measurement a 2-replica step gives (each replica's |g|^2 on its half, the global |g|^2)."""
+    from marl_note.agents.noise_scale import noise_scale_terms
+    from marl_note.agents.tf import DQN
+
+    space = gym.make("CartPole-v1").observation_space
+    single, dist = (DQN(space, gym.spaces.Discrete(2), hidden_sizes=(16,), seed=3, strategy=s) for s in (None, strategy))
+    batch = env_transitions("CartPole-v1", 12, 5)
+    whole = single.grad_sq_norm(batch)
+    out["grad_sq_norm"] = [whole, dist.grad_sq_norm(batch)]
+    small = float(np.mean([single.grad_sq_norm(batch[:6]), single.grad_sq_norm(batch[6:])]))
+    out["noise_expected"] = list(noise_scale_terms(small, 6, whole, 12))
+    dist.learn(batch)
+    out["noise_measured"] = [dist.noise_scale.count, dist.noise_scale.g_sq, dist.noise_scale.trace_sigma]
 
 
 def trainer_run(out: dict, strategy, tmp: str) -> None:
