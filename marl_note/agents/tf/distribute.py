@@ -36,7 +36,7 @@ import numpy as np
 import tensorflow as tf
 
 __all__ = ["DistributedStepError", "check_strategy", "active_strategy", "strategy_init", "replicated_function",
-           "reduced_apply", "replica_noise_variable", "read_replica_noise", "in_replica_step", "rank_from_tf_config", "broadcast_from_rank0", "any_worker",
+           "reduced_apply", "reduced_then", "apply_across_replicas", "replica_noise_variable", "read_replica_noise", "in_replica_step", "rank_from_tf_config", "broadcast_from_rank0", "any_worker",
            "UNSAVED_PARAMS"]
 
 UNSAVED_PARAMS = ("strategy",)  # constructor arguments that a checkpoint never records
@@ -169,6 +169,8 @@ def replicated_function(strategy: tf.distribute.Strategy, fn, signature, jit_com
         out, rows = strategy.run(replica, args=args)
         parts = strategy.experimental_local_results(out)
         counts = strategy.experimental_local_results(rows)
+        if len(parts) < len(counts):  # one value for every replica (all of it came from a merge_call): as it is
+            return parts[0]
         total = tf.add_n(list(counts))
         combined = []
         for values in zip(*(tf.nest.flatten(p) for p in parts)):
@@ -253,6 +255,46 @@ def reduced_apply(optimizer, grads: list, variables: list, loss, max_norm: float
         return guarded_apply(optimizer, grads, variables, first(loss), max_norm, first(ok))
 
     return ctx.merge_call(merge, args=(grads, loss, ok, extra))
+
+
+def reduced_then(fn, losses: list, grads: list[list]):
+    """Graph code in a replica of :func:`replicated_function`: ``fn(losses, grads)`` once, in the
+    cross-replica context, on the global batch's losses and gradients (each replica's scaled by
+    ``rows / global rows`` and summed over all replicas, as :func:`reduced_apply` does); its result
+    on every replica. ``grads[i]`` is the gradient list of loss ``i``; None entries (a variable the
+    loss does not reach) stay None. For steps that apply several optimisers together (``RL``)."""
+    ctx = tf.distribute.get_replica_context()
+    scale = _replica.scale
+    some = scale > 0
+    present = [[g is not None for g in gs] for gs in grads]
+    flat = [tf.where(some, g * tf.cast(scale, g.dtype), tf.zeros_like(g)) for gs in grads for g in gs if g is not None]
+    losses = [tf.where(some, tf.reshape(tf.cast(loss, tf.float32), []) * scale, 0.0) for loss in losses]
+    flat, losses = ctx.all_reduce(tf.distribute.ReduceOp.SUM, [flat, losses])
+
+    def merge(strategy, flat, losses):
+        first = lambda t: strategy.experimental_local_results(t)[0]  # noqa: E731 (identical on every replica)
+        values = iter([first(g) for g in flat])
+        summed = [[next(values) if here else None for here in row] for row in present]
+        return fn([first(loss) for loss in losses], summed)
+
+    return ctx.merge_call(merge, args=(flat, losses))
+
+
+def apply_across_replicas(optimizer: Any) -> None:
+    """Let a Keras ``optimizer`` apply gradients in a strategy's cross-replica context (what
+    :func:`reduced_then` runs its step in): Keras's own path looks for a replica context to merge
+    in; this one writes every copy of each variable directly. Outside a strategy nothing changes.
+    (The built-in agents' ``Adam`` does the same in its class.)"""
+    import types
+
+    def update(self, grads, trainable_variables, learning_rate):
+        if tf.distribute.has_strategy() and tf.distribute.in_cross_replica_context():
+            variables = [getattr(v, "value", v) for v in trainable_variables]
+            self._distributed_tf_update_step(tf.distribute.get_strategy(), list(zip(grads, variables)), learning_rate)
+            return
+        type(self)._backend_update_step(self, grads, trainable_variables, learning_rate)
+
+    optimizer._backend_update_step = types.MethodType(update, optimizer)
 
 
 def replica_noise_variable(strategy: tf.distribute.Strategy | None) -> tf.Variable | None:
