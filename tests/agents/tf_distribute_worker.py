@@ -179,7 +179,8 @@ def noise_scale(out: dict, strategy) -> None:
     from marl_note.agents.tf import DQN
 
     space = gym.make("CartPole-v1").observation_space
-    single, dist = (DQN(space, gym.spaces.Discrete(2), hidden_sizes=(16,), seed=3, strategy=s) for s in (None, strategy))
+    single, dist = (DQN(space, gym.spaces.Discrete(2), hidden_sizes=(16,), seed=3, strategy=s)
+                    for s in (None, strategy))
     batch = env_transitions("CartPole-v1", 12, 5)
     whole = single.grad_sq_norm(batch)
     out["grad_sq_norm"] = [whole, dist.grad_sq_norm(batch)]

@@ -88,9 +88,9 @@ def _every_algorithm(ctx: DistributedContext) -> dict[str, dict[str, np.ndarray]
 def _transitions(n: int, rng: np.random.Generator):
     from marl_note.types import Transitions
 
-    return Transitions(obs=rng.normal(size=(n, 4)).astype(np.float32), act=rng.integers(0, 3, n), rew=rng.normal(size=n),
-                       next_obs=rng.normal(size=(n, 4)).astype(np.float32), terminated=rng.random(n) < 0.2,
-                       truncated=np.zeros(n, bool))
+    return Transitions(obs=rng.normal(size=(n, 4)).astype(np.float32), act=rng.integers(0, 3, n),
+                       rew=rng.normal(size=n), next_obs=rng.normal(size=(n, 4)).astype(np.float32),
+                       terminated=rng.random(n) < 0.2, truncated=np.zeros(n, bool))
 
 
 def _set_then_update(ctx: DistributedContext) -> dict:

@@ -36,8 +36,8 @@ import numpy as np
 import tensorflow as tf
 
 __all__ = ["DistributedStepError", "check_strategy", "active_strategy", "strategy_init", "replicated_function",
-           "reduced_apply", "reduced_then", "apply_across_replicas", "replica_noise_variable", "read_replica_noise", "in_replica_step", "rank_from_tf_config", "broadcast_from_rank0", "any_worker",
-           "UNSAVED_PARAMS"]
+           "reduced_apply", "reduced_then", "apply_across_replicas", "replica_noise_variable", "read_replica_noise",
+           "in_replica_step", "rank_from_tf_config", "broadcast_from_rank0", "any_worker", "UNSAVED_PARAMS"]
 
 UNSAVED_PARAMS = ("strategy",)  # constructor arguments that a checkpoint never records
 
