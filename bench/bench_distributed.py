@@ -1,6 +1,7 @@
 """Distributed-training benchmark (not part of the test suite): 1 against 2 replicas, PyTorch (gloo, CPU)
-or TensorFlow (``--backend tf``: MirroredStrategy on 1 vs 2 logical CPU devices of one process, and
-MultiWorkerMirroredStrategy with 1 vs 2 worker processes on 127.0.0.1 through ``TF_CONFIG``).
+or TensorFlow (``--backend tf``: MirroredStrategy on 1 vs 2 logical CPU devices of one process,
+MultiWorkerMirroredStrategy with 1 vs 2 worker processes on 127.0.0.1 through ``TF_CONFIG``, and
+ParameterServerStrategy with 1 vs 2 in-process workers and one parameter server).
 
 - learner: DQN gradient steps on a fixed global batch split over the replicas (no envs): updates/s
   and samples/s (gradient-step samples: updates/s x global batch).
@@ -12,9 +13,10 @@ Each configuration runs in freshly launched ranks (``marl_note.trainers.distribu
 times are rank 0's, after a barrier, without process start-up. Ratios are 2 replicas / 1 replica.
 
 Run:  python bench/bench_distributed.py [--backend torch|tf] [--smoke] [--solve] [--replicas 1,2] [--seed 0]
-      [--learner-steps 2000] [--env-steps 40000]
+      [--learner-steps 2000] [--env-steps 40000] [--tf-modes mirrored,multiworker,ps]
 (TF: every configuration in fresh processes, since devices and TF_CONFIG are fixed when TensorFlow
-starts; the modes are named mirrored-learner, mirrored-trainer, multiworker-learner, multiworker-trainer.)
+starts; the modes are named mirrored-learner, mirrored-trainer, multiworker-learner, multiworker-trainer,
+ps-learner, ps-trainer, and with --solve also <mode>-solve.)
 """
 from __future__ import annotations
 
@@ -107,6 +109,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--learner-steps", type=int, default=None, help="gradient steps timed (default 2000)")
     parser.add_argument("--env-steps", type=int, default=None, help="trainer env steps per rank (default 40000)")
+    parser.add_argument("--tf-modes", default="mirrored,multiworker,ps", help="TF modes to run (--backend tf)")
     args = parser.parse_args()
     replicas = [int(r) for r in args.replicas.split(",")]
     steps, env_steps = (20, 2_000) if args.smoke else (2_000, 40_000)
@@ -114,7 +117,8 @@ def main() -> None:
     print(json.dumps({"python": platform.python_version(), "cpus": os.cpu_count(), "machine": platform.machine()}))
     table: dict[str, dict[int, dict]] = {}
     if args.backend == "tf":
-        table = tf_table(replicas, steps, env_steps, args.seed, solve=args.solve, smoke=args.smoke)
+        table = tf_table(replicas, steps, env_steps, args.seed, solve=args.solve, smoke=args.smoke,
+                         modes=tuple(m for m in args.tf_modes.split(",") if m))
         replicas = []  # printed by tf_table as they come
     for n in replicas:
         table.setdefault("learner", {})[n] = launch(learner, n, steps, 256, 256)[0]

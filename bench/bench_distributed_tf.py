@@ -4,7 +4,11 @@ A strategy's devices and ``TF_CONFIG`` are fixed when TensorFlow starts, so ever
 runs in fresh processes: ``mirrored`` is one process with a MirroredStrategy on N logical CPU
 devices (the process's batch is the global batch); ``multiworker`` is N worker processes on
 127.0.0.1, each with its own ``TF_CONFIG``, a MultiWorkerMirroredStrategy and its share of the
-global batch (the trainer modes: each worker collecting on its own envs, rank 0 testing).
+global batch (the trainer modes: each worker collecting on its own envs, rank 0 testing); ``ps``
+is one process, the coordinator of a ParameterServerStrategy over an in-process cluster of N
+workers and one parameter server on 127.0.0.1 (variables on the parameter server, each update
+scheduled on a free worker by the ClusterCoordinator and fetched back: one step at a time, so more
+workers add no parallelism to one learner; the trainer is the single-process trainer).
 ``python bench/bench_distributed_tf.py MODE KIND N STEPS ENV_STEPS SEED MAX_EPISODES`` is one
 such process; it prints rank 0's result as a JSON line.
 """
@@ -62,11 +66,18 @@ def run_config(mode: str, kind: str, n: int, steps: int, env_steps: int, seed: i
     return json.loads(lines[-1])
 
 
+MODES = ("mirrored", "multiworker", "ps")
+
+
 def tf_table(replicas: list[int], steps: int, env_steps: int, seed: int, solve: bool = False,
-             smoke: bool = False) -> dict[str, dict[int, dict]]:
-    """Every TF mode for each replica count, printed as it comes: ``{mode: {replicas: result}}``."""
+             smoke: bool = False, modes: tuple[str, ...] = MODES) -> dict[str, dict[int, dict]]:
+    """The TF ``modes`` for each replica count (``ps``: workers), printed as they come:
+    ``{mode: {replicas: result}}``."""
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        raise ValueError(f"unknown TF modes {unknown}; the modes are {list(MODES)}")
     table: dict[str, dict[int, dict]] = {}
-    for mode in ("mirrored", "multiworker"):
+    for mode in modes:
         for kind in ("learner", "trainer") + (("solve",) if solve else ()):
             for n in replicas:
                 row = run_config(mode, kind, n, steps, env_steps, seed, 100 if smoke else 5_000)
@@ -90,8 +101,26 @@ def _setup(mode: str, n: int):
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * n)
         return DistributedContext(), tf.distribute.MirroredStrategy([f"/CPU:{i}" for i in range(n)])
+    if mode == "ps":
+        return DistributedContext(), _parameter_server(n)
     ctx = init_distributed(timeout=600)
     return ctx, (ctx.collective.strategy if ctx.distributed else tf.distribute.MultiWorkerMirroredStrategy())
+
+
+_SERVERS: list = []  # the in-process cluster's servers (they cannot be stopped: the process leaves with os._exit)
+
+
+def _parameter_server(workers: int):
+    """A ParameterServerStrategy over ``workers`` in-process workers and one parameter server."""
+    import tensorflow as tf
+
+    ports = _free_ports(workers + 1)
+    spec = tf.train.ClusterSpec({"worker": [f"127.0.0.1:{p}" for p in ports[:-1]], "ps": [f"127.0.0.1:{ports[-1]}"]})
+    _SERVERS.extend(tf.distribute.Server(spec, job_name="worker", task_index=i, protocol="grpc")
+                    for i in range(workers))
+    _SERVERS.append(tf.distribute.Server(spec, job_name="ps", task_index=0, protocol="grpc"))
+    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(spec, rpc_layer="grpc")
+    return tf.distribute.experimental.ParameterServerStrategy(resolver)
 
 
 def time_learner(agent, ctx, steps: int, global_batch: int) -> dict:
@@ -158,9 +187,11 @@ def main() -> None:
         out = _trainer(ctx, strategy, int(seed), 10**9, int(env_steps), None)
     else:
         out = _trainer(ctx, strategy, int(seed), int(max_episodes), None, 475.0)
-    out["replicas"] = strategy.num_replicas_in_sync
+    out["replicas"] = int(n) if mode == "ps" else strategy.num_replicas_in_sync  # (ps: the workers)
     if ctx.is_chief:
         print(json.dumps(out), flush=True)
+    if mode == "ps":
+        os._exit(0)  # (in-process servers cannot be stopped: leave without joining them)
 
 
 if __name__ == "__main__":

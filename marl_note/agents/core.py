@@ -165,8 +165,24 @@ class AgentCore(Workflow, Saving, Adjustable):
         """``|G_B|^2``: the squared norm of the gradient of ``batch``'s mean main loss (DQN's TD loss,
         PPO's clipped surrogate + value loss, DDPG's / SAC's / MADDPG's critic loss), unclipped, over
         the parameters that loss trains. Measures only: no weight, optimiser slot, version, counter
-        or generator changes."""
+        or generator changes. In a distributed run too it is ``batch``'s own, computed in this
+        process without communicating (so one rank may measure alone); the step's own measurement
+        over the replicas is :meth:`fold_replica_noise`'s."""
         return float(self.nets.grad_sq_norm(self._gradient_inputs(batch)))
+
+    def fold_replica_noise(self, optimizer: str, rows: int) -> tuple[float, int, float, int] | None:
+        """After a gradient step averaged over several replicas (torch ranks, a ``tf.distribute``
+        strategy's replicas), fold the noise measurement that step gave for free into
+        ``self.noise_scale``: each replica's own ``|g_r|^2`` (small batch: one replica's rows,
+        averaged over the replicas) and the all-reduced ``|g|^2`` (big batch: the global batch),
+        both unclipped, of ``optimizer``'s loss. ``rows``: the rows this process stepped on.
+        Returns the pair folded in (the arguments of ``GradientNoiseScale.update``), None in one
+        process or one replica (nothing folded). Every replica folds the same pair."""
+        measure = getattr(self.nets, "replica_grad_sq", None)
+        pair = measure(optimizer, rows) if measure is not None else None
+        if pair is not None:
+            self.noise_scale.update(*pair)
+        return pair
 
     def _gradient_inputs(self, batch: Any) -> Any:
         """What the networks' ``grad_sq_norm`` takes for ``batch`` (each core says)."""

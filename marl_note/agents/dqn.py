@@ -323,6 +323,7 @@ class DQNCore(AgentCore):
     def learn(self, batch: Transitions) -> dict[str, float]:
         """One gradient step on ``batch``, then the target update and the priority feedback."""
         metrics, td_abs = self.nets.train_step(self.arrays(batch), who=type(self).__name__, update=self.updates + 1)
+        self.fold_replica_noise("optimizer", len(batch))  # distributed: the step's B_simple measurement
         self.updates += 1
         if self.cfg.tau is not None:
             self.nets.sync("target_net", "q_net", self.cfg.tau)

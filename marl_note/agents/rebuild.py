@@ -5,6 +5,11 @@ checkpoint's config, taken on a live agent: ``type(agent)(spaces, **{**agent.con
 then the old ``state_dict()`` (weights, optimiser slots, counters, generator, exploration state)
 is loaded into the new object, the replay buffer is carried over when no replay option changed,
 and the new object's attributes replace the old one's, so every reference to the agent sees it.
+
+What a distributed run attached survives: a TF agent's ``strategy`` is a runtime constructor
+argument (``unsaved_params``) handed to the new object, and the networks' ``grad_hook`` (a PyTorch
+agent's gradient averaging over the ranks) moves to the new networks, so a rebuilt agent keeps
+taking synchronous steps.
 """
 from __future__ import annotations
 
@@ -55,6 +60,7 @@ def rebuild(agent: Any, changes: Mapping[str, Any], fresh_state: tuple[str, ...]
     spaces = {name: getattr(agent, name) for name in cls.saving_spaces}
     runtime = {name: getattr(agent, name) for name in getattr(cls, "unsaved_params", ()) if hasattr(agent, name)}
     fresh = cls(**spaces, **{**config, **runtime, **changes})
+    _carry_grad_hook(agent, fresh)
     if keep_state:
         state = dict(agent.state_dict())
         if fresh_state:
@@ -70,6 +76,15 @@ def rebuild(agent: Any, changes: Mapping[str, Any], fresh_state: tuple[str, ...]
     agent.__dict__.update(fresh.__dict__)
     for seat in agent.__dict__.get("_seats", ()):  # MADDPG's seat actors act through their learner
         seat.joint_learner = agent
+
+
+def _carry_grad_hook(old: Any, new: Any) -> None:
+    """Give ``new``'s networks the gradient hook ``old``'s had (set after construction, by the
+    distributed run's ``prepare``; no constructor argument records it)."""
+    hook = getattr(old.__dict__.get("nets"), "grad_hook", None)
+    nets = new.__dict__.get("nets")
+    if hook is not None and nets is not None and hasattr(nets, "grad_hook"):
+        nets.grad_hook = hook
 
 
 def _same(a: Any, b: Any) -> bool:

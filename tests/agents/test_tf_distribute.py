@@ -114,6 +114,16 @@ def test_mirrored_two_devices_update_equals_one_device_and_checkpoints_move_both
     assert all(d < TOL for d in result["numpy_acting"].values()), result["numpy_acting"]
     assert result["saved_config_has_strategy"] is False
     assert result["rebuilt"] == [True, "MirroredVariable"]  # set()'s rebuild keeps the strategy
+    assert result["rl_diff"] < TOL and result["rl_losses"][0] == pytest.approx(result["rl_losses"][1], rel=1e-5)
+    outside, eager = result["rl_refused"]  # what an RL subclass cannot do under a strategy, refused up front
+    assert outside.startswith("TypeError: Given: ['q'] were made outside MirroredStrategy.scope()"), outside
+    assert eager.startswith("ValueError: Given(tf_function=False) steps eagerly"), eager
+    whole, under = result["grad_sq_norm"]  # |G_B|^2 of the batch as in one process (not a per-replica mean)
+    assert abs(under - whole) < TOL * max(1.0, whole), result["grad_sq_norm"]
+    count, g_sq, trace = result["noise_measured"]  # one 2-replica step: per-replica vs all-reduced |g|^2
+    assert count == 1
+    for got, want in zip((g_sq, trace), result["noise_expected"]):
+        assert abs(got - want) < 1e-4 * max(1.0, abs(want)), (result["noise_measured"], result["noise_expected"])
     plain, diff = result["restored_plain"]  # written under the strategy, restored without one
     assert plain and diff == 0.0
     kind, diff = result["restored_dist"]  # written without, restored under it
@@ -129,7 +139,7 @@ def test_multi_worker_update_equals_single_process_and_a_dead_worker_fails_the_o
     (first, second), logs = finish(*runs[1]["workers"])
     for r, result in enumerate((first, second)):
         assert (result["rank"], result["world"], result["replicas"]) == (r, 2, 2), logs[r][-3000:]
-        assert result["dqn_diff"] < TOL and result["ppo_diff"] < TOL, result
+        assert result["dqn_diff"] < TOL and result["ppo_diff"] < TOL and result["rl_diff"] < TOL, result
         assert result["td_rows"] == 6  # each worker gets the TD errors of its own rows back
         assert result["broadcast"] == [5, 0] and result["any"] == [True, False]  # lockstep helpers
     assert second["exited"]
@@ -149,6 +159,7 @@ def test_parameter_server_steps_scheduled_on_workers_equal_single_process_steps(
     assert result["dqn_diff"] < TOL  # three DQN steps, each run on a worker, variables on the ps
     assert result["ppo_steps"][0] == result["ppo_steps"][1] > 0 and result["ppo_diff"] < TOL
     assert result["restored_plain"] == 0.0
+    assert "RL subclasses do not run under a ParameterServerStrategy" in result["rl_refused"], result["rl_refused"]
 
 
 @pytest.mark.timeout(LIMIT + 30)

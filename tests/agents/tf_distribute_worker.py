@@ -142,6 +142,8 @@ def mirrored(out: dict, tmp: str, names: tuple[str, ...]) -> None:
             dqn, dqn_dist = single, dist
     if "DQN" not in names:
         return
+    noise_scale(out, strategy)
+    rl_subclass(out, strategy)
     from marl_note.agents.rebuild import rebuild
     rebuild(dqn_dist, {"gamma": 0.95})  # what agent.set() does: the new object keeps the strategy
     out["rebuilt"] = [dqn_dist.strategy is strategy, type(dqn_dist.nets.params["q_net"][0][1].value).__name__]
@@ -168,6 +170,64 @@ def mirrored(out: dict, tmp: str, names: tuple[str, ...]) -> None:
     except NonFiniteError as exc:
         out["nonfinite"] = str(exc)
     out["nonfinite_unchanged"] = max_diff(before, restored_dist.state_dict())
+
+
+def noise_scale(out: dict, strategy) -> None:
+    """DQN's gradient noise scale under the strategy: ``grad_sq_norm`` of a batch as in one process,
+    and the measurement a 2-replica step gives (each replica's |g|^2 on its half, the global |g|^2)."""
+    from marl_note.agents.noise_scale import noise_scale_terms
+    from marl_note.agents.tf import DQN
+
+    space = gym.make("CartPole-v1").observation_space
+    single, dist = (DQN(space, gym.spaces.Discrete(2), hidden_sizes=(16,), seed=3, strategy=s)
+                    for s in (None, strategy))
+    batch = env_transitions("CartPole-v1", 12, 5)
+    whole = single.grad_sq_norm(batch)
+    out["grad_sq_norm"] = [whole, dist.grad_sq_norm(batch)]
+    small = float(np.mean([single.grad_sq_norm(batch[:6]), single.grad_sq_norm(batch[6:])]))
+    out["noise_expected"] = list(noise_scale_terms(small, 6, whole, 12))
+    dist.learn(batch)
+    out["noise_measured"] = [dist.noise_scale.count, dist.noise_scale.g_sq, dist.noise_scale.trace_sigma]
+
+
+def rl_subclass(out: dict, strategy) -> None:
+    """A user ``RL`` subclass built in the strategy's scope: two updates equal one device's; what
+    cannot run under it is refused at construction."""
+    import keras
+    import tensorflow as tf
+
+    from marl_note.agents import tf as A
+    from tests.agents.rl_helpers import user_rl
+
+    space, acts = gym.make("CartPole-v1").observation_space, gym.spaces.Discrete(2)
+    single = user_rl(A, space, acts, learning_starts=8)
+    with strategy.scope():
+        dist = user_rl(A, space, acts, learning_starts=8)
+    cart = env_transitions("CartPole-v1", 32, 0)
+    for agent in (single, dist):
+        agent.observe(cart)
+        out.setdefault("rl_losses", []).append([agent.update(10)["loss"] for _ in range(2)])
+    out["rl_diff"] = max_diff(single.state_dict(), dist.state_dict())
+    outside = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+
+    class Given(A.RL):  # a network made before (outside) the scope
+        def __init__(self, observation_space, action_space, **kwargs):
+            super().__init__(observation_space, action_space, **kwargs)
+            self.q, self.optimizer = outside, keras.optimizers.Adam(1e-3)
+
+        def action(self, s):
+            return self.q(s)
+
+        def __call__(self, s, a, next_s, r, d):
+            return tf.reduce_mean(tf.square(tf.reduce_sum(self.q(s) * tf.one_hot(a, 2), 1) - r))
+
+    for kwargs in ({}, {"tf_function": False}):
+        try:
+            with strategy.scope():
+                Given(space, acts, **kwargs)
+            out.setdefault("rl_refused", []).append("no error")
+        except (TypeError, ValueError) as exc:
+            out.setdefault("rl_refused", []).append(f"{type(exc).__name__}: {exc}")
 
 
 def trainer_run(out: dict, strategy, tmp: str) -> None:
@@ -225,6 +285,18 @@ def worker(out: dict, die: bool, tmp: str | None = None) -> None:
     ppo_dist.nets.train_step(*(b[lo:hi] for b in batch), who="dist", update=0)
     out["ppo_diff"] = max_diff(ppo_single.state_dict(), ppo_dist.state_dict())
     mark(out, "ppo")
+    from marl_note.agents import tf as A
+    from marl_note.agents.tf.distributed import TFCollective
+    from tests.agents.rl_helpers import user_rl
+    rl_single = user_rl(A, space, gym.spaces.Discrete(2))
+    with strategy.scope():
+        rl_dist = user_rl(A, space, gym.spaces.Discrete(2))
+    TFCollective(strategy, rank).prepare(rl_dist)  # an RL subclass's networks: rank 0's state on every worker
+    rl_batch = tuple(arrays[k] for k in ("obs", "act", "next_obs", "rew", "alive"))
+    rl_single.nets.train_step(rl_single, rl_batch)
+    rl_dist.nets.train_step(rl_dist, tuple(b[lo:hi] for b in rl_batch))
+    out["rl_diff"] = max_diff(rl_single.state_dict(), rl_dist.state_dict())
+    mark(out, "rl")
     from marl_note.agents.tf.distribute import any_worker, broadcast_from_rank0
     out["broadcast"] = broadcast_from_rank0(strategy, np.array([rank + 5, 7 * rank])).tolist()
     out["any"] = [any_worker(strategy, rank == 1), any_worker(strategy, False)]
@@ -299,6 +371,14 @@ def parameter_server(out: dict, tmp: str) -> None:
     out["ppo_diff"] = max_diff(ppo[0].state_dict(), ppo[1].state_dict())
     ppo[1].save(f"{tmp}/ppo_ps")
     out["restored_plain"] = max_diff(ppo[1].state_dict(), PPO.restore(f"{tmp}/ppo_ps").state_dict())
+    from marl_note.agents import tf as A
+    from tests.agents.rl_helpers import user_rl
+    try:
+        with strategy.scope():
+            user_rl(A, space, gym.spaces.Discrete(2))
+        out["rl_refused"] = "no error"
+    except TypeError as exc:
+        out["rl_refused"] = str(exc)
 
 
 def main() -> None:

@@ -85,6 +85,33 @@ def _every_algorithm(ctx: DistributedContext) -> dict[str, dict[str, np.ndarray]
     return out
 
 
+def _transitions(n: int, rng: np.random.Generator):
+    from marl_note.types import Transitions
+
+    return Transitions(obs=rng.normal(size=(n, 4)).astype(np.float32), act=rng.integers(0, 3, n),
+                       rew=rng.normal(size=n), next_obs=rng.normal(size=(n, 4)).astype(np.float32),
+                       terminated=rng.random(n) < 0.2, truncated=np.zeros(n, bool))
+
+
+def _set_then_update(ctx: DistributedContext) -> dict:
+    """A DQN rebuilt by ``set()`` after ``prepare``: one step on this rank's share of a global batch
+    (the noise measurement it gives), then two updates on this rank's own data (equal weights on
+    every rank only if the rebuilt networks still average the gradients)."""
+    from marl_note.agents.torch import DQN
+
+    agent = DQN(OBS, N_ACT, hidden_sizes=(16,), learning_starts=8, seed=ctx.rank)
+    ctx.prepare(agent)
+    agent.set(update_batches=50, num_updates=1)  # target_update, update_steps: a rebuild of the agent
+    share = slice(ctx.rank * GLOBAL_BATCH // ctx.world_size, (ctx.rank + 1) * GLOBAL_BATCH // ctx.world_size)
+    agent.learn(_transitions(GLOBAL_BATCH, np.random.default_rng(7))[share])
+    noise = [agent.noise_scale.count, agent.noise_scale.g_sq, agent.noise_scale.trace_sigma]
+    agent.observe(_transitions(16, np.random.default_rng(200 + ctx.rank)))
+    for _ in range(2):
+        assert agent.update(batch_size=4)["gradient_steps"] == 1
+    return {"target_update": agent.config["target_update"], "noise": noise,
+            "weights": {k: v for k, v in agent.state_dict().items() if k.startswith("q_net")}}
+
+
 def _trainer(ctx: DistributedContext, episodes: int, batch_size: int = 16, **kwargs):
     from marl_note.trainers import DecentralizedTrainer
 
@@ -110,6 +137,7 @@ def _rank(tmp: str, resume_from: str, results: str) -> None:
         # each rank starts from other weights: prepare() must give every rank rank 0's
         one_update = _one_update(ctx, seed=ctx.rank)
         every_algorithm = _every_algorithm(ctx)
+        set_then_update = _set_then_update(ctx)
         marker = os.path.join(tmp, f"last_fn_rank{ctx.rank}")
         trainer = _trainer(ctx, episodes=16, save_last_fn=lambda: open(marker, "w").close())
         agent = _dqn(seed=ctx.rank)
@@ -117,7 +145,7 @@ def _rank(tmp: str, resume_from: str, results: str) -> None:
                               checkpoint_path=os.path.join(tmp, f"run_rank{ctx.rank}"), resume_from=resume_from)
         trainer.close()
         with open(os.path.join(results, f"rank{ctx.rank}.pkl"), "wb") as f:
-            pickle.dump({"one_update": one_update, "every_algorithm": every_algorithm,
+            pickle.dump({"one_update": one_update, "every_algorithm": every_algorithm, "set": set_then_update,
                          "weights": agent.nets.state_dict(), "updates": agent.updates,
                          "tests": len(stats["test_history"]), "episodes": stats["num_collected_episodes"]}, f)
         calls = []
@@ -169,6 +197,32 @@ def test_every_algorithm_takes_the_same_steps_on_every_rank_from_its_own_data(tw
         assert len(state) > 4 and set(state) == set(r1["every_algorithm"][name])
         for key, value in state.items():
             np.testing.assert_allclose(r1["every_algorithm"][name][key], value, atol=1e-6, err_msg=f"{name} {key}")
+
+
+def test_an_agent_rebuilt_by_set_after_prepare_still_averages_its_gradients(two_ranks):
+    _, _, (r0, r1), _ = two_ranks
+    assert r0["set"]["target_update"] == r1["set"]["target_update"] == 50
+    assert len(r0["set"]["weights"]) >= 4
+    for key, value in r0["set"]["weights"].items():  # each rank's own data: equal only through averaging
+        np.testing.assert_allclose(r1["set"]["weights"][key], value, atol=1e-6, err_msg=key)
+
+
+def test_a_distributed_step_measures_the_gradient_noise_scale_from_the_per_rank_and_averaged_gradients(two_ranks):
+    """The step's own measurement equals one process's: small batch = one rank's rows (its |g|^2
+    averaged over the ranks), big batch = the global batch, from rank 0's weights before the step."""
+    from marl_note.agents.noise_scale import noise_scale_terms
+    from marl_note.agents.torch import DQN
+
+    _, _, (r0, r1), _ = two_ranks
+    single = DQN(OBS, N_ACT, hidden_sizes=(16,), learning_starts=8, seed=0)
+    batch = _transitions(GLOBAL_BATCH, np.random.default_rng(7))
+    half = GLOBAL_BATCH // 2
+    small = np.mean([single.grad_sq_norm(batch[:half]), single.grad_sq_norm(batch[half:])])
+    g_sq, trace = noise_scale_terms(small, half, single.grad_sq_norm(batch), GLOBAL_BATCH)
+    for rank in (r0, r1):
+        count, got_g_sq, got_trace = rank["set"]["noise"]
+        assert count == 1
+        np.testing.assert_allclose([got_g_sq, got_trace], [g_sq, trace], rtol=1e-4)
 
 
 def test_two_rank_training_stays_in_lockstep_and_rank_0_checkpoints_restore_in_one_process(two_ranks):

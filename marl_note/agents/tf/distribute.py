@@ -36,8 +36,8 @@ import numpy as np
 import tensorflow as tf
 
 __all__ = ["DistributedStepError", "check_strategy", "active_strategy", "strategy_init", "replicated_function",
-           "reduced_apply", "in_replica_step", "rank_from_tf_config", "broadcast_from_rank0", "any_worker",
-           "UNSAVED_PARAMS"]
+           "reduced_apply", "reduced_then", "apply_across_replicas", "replica_noise_variable", "read_replica_noise",
+           "in_replica_step", "rank_from_tf_config", "broadcast_from_rank0", "any_worker", "UNSAVED_PARAMS"]
 
 UNSAVED_PARAMS = ("strategy",)  # constructor arguments that a checkpoint never records
 
@@ -158,17 +158,19 @@ def replicated_function(strategy: tf.distribute.Strategy, fn, signature, jit_com
         flat = [x[start:end] if b else x for x, b in zip(flat, batched)]
         rows = tf.cast(end - start, tf.float32)
         total = ctx.all_reduce(tf.distribute.ReduceOp.SUM, rows)
-        _replica.scale = rows / tf.maximum(total, 1.0)
+        _replica.scale, _replica.rows = rows / tf.maximum(total, 1.0), rows
         try:
             out = fn(*tf.nest.pack_sequence_as(args, flat))
         finally:
-            _replica.scale = None
+            _replica.scale = _replica.rows = None
         return out, rows
 
     def step(*args):
         out, rows = strategy.run(replica, args=args)
         parts = strategy.experimental_local_results(out)
         counts = strategy.experimental_local_results(rows)
+        if len(parts) < len(counts):  # one value for every replica (all of it came from a merge_call): as it is
+            return parts[0]
         total = tf.add_n(list(counts))
         combined = []
         for values in zip(*(tf.nest.flatten(p) for p in parts)):
@@ -214,7 +216,7 @@ def _peer_detail(message: str) -> str:
     return (lines[-1] if lines else "no message")[:300]
 
 
-def reduced_apply(optimizer, grads: list, variables: list, loss, max_norm: float | None, ok=True):
+def reduced_apply(optimizer, grads: list, variables: list, loss, max_norm: float | None, ok=True, record=None):
     """Graph code in a replica of :func:`replicated_function`: the guarded optimiser step on the
     gradients of the global batch.
 
@@ -223,21 +225,102 @@ def reduced_apply(optimizer, grads: list, variables: list, loss, max_norm: float
     once, in the cross-replica context, on those sums, and write every copy of the variables
     (nothing is written when a value is not finite). Returns ``(ok, checks)`` like
     :func:`~marl_note.agents.tf.common.guarded_apply`, the same on every replica.
+
+    ``record`` (a float64 variable of 4, see :func:`replica_noise_variable`): the step also writes
+    the gradient noise measurement it has for free, ``[mean over the replicas with rows of their
+    own |g_r|^2, |g|^2 of the global batch's gradient, global rows, replicas with rows]``, both
+    unclipped (:func:`read_replica_noise` turns it into a noise-scale pair).
     """
     from marl_note.agents.tf.common import guarded_apply
 
     ctx = tf.distribute.get_replica_context()
     scale = _replica.scale
     some = scale > 0  # a replica without rows (a batch smaller than the replicas) adds nothing, not 0 * NaN
+    extra = []
+    if record is not None:  # this replica's own squared norm (its mean loss over its rows), its rows
+        own = tf.add_n([tf.reduce_sum(tf.square(tf.cast(g, tf.float64))) for g in grads])
+        extra = [tf.cast(tf.where(some, own, tf.zeros_like(own)), tf.float32), tf.cast(_replica.rows, tf.float32),
+                 tf.cast(some, tf.float32)]  # (one all-reduce, in the gradients' float32)
     grads = [tf.where(some, g * tf.cast(scale, g.dtype), tf.zeros_like(g)) for g in grads]
     loss = tf.where(some, tf.cast(loss, tf.float32) * scale, 0.0)
-    grads, loss = ctx.all_reduce(tf.distribute.ReduceOp.SUM, [grads, loss])
+    grads, loss, extra = ctx.all_reduce(tf.distribute.ReduceOp.SUM, [grads, loss, extra])
 
-    def merge(strategy, grads, loss, ok):
+    def merge(strategy, grads, loss, ok, extra):
         first = lambda t: strategy.experimental_local_results(t)[0]  # noqa: E731 (identical on every replica)
-        return guarded_apply(optimizer, [first(g) for g in grads], variables, first(loss), max_norm, first(ok))
+        grads = [first(g) for g in grads]
+        if record is not None:
+            own_sum, total, count = (tf.cast(first(e), tf.float64) for e in extra)
+            big = tf.add_n([tf.reduce_sum(tf.square(tf.cast(g, tf.float64))) for g in grads])
+            record.assign(tf.stack([own_sum / tf.maximum(count, 1.0), big, total, count]))
+        return guarded_apply(optimizer, grads, variables, first(loss), max_norm, first(ok))
 
-    return ctx.merge_call(merge, args=(grads, loss, ok))
+    return ctx.merge_call(merge, args=(grads, loss, ok, extra))
+
+
+def reduced_then(fn, losses: list, grads: list[list]):
+    """Graph code in a replica of :func:`replicated_function`: ``fn(losses, grads)`` once, in the
+    cross-replica context, on the global batch's losses and gradients (each replica's scaled by
+    ``rows / global rows`` and summed over all replicas, as :func:`reduced_apply` does); its result
+    on every replica. ``grads[i]`` is the gradient list of loss ``i``; None entries (a variable the
+    loss does not reach) stay None. For steps that apply several optimisers together (``RL``)."""
+    ctx = tf.distribute.get_replica_context()
+    scale = _replica.scale
+    some = scale > 0
+    present = [[g is not None for g in gs] for gs in grads]
+    flat = [tf.where(some, g * tf.cast(scale, g.dtype), tf.zeros_like(g)) for gs in grads for g in gs if g is not None]
+    losses = [tf.where(some, tf.reshape(tf.cast(loss, tf.float32), []) * scale, 0.0) for loss in losses]
+    flat, losses = ctx.all_reduce(tf.distribute.ReduceOp.SUM, [flat, losses])
+
+    def merge(strategy, flat, losses):
+        first = lambda t: strategy.experimental_local_results(t)[0]  # noqa: E731 (identical on every replica)
+        values = iter([first(g) for g in flat])
+        summed = [[next(values) if here else None for here in row] for row in present]
+        return fn([first(loss) for loss in losses], summed)
+
+    return ctx.merge_call(merge, args=(flat, losses))
+
+
+def apply_across_replicas(optimizer: Any) -> None:
+    """Let a Keras ``optimizer`` apply gradients in a strategy's cross-replica context (what
+    :func:`reduced_then` runs its step in): Keras's own path looks for a replica context to merge
+    in; this one writes every copy of each variable directly. Outside a strategy nothing changes.
+    (The built-in agents' ``Adam`` does the same in its class.)"""
+    import types
+
+    def update(self, grads, trainable_variables, learning_rate):
+        if tf.distribute.has_strategy() and tf.distribute.in_cross_replica_context():
+            variables = [getattr(v, "value", v) for v in trainable_variables]
+            self._distributed_tf_update_step(tf.distribute.get_strategy(), list(zip(grads, variables)), learning_rate)
+            return
+        type(self)._backend_update_step(self, grads, trainable_variables, learning_rate)
+
+    optimizer._backend_update_step = types.MethodType(update, optimizer)
+
+
+def replica_noise_variable(strategy: tf.distribute.Strategy | None) -> tf.Variable | None:
+    """The variable :func:`reduced_apply` records a step's noise measurement in, built in
+    ``strategy``'s scope; None where a step has one replica (no strategy, a ``ParameterServerStrategy``
+    step, a one-device strategy): then there is no small batch to compare with."""
+    if strategy is None or isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy) \
+            or strategy.num_replicas_in_sync < 2:
+        return None
+    with strategy.scope():
+        return tf.Variable(tf.zeros(4, tf.float64), trainable=False,
+                           aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+
+
+def read_replica_noise(record: tf.Variable | None) -> tuple[float, int, float, int] | None:
+    """``(|g_small|^2, b_small, |g_big|^2, b_big)`` of the last recorded step (the arguments of
+    :meth:`~marl_note.agents.noise_scale.GradientNoiseScale.update`): the small batch is one
+    replica's rows, the big one the global batch; None before a step or when they cannot differ."""
+    if record is None:
+        return None
+    small, big, total, count = (float(x) for x in np.asarray(record.numpy(), np.float64))
+    b_big = int(round(total))
+    b_small = int(round(total / count)) if count >= 1 else 0
+    if not 0 < b_small < b_big:
+        return None
+    return small, b_small, big, b_big
 
 
 # --------------------------------------------------------------------------- multi-worker helpers

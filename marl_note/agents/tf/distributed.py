@@ -49,14 +49,17 @@ def collective(rank: int, what: str) -> Iterator[None]:
 
 def _networks(agent: Any, strategy: tf.distribute.Strategy) -> Any:
     from marl_note.agents.tf.networks import TFNetworks
+    from marl_note.agents.tf.rl import RLNetworks
 
     nets = getattr(agent, "nets", None)
-    if not isinstance(nets, TFNetworks):
+    if not isinstance(nets, (TFNetworks, RLNetworks)):
         raise TypeError(f"{type(agent).__name__} has no TensorFlow networks (agent.nets is {type(nets).__name__}): "
                         f"a MultiWorkerMirroredStrategy trains TF agents (marl_note.agents.tf) built with strategy=")
     if nets.strategy is not strategy:
+        how = ("inside ctx.collective.strategy.scope()" if isinstance(nets, RLNetworks)
+               else "with strategy=ctx.collective.strategy")
         raise ValueError(f"{type(agent).__name__} was not built under this run's strategy (its strategy: "
-                         f"{type(nets.strategy).__name__}); build it with strategy=ctx.collective.strategy so that "
+                         f"{type(nets.strategy).__name__}); build it {how} so that "
                          f"its train steps all-reduce the gradients over the workers")
     return nets
 

@@ -41,7 +41,9 @@ from marl_note.agents.tf.distribute import (
     active_strategy,
     check_strategy,
     in_replica_step,
+    read_replica_noise,
     reduced_apply,
+    replica_noise_variable,
     replicated_function,
 )
 
@@ -160,6 +162,7 @@ class TFNetworks:
         self.params: dict[str, list] = {}  # name -> [(torch key, variable, transposed)]
         self.optimizers: dict[str, list] = {}  # name -> [optimizer, params, lr]
         self.version = 0  # counts weight changes (train steps, syncs, loads): the numpy copy's freshness
+        self._replica_noise: dict[str, Any] = {}  # optimizer name -> its steps' noise record (several replicas)
 
     # -- building --------------------------------------------------------------------------------------
     def mlp(self, name: str, weights: Mapping[str, np.ndarray], activation: str,
@@ -209,13 +212,19 @@ class TFNetworks:
             opt = Adam(learning_rate=lr, epsilon=eps)
             opt.build([v for _, v, _ in params])
         self.optimizers[name] = [opt, params, float(lr)]
+        record = replica_noise_variable(self.strategy)
+        if record is not None:
+            self._replica_noise[name] = record
         return opt
 
     def function(self, fn, signature):
         """``tf.function`` with a fixed signature (no retracing); XLA when ``compile=True``.
 
-        Under a strategy, ``fn`` runs on every replica on its slice of the batch (no XLA)."""
-        if self.strategy is not None:
+        Under a strategy, ``fn`` runs on every replica on its slice of the batch (no XLA), except a
+        measurement (a function whose name holds ``grad_sq``: ``grad_sq_norm``'s graph), which runs
+        whole in this process on the batch it is given, communicating with no other replica or
+        worker, so that ``|G_B|^2`` is that of the batch, as in one process."""
+        if self.strategy is not None and "grad_sq" not in getattr(fn, "__name__", ""):
             return replicated_function(self.strategy, fn, signature)
         return tf.function(fn, input_signature=signature, jit_compile=True if self.compile else None,
                            reduce_retracing=True)
@@ -235,8 +244,15 @@ class TFNetworks:
         variables = [v for _, v, _ in params]
         grads = tape.gradient(loss, variables)
         if in_replica_step():  # under a strategy: the step on the global batch's summed gradients
-            return reduced_apply(opt, grads, variables, loss, max_grad_norm, ok)
+            return reduced_apply(opt, grads, variables, loss, max_grad_norm, ok, self._replica_noise.get(optimizer))
         return guarded_apply(opt, grads, variables, loss, max_grad_norm, ok)
+
+    def replica_grad_sq(self, optimizer: str, rows: int) -> tuple[float, int, float, int] | None:
+        """After a step under a strategy of several replicas: ``(|g_small|^2, b_small, |g_big|^2, b_big)``
+        of ``optimizer``'s last step (one replica's rows, the global batch; see
+        :func:`~marl_note.agents.tf.distribute.read_replica_noise`); None otherwise. ``rows`` (this
+        process's rows) is not needed here: the step counted them."""
+        return read_replica_noise(self._replica_noise.get(optimizer))
 
     def check(self, who: str, update: int, names: list[str], checks: Any) -> None:
         """Raise :class:`~marl_note.types.NonFiniteError` if a guarded step was refused.

@@ -13,6 +13,14 @@ know their variables in advance) and return ``[loss_a, loss_b]``: all gradients 
 same forward pass, loss ``i`` only with respect to group ``i``, then every optimiser applies its
 own, and none does unless every loss and gradient norm is finite.
 
+Under a ``tf.distribute`` strategy (``MirroredStrategy``, ``MultiWorkerMirroredStrategy``): build
+the agent inside ``strategy.scope()`` (``with strategy.scope(): agent = MyDQN(...)``), so that its
+networks and optimisers are the strategy's; each gradient step then runs on every replica on its
+slice of the batch, and the optimisers apply the global batch's gradients (each replica's scaled
+by its share of the rows, summed), as the built-in TF agents do. A network or optimiser made
+outside the scope, ``tf_function=False`` and a ``ParameterServerStrategy`` are refused at
+construction.
+
 ``state_dict()`` keys: ``<network attribute>.<index>.<variable name>`` for weights,
 ``<optimizer attribute>.lr`` for the learning rate, ``<optimizer attribute>.<index>`` for optimiser
 variables once it has stepped (with ``<name>.var_index`` naming the weights it trains), counters,
@@ -30,6 +38,13 @@ import tensorflow as tf
 from marl_note.agents.rl import RLCore
 from marl_note.agents.rl_config import discover, loss_list
 from marl_note.agents.tf.common import apply_if, check_finite_update, step_names
+from marl_note.agents.tf.distribute import (
+    active_strategy,
+    apply_across_replicas,
+    in_replica_step,
+    reduced_then,
+    replicated_function,
+)
 
 __all__ = ["RL", "RLNetworks"]
 
@@ -52,6 +67,7 @@ class RLNetworks:
         self._action_fn: Any = None
         self._step_fn: Any = None
         self._fresh: dict[str, list[np.ndarray]] = {}  # optimizer name -> its variables right after build
+        self.strategy: tf.distribute.Strategy | None = None  # the strategy whose scope built the agent (setup)
 
     @property
     def weight_names(self) -> tuple[str, ...]:
@@ -68,6 +84,28 @@ class RLNetworks:
         if unbuilt:
             raise TypeError(f"{type(agent).__name__}: networks {unbuilt} have no weights yet; give them an input "
                             f"shape (keras.Sequential([keras.Input(shape), ...])) so they exist at construction")
+        self.strategy = active_strategy()
+        if self.strategy is not None:
+            self._check_strategy(agent)
+
+    def _check_strategy(self, agent: RLCore) -> None:
+        """Refuse, before any step, what cannot run under the strategy whose scope builds the agent."""
+        name, kind = type(agent).__name__, type(self.strategy).__name__
+        if isinstance(self.strategy, tf.distribute.experimental.ParameterServerStrategy):
+            raise TypeError(f"{name}: RL subclasses do not run under a ParameterServerStrategy (their steps are not "
+                            f"scheduled on workers); use MirroredStrategy or MultiWorkerMirroredStrategy, or a "
+                            f"built-in TF agent")
+        if not self.tf_function:
+            raise ValueError(f"{name}(tf_function=False) steps eagerly; under {kind} each step runs on every replica "
+                             f"as a tf.function: drop tf_function=False")
+        outside = [k for k, net in self.models.items() if not all(_distributed(v) for v in net.weights)]
+        outside += [k for k, opt in self.optimizers.items() if not _distributed(opt.iterations)]
+        if outside:
+            raise TypeError(f"{name}: {outside} were made outside {kind}.scope(); build the whole agent inside it "
+                            f"(with strategy.scope(): agent = {name}(...)) so its weights and optimizers are "
+                            f"the strategy's")
+        for opt in self.optimizers.values():
+            apply_across_replicas(opt)
 
     def set_groups(self, agent: RLCore) -> None:
         groups = getattr(agent, "param_groups", None)
@@ -114,8 +152,14 @@ class RLNetworks:
     def _apply(self, losses: list, grads: list, max_grad_norm: float | None) -> tf.Tensor:
         """Apply every optimiser's step once all losses and gradient norms are finite (none otherwise).
 
-        Returns float32 ``[losses..., loss 0, its gradient norm, loss 1, ...]``.
+        Returns float32 ``[losses..., loss 0, its gradient norm, loss 1, ...]``. In a replica of a
+        strategy: once, on the global batch's losses and gradients.
         """
+        if in_replica_step():
+            return reduced_then(lambda ls, gs: self._apply_local(ls, gs, max_grad_norm), losses, grads)
+        return self._apply_local(losses, grads, max_grad_norm)
+
+    def _apply_local(self, losses: list, grads: list, max_grad_norm: float | None) -> tf.Tensor:
         assert self.groups is not None
         steps, checks = [], []
         for loss, gs, group in zip(losses, grads, self.groups):
@@ -135,15 +179,20 @@ class RLNetworks:
         apply_if(tf.reduce_all(tf.math.is_finite(stacked)), apply_all)
         return tf.concat([stacked[::2], stacked], 0)
 
-    def _first_step(self, agent: RLCore, tensors: tuple) -> tf.Tensor:
-        """Eagerly: the one optimiser trains every weight the loss reaches."""
+    def _find_groups(self, agent: RLCore, tensors: tuple) -> tuple[list, list]:
+        """Eagerly: the one optimiser trains every weight the loss reaches; the losses and those gradients."""
         every = [v for _, v in self.weights() if v.trainable]
         losses, grads = self._losses_and_grads(agent, tensors, [every])
         self.groups = [[v for v, g in zip(every, grads[0]) if g is not None]]
         if not self.groups[0]:
             raise ValueError(f"{type(agent).__name__}: the loss has no gradient with respect to any network weight")
+        return losses, [[g for g in grads[0] if g is not None]]
+
+    def _first_step(self, agent: RLCore, tensors: tuple) -> tf.Tensor:
+        """Eagerly: find the one optimiser's weights (:meth:`_find_groups`) and step on them."""
+        losses, grads = self._find_groups(agent, tensors)
         self._build_optimizers()
-        return self._apply(losses, [[g for g in grads[0] if g is not None]], agent.max_grad_norm)
+        return self._apply(losses, grads, agent.max_grad_norm)
 
     def _build_optimizers(self) -> None:
         for name, opt, group in zip(self.optimizers, self.optimizers.values(), self.groups or []):
@@ -152,12 +201,18 @@ class RLNetworks:
 
     def _build(self, name: str, opt: Any, group: list) -> None:
         """Build ``opt`` on ``group`` and remember its fresh variables (what loading an unstepped state resets to)."""
-        opt.build(group)
+        if self.strategy is not None:
+            with self.strategy.scope():
+                opt.build(group)
+        else:
+            opt.build(group)
         self._fresh[name] = [np.array(v.numpy()) for v in opt.variables]
 
     def train_step(self, agent: RLCore, arrays: tuple[np.ndarray, ...]) -> list[float]:
         """One guarded gradient step of the user's loss(es) on the numpy batch; the losses as floats."""
         tensors = tuple(tf.convert_to_tensor(x) for x in arrays)
+        if self.groups is None and self.strategy is not None:
+            self._find_groups(agent, tensors)  # (then the replicated step below, from the first step on)
         if self.groups is None:
             out = self._first_step(agent, tensors)
         else:
@@ -167,7 +222,11 @@ class RLNetworks:
                 def step(*batch: tf.Tensor) -> tf.Tensor:
                     assert self.groups is not None
                     return self._apply(*self._losses_and_grads(agent, batch, self.groups), agent.max_grad_norm)
-                self._step_fn = tf.function(step, reduce_retracing=True) if self.tf_function else step
+                if self.strategy is not None:
+                    specs = [tf.TensorSpec([None, *t.shape[1:]], t.dtype) for t in tensors]
+                    self._step_fn = replicated_function(self.strategy, step, specs)
+                else:
+                    self._step_fn = tf.function(step, reduce_retracing=True) if self.tf_function else step
             out = self._step_fn(*tensors)
         values, k = np.asarray(out), len(self.optimizers)
         names = step_names(*(["loss"] if k == 1 else [f"loss {i}" for i in range(k)]))
@@ -256,6 +315,11 @@ def _numpy(out: Any) -> Any:
     if isinstance(out, (tuple, list)):
         return tuple(_numpy(o) for o in out)
     return np.asarray(out)
+
+
+def _distributed(variable: Any) -> bool:
+    """Whether a (Keras) variable is a ``tf.distribute`` one (made in a strategy's scope)."""
+    return isinstance(getattr(variable, "value", variable), tf.distribute.DistributedValues)
 
 
 def _settable(opt: Any) -> bool:

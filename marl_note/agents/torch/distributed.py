@@ -44,21 +44,29 @@ def collective(what: str) -> Iterator[None]:
                             f"{str(err).splitlines()[0] if str(err) else ''})") from err
 
 
-def average_gradients(params: Sequence[torch.Tensor]) -> None:
+def average_gradients(params: Sequence[torch.Tensor]) -> tuple[float, float, int] | None:
     """All-reduce the gradients of ``params`` (those that have one) and divide by the world size,
-    in one flat buffer: every rank ends with the mean of the ranks' gradients."""
+    in one flat buffer: every rank ends with the mean of the ranks' gradients.
+
+    Returns the gradient noise measurement this gives for free, ``(mean over the ranks of their own
+    |g_r|^2, |g|^2 of the averaged gradient, world size)`` (each rank's own squared norm travels in
+    the same buffer), or None where nothing was averaged."""
     grads = [p.grad for p in params if p.grad is not None]
     if not grads or not dist.is_initialized() or dist.get_world_size() == 1:
-        return
-    flat = torch.cat([g.reshape(-1) for g in grads])
+        return None
+    world = dist.get_world_size()
+    own = torch.stack([g.detach().double().square().sum() for g in grads]).sum()
+    flat = torch.cat([g.reshape(-1) for g in grads] + [own.to(grads[0].dtype).reshape(1)])
     with collective("averaging the gradients"):
         dist.all_reduce(flat, op=dist.ReduceOp.SUM)
-    flat /= dist.get_world_size()
+    flat /= world
     offset = 0
     for g in grads:
         n = g.numel()
         g.copy_(flat[offset:offset + n].view_as(g))
         offset += n
+    big = flat[:offset].double().square().sum()
+    return float(flat[offset]), float(big), world
 
 
 def _networks(agent: Any) -> TorchNetworks:

@@ -106,8 +106,10 @@ class TorchNetworks:
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
         self.version = 0  # counts weight changes (optimiser steps, syncs, loads): the numpy copy's freshness
         # called with an optimiser's parameters between backward and the checked step (gradient averaging
-        # over ranks: marl_note.agents.torch.distributed); None in one process
-        self.grad_hook: Callable[[list[torch.Tensor]], None] | None = None
+        # over ranks: marl_note.agents.torch.distributed); None in one process. What it returns, a noise
+        # measurement (mean own |g_r|^2, |g|^2 averaged, ranks), is kept per optimiser for replica_grad_sq
+        self.grad_hook: Callable[[list[torch.Tensor]], Any] | None = None
+        self._replica_noise: dict[str, tuple[float, float, int]] = {}
 
     # -- building --------------------------------------------------------------------------------------
     def mlp(self, name: str, weights: Mapping[str, np.ndarray], activation: str, trainable: bool = True,
@@ -173,8 +175,20 @@ class TorchNetworks:
         loss.backward()
         params = [p for group in opt.param_groups for p in group["params"]]
         if self.grad_hook is not None:
-            self.grad_hook(params)
+            measured = self.grad_hook(params)
+            if measured is not None:
+                self._replica_noise[optimizer] = measured
         checked_step(opt, params, loss, max_grad_norm, who, update, name)
+
+    def replica_grad_sq(self, optimizer: str, rows: int) -> tuple[float, int, float, int] | None:
+        """After a step averaged over several ranks: ``(|g_small|^2, b_small, |g_big|^2, b_big)`` of
+        ``optimizer``'s last step, the small batch this rank's ``rows``, the big one every rank's
+        (``rows * ranks``), the small norm the mean over the ranks; None otherwise (taken once)."""
+        measured = self._replica_noise.pop(optimizer, None)
+        if measured is None or rows < 1 or measured[2] < 2:
+            return None
+        own, big, ranks = measured
+        return own, int(rows), big, int(rows) * int(ranks)
 
     @torch.no_grad()
     def sync(self, target: str, source: str, tau: float | None = None) -> None:
