@@ -85,9 +85,9 @@ class CompactReplayBuffer(SamplingWindow):
 
     Same interface as :class:`~marl_note.replay.buffer.ReplayBuffer` (``add``, ``sample``,
     ``get``, ``column``, ``state_dict``), with ``capacity >= 2`` counting stored observations and
-    indices that are slot numbers (a ``set_window(n)`` samples the newest ``n`` slots). :attr:`last_evicted` holds the slots whose transitions the
-    last :meth:`add` overwrote (a prioritized sampler zeroes their priorities). Memory is checked
-    before allocating, as for the plain buffer.
+    indices that are slot numbers (``set_window(n)`` samples the newest ``n`` slots). :attr:`last_evicted`
+    holds the slots whose transitions the last :meth:`add` overwrote (a prioritized sampler zeroes their
+    priorities). Memory is checked before allocating, as for the plain buffer.
 
     Example:
         >>> import gymnasium as gym
