@@ -133,8 +133,8 @@ class ReplayBuffer(SamplingWindow):
     def __len__(self) -> int:
         return len(self._storage)
 
-    def _ring(self) -> tuple[int, int]:
-        return self._storage.ptr, len(self._storage)
+    def _window_ring(self) -> tuple[int, int, int]:
+        return self._storage.ptr, len(self._storage), self._storage.capacity
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(len={len(self)}, capacity={self.capacity})"

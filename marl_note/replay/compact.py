@@ -149,8 +149,8 @@ class CompactReplayBuffer(SamplingWindow):
     def __len__(self) -> int:
         return self._size
 
-    def _ring(self) -> tuple[int, int]:
-        return self._head, self._filled
+    def _window_ring(self) -> tuple[int, int, int]:
+        return self._head, self._filled, self.capacity
 
     def __repr__(self) -> str:
         return f"CompactReplayBuffer(len={len(self)}, slots_used={self._filled}, capacity={self.capacity})"

@@ -54,13 +54,12 @@ def check_window(window: Any, capacity: int) -> int | None:
 
 
 class SamplingWindow:
-    """Mixin: ``window`` / ``set_window`` and the ring positions it covers, for a ring of ``capacity``
-    positions whose owner reports ``_ring() -> (head, filled)`` (next write position, positions written)."""
+    """Mixin: ``window`` / ``set_window`` and the ring positions it covers, for an owner that reports
+    ``_window_ring() -> (head, filled, capacity)`` (next write position, positions written, ring size)."""
 
-    capacity: int
     _window: int | None = None
 
-    def _ring(self) -> tuple[int, int]:
+    def _window_ring(self) -> tuple[int, int, int]:
         raise NotImplementedError
 
     @property
@@ -70,31 +69,32 @@ class SamplingWindow:
 
     def set_window(self, window: int | None) -> None:
         """Sample only the newest ``window`` positions from the next sample on (None: everything)."""
-        self._window = check_window(window, self.capacity)
+        self._window = check_window(window, self._window_ring()[2])
 
     @property
     def window_span(self) -> int:
         """How many positions sampling draws from now: the window, or fewer while fewer are written."""
-        filled = self._ring()[1]
+        filled = self._window_ring()[1]
         return filled if self._window is None else min(self._window, filled)
 
     @property
     def window_restricts(self) -> bool:
         """Whether the window leaves out any written position now."""
-        return self.window_span < self._ring()[1]
+        return self.window_span < self._window_ring()[1]
 
     def window_start(self) -> int:
         """The oldest ring position inside the window (the window runs from it in ring order)."""
-        head, _ = self._ring()
-        return (head - self.window_span) % self.capacity
+        head, _, capacity = self._window_ring()
+        return (head - self.window_span) % capacity
 
     def window_positions(self) -> np.ndarray:
         """The ring positions inside the window, oldest first."""
-        return (self.window_start() + np.arange(self.window_span)) % self.capacity
+        return (self.window_start() + np.arange(self.window_span)) % self._window_ring()[2]
 
     def _in_window(self, offsets: np.ndarray) -> np.ndarray:
         """Uniform draws ``offsets`` in ``[0, window_span)`` as ring positions (unchanged without a
         restriction, so an unwindowed buffer samples exactly as before)."""
         if not self.window_restricts:
             return offsets
-        return (self._ring()[0] - 1 - offsets) % self.capacity
+        head, _, capacity = self._window_ring()
+        return (head - 1 - offsets) % capacity
