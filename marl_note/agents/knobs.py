@@ -86,6 +86,10 @@ class Adjustable:
         """Set one hyperparameter from the next step on (checked first; nothing changes on an error);
         returns the value now in force."""
         known = self.hyperparameters()
+        replay = getattr(self, "replay", None)
+        if name == "window_size" and name not in known and replay is not None:
+            raise KeyError(f"{type(self).__name__}'s replay ({type(replay).__name__}) has no sampling window "
+                           f"(uniform, prioritized and compact replay buffers have one)")
         if name not in known:
             raise KeyError(f"{type(self).__name__} has no adjustable hyperparameter {name!r}; "
                            f"it has {sorted(known)}")

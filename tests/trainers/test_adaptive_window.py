@@ -70,3 +70,14 @@ def test_window_knob_refuses_a_uniform_replay_before_any_env_step():
         cartpole(episodes_per_train=5).train([agent], [True], callbacks=[adjust(window_params={})], progress=False,
                                              plot=False)
     assert agent.agent_steps == 0
+
+
+def test_a_her_replay_has_no_window_and_says_so():
+    from marl_note.envs.goal_envs import BitFlippingEnv
+
+    env = BitFlippingEnv(n_bits=3)
+    agent = torch_agents.DQN(env.observation_space, env.action_space, hidden_sizes=(4,), seed=0,
+                             her=dict(strategy="future", k=2), compute_reward=env.compute_reward)
+    assert "window_size" not in agent.hyperparameters()
+    with pytest.raises(KeyError, match=r"replay \(HERReplayBuffer\) has no sampling window"):
+        agent.set_hyperparameter("window_size", 100)
