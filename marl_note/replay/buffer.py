@@ -17,6 +17,7 @@ from marl_note.replay.storage import (
     rng_state_array,
     set_rng_state,
 )
+from marl_note.replay.window import SamplingWindow
 from marl_note.types import NumpyState, Transitions, space_shape_dtype
 
 REQUIRED_FIELDS = ("obs", "act", "rew", "next_obs", "terminated", "truncated")
@@ -74,8 +75,10 @@ def transition_columns(t: Transitions, specs: Mapping[str, Spec], action_space: 
     return cols
 
 
-class ReplayBuffer:
+class ReplayBuffer(SamplingWindow):
     """Uniform replay: a ring of the last ``capacity`` transitions, sampled with replacement.
+
+    ``set_window(n)`` samples only the newest ``n`` of them (:mod:`marl_note.replay.window`).
 
     ``mask``/``next_mask`` (bool, shape ``[capacity, n]``) and ``discount`` (float32)
     are stored when the first batch carries them; once stored, every later batch
@@ -130,6 +133,9 @@ class ReplayBuffer:
     def __len__(self) -> int:
         return len(self._storage)
 
+    def _window_ring(self) -> tuple[int, int, int]:
+        return self._storage.ptr, len(self._storage), self._storage.capacity
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(len={len(self)}, capacity={self.capacity})"
 
@@ -181,10 +187,10 @@ class ReplayBuffer:
         batch_size = check_batch_size(batch_size)
         if len(self) == 0:
             raise ValueError("cannot sample from an empty buffer")
-        return self._rng.integers(0, len(self), size=batch_size, dtype=np.int64)
+        return self._in_window(self._rng.integers(0, self.window_span, size=batch_size, dtype=np.int64))
 
     def sample(self, batch_size: int) -> Transitions:
-        """``batch_size`` transitions drawn uniformly with replacement."""
+        """``batch_size`` transitions drawn uniformly with replacement (from the window, when one is set)."""
         return self.get(self.sample_indices(batch_size))
 
     def column(self, name: str) -> np.ndarray:

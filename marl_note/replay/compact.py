@@ -61,6 +61,7 @@ from marl_note.replay.storage import (
     set_rng_state,
     state_int,
 )
+from marl_note.replay.window import SamplingWindow
 from marl_note.types import NumpyState, Transitions
 
 __all__ = ["CompactReplayBuffer"]
@@ -79,14 +80,14 @@ def compact_specs(observation_space: gym.Space, action_space: gym.Space) -> dict
     return specs
 
 
-class CompactReplayBuffer:
+class CompactReplayBuffer(SamplingWindow):
     """Uniform replay storing each observation once (see the module docstring for the layout).
 
     Same interface as :class:`~marl_note.replay.buffer.ReplayBuffer` (``add``, ``sample``,
     ``get``, ``column``, ``state_dict``), with ``capacity >= 2`` counting stored observations and
-    indices that are slot numbers. :attr:`last_evicted` holds the slots whose transitions the
-    last :meth:`add` overwrote (a prioritized sampler zeroes their priorities). Memory is checked
-    before allocating, as for the plain buffer.
+    indices that are slot numbers (``set_window(n)`` samples the newest ``n`` slots). :attr:`last_evicted`
+    holds the slots whose transitions the last :meth:`add` overwrote (a prioritized sampler zeroes their
+    priorities). Memory is checked before allocating, as for the plain buffer.
 
     Example:
         >>> import gymnasium as gym
@@ -147,6 +148,9 @@ class CompactReplayBuffer:
 
     def __len__(self) -> int:
         return self._size
+
+    def _window_ring(self) -> tuple[int, int, int]:
+        return self._head, self._filled, self.capacity
 
     def __repr__(self) -> str:
         return f"CompactReplayBuffer(len={len(self)}, slots_used={self._filled}, capacity={self.capacity})"
@@ -282,7 +286,9 @@ class CompactReplayBuffer:
         out = np.empty(0, np.int64)
         nxt = self._arrays["next"]
         while out.size < batch_size:
-            draw = self._rng.integers(0, self._filled, size=batch_size, dtype=np.int64)
+            draw = self._in_window(self._rng.integers(0, self.window_span, size=batch_size, dtype=np.int64))
+            if not np.any(nxt[draw] >= 0) and not np.any(nxt[self.window_positions()] >= 0):
+                raise ValueError(f"the sampling window (newest {self.window} slots) holds no transition: widen it")
             out = np.concatenate([out, draw[nxt[draw] >= 0]])
         return out[:batch_size]
 

@@ -9,6 +9,7 @@ import numpy as np
 
 from marl_note.replay.buffer import ReplayBuffer
 from marl_note.replay.compact import CompactReplayBuffer
+from marl_note.replay.storage import check_batch_size
 from marl_note.replay.sum_tree import SumTree
 from marl_note.types import NumpyState, Transitions
 
@@ -39,6 +40,11 @@ class PrioritizedReplayBuffer:
     With ``optimize_memory=True`` the storage is a :class:`~marl_note.replay.compact.CompactReplayBuffer`
     (each observation stored once; indices are its slots, and a slot holding only a frame, or whose
     transition was overwritten, has priority 0).
+
+    ``set_window(n)`` samples only the newest ``n`` items (slots with ``optimize_memory``), exactly in
+    proportion to priority within them: the window is one or two ranges of the sum tree's leaves in ring
+    order, whose mass comes from two prefix sums, so a sample stays O(log n). Items outside keep their
+    priorities; :meth:`priorities` is 0 for them and :meth:`effective_sample_size` counts the window.
 
     Like :class:`ReplayBuffer`, construction refuses (before allocating) a buffer whose
     :attr:`nbytes_estimate`, sum tree included, exceeds the machine's available memory.
@@ -122,6 +128,27 @@ class PrioritizedReplayBuffer:
     def get(self, indices) -> Transitions:
         return self._buffer.get(indices)
 
+    @property
+    def window(self) -> int | None:
+        """The newest items (slots) sampling draws from; None: all of them."""
+        return self._buffer.window
+
+    def set_window(self, window: int | None) -> None:
+        """Sample only the newest ``window`` items from the next sample on (None: everything)."""
+        self._buffer.set_window(window)
+
+    @property
+    def window_span(self) -> int:
+        """How many positions (items; slots with ``optimize_memory``) sampling draws from now."""
+        return self._buffer.window_span
+
+    def window_count(self) -> int:
+        """Stored items inside the window (all of them without one)."""
+        positions = self._buffer.window_positions()
+        if isinstance(self._buffer, CompactReplayBuffer):
+            return int(np.isin(positions, self._buffer.stored_indices()).sum())
+        return int(positions.size)
+
     def column(self, name: str) -> np.ndarray:
         return self._buffer.column(name)
 
@@ -143,7 +170,12 @@ class PrioritizedReplayBuffer:
 
     def priorities(self) -> np.ndarray:
         """Sampling probabilities P(i) of the stored items (storage order)."""
-        p = np.asarray(self._tree.leaves)[self._stored()]
+        p = np.asarray(self._tree.leaves).copy()
+        if self.window is not None:
+            inside = np.zeros(self.capacity, bool)
+            inside[self._buffer.window_positions()] = True
+            p[~inside] = 0.0
+        p = p[self._stored()]
         return p / p.sum()
 
     def _stored(self) -> np.ndarray:
@@ -152,7 +184,8 @@ class PrioritizedReplayBuffer:
         return np.arange(len(self))
 
     def effective_sample_size(self) -> float:
-        """``1 / sum_i P(i)^2``: equals ``len(self)`` for uniform priorities, 1 when one item dominates."""
+        """``1 / sum_i P(i)^2``: equals ``len(self)`` for uniform priorities (:meth:`window_count` with a
+        window), 1 when one item dominates."""
         if len(self) == 0:
             raise ValueError("effective sample size of an empty buffer is undefined")
         return float(1.0 / np.sum(self.priorities() ** 2))
@@ -169,14 +202,36 @@ class PrioritizedReplayBuffer:
         """Draw proportionally to priority; the result carries ``weights`` and ``indices``."""
         if len(self) == 0:
             raise ValueError("cannot sample from an empty buffer")
-        idx = self._tree.sample(batch_size, self._buffer.rng)
-        probs = self._tree[idx] / self._tree.total
+        if self._buffer.window_restricts:
+            idx, mass = self._sample_window(batch_size)
+        else:
+            idx, mass = self._tree.sample(batch_size, self._buffer.rng), self._tree.total
+        probs = self._tree[idx] / mass
         beta = self.beta
-        w = (len(self) * probs) ** (-beta)
+        w = (len(self) * probs) ** (-beta)  # the item count cancels in the normalised weights
         self._sample_calls += 1
         batch = self._buffer.get(idx)
         batch.weights = (w / w.max()).astype(np.float32)
         return batch
+
+    def _sample_window(self, batch_size: int) -> tuple[np.ndarray, float]:
+        """Draws in proportion to priority from the window's leaves ``start .. start + span - 1`` (ring
+        order): a uniform value in ``[prefix(start), prefix(start) + mass)``, wrapped at the total."""
+        buf, tree, cap, total = self._buffer, self._tree, self.capacity, self._tree.total
+        start, span = buf.window_start(), buf.window_span
+        end = start + span
+        lo, hi = tree.prefix(np.array([start, min(end, cap)]))
+        mass = hi - lo + (tree.prefix(np.array([end - cap]))[0] if end > cap else 0.0)
+        if not mass > 0:
+            raise ValueError(f"every item in the sampling window (newest {buf.window}) has priority 0: widen it")
+        u = lo + buf.rng.random(check_batch_size(batch_size)) * mass
+        idx = tree.find(np.minimum(np.where(u >= total, u - total, u), total))
+        outside = (idx - start) % cap >= span  # only where rounding at the window's edges crossed it
+        if outside.any():
+            positions = buf.window_positions()
+            p = tree[positions]
+            idx[outside] = buf.rng.choice(positions, size=int(outside.sum()), p=p / p.sum())
+        return idx, mass
 
     def update_priorities(self, indices, td_errors, ratios=None, lambda_: float | None = None) -> None:
         """Set the priorities of sampled items from their TD errors (validated first; nothing changes on error).

@@ -122,6 +122,26 @@ class SumTree:
             node = 2 * node + right
         return node - self._leaf0
 
+    def prefix(self, positions) -> np.ndarray:
+        """For each position ``i`` in ``[0, capacity]``, the sum of the priorities of items ``0 .. i - 1``
+        (O(log n) each: the left siblings on the path from the root to leaf ``i``).
+
+        Example:
+            >>> tree = SumTree(5)
+            >>> _ = tree.add(np.array([1.0, 2.0, 3.0, 4.0, 5.0]))
+            >>> tree.prefix(np.array([0, 1, 3, 5])).tolist()
+            [0.0, 1.0, 6.0, 15.0]
+        """
+        positions = np.asarray(positions, np.int64)
+        if positions.ndim != 1 or (positions.size and (positions.min() < 0 or positions.max() > self.capacity)):
+            raise ValueError(f"positions must be a 1-D array in [0, {self.capacity}]")
+        node = self._leaf0 + np.minimum(positions, self._leaf0 - 1)
+        out = np.where(positions >= self._leaf0, self._nodes[node], 0.0)  # past the last leaf: add it
+        while node.size and node[0] > 1:
+            out += np.where(node & 1, self._nodes[node - 1], 0.0)  # a right child: its left sibling comes first
+            node = node >> 1
+        return out
+
     def sample(self, batch_size: int, rng: np.random.Generator) -> np.ndarray:
         """``batch_size`` item indices drawn with replacement, P(i) = priority_i / total."""
         batch_size = check_batch_size(batch_size)

@@ -68,7 +68,7 @@ def test_a_changed_clip_range_keeps_ppo_backends_in_step():
 
 def test_eps_and_replay_knobs_of_dqn_and_bad_values_change_nothing():
     agent = cls("torch", "DQN")(BOX, gym.spaces.Discrete(2), hidden_sizes=(8,), PR=True, seed=0)
-    assert set(agent.hyperparameters()) == {"gamma", "eps", "alpha", "beta"}  # no tau: hard target copies
+    assert set(agent.hyperparameters()) == {"gamma", "eps", "alpha", "beta", "window_size"}  # no tau: hard copies
     agent.set_hyperparameter("eps", 0.25)
     agent.policy.step(10_000)
     assert agent.hyperparameters()["eps"] == 0.25  # the annealing ended at the value set

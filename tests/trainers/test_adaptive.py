@@ -30,6 +30,7 @@ def propose(name, value, signal, **params):
     ("update_freq", 100, "up"),  # noisy: more env steps per update round
     ("alpha", 0.6, "up"),  # high ESS: room to prioritize more
     ("beta", 0.5, "down"),  # high ESS: close to uniform, less correction
+    ("window_size", 5000, "up"),  # high ESS: widen the sampling window (low: keep only the newest items)
 ])
 def test_each_knob_moves_in_the_documented_direction(name, value, high_moves):
     high = 4.0 if KNOBS[name].signal == "noise" else 1.0
@@ -57,8 +58,8 @@ def test_knob_rules_respect_bounds_alignment_smoothing_and_missing_signals():
     assert 0.01 / 100 < smoothed < 0.01  # one outlier after an on-target round moves it part of the way
     with pytest.raises(ValueError, match="clip_range_params\\['smooth'\\]"):
         KnobRule("clip_range", {"smooth": 1.0})
-    with pytest.raises(ValueError, match="unknown knob 'window_size'"):
-        KnobRule("window_size")
+    with pytest.raises(ValueError, match="unknown knob 'lr_decay'"):
+        KnobRule("lr_decay")
 
 
 def test_batch_rule_moves_towards_the_noise_scale_bounded_and_aligned():

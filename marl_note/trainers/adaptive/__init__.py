@@ -27,7 +27,8 @@ def adjust(target_ess: float = 0.5, target_noise: float = 1.0, num_samples: int 
            eps_params: Mapping[str, float] | None = None, tau_params: Mapping[str, float] | None = None,
            gamma_params: Mapping[str, float] | None = None, clip_params: Mapping[str, float] | None = None,
            beta_params: Mapping[str, float] | None = None, update_freq_params: Mapping[str, float] | None = None,
-           lr_rule: str = "sqrt", every: int = 4, agent: Any = None, seed: int | None = 0) -> Adaptive:
+           lr_rule: str = "sqrt", every: int = 4, agent: Any = None, seed: int | None = 0,
+           window_params: Mapping[str, float] | None = None) -> Adaptive:
     """The adaptive callback for the knobs whose ``<knob>_params`` dict is given (``{}``: the defaults).
 
     ``target_ess`` is the set point of prioritized replay's effective sample size as a fraction of
@@ -38,7 +39,8 @@ def adjust(target_ess: float = 0.5, target_noise: float = 1.0, num_samples: int 
     ``lr_rule`` scales the learning rates with the batch size (``linear``, ``sqrt``, ``none``). A
     params dict has the keys ``rate``, ``min``, ``max``, ``smooth``, ``scale``, ``align``
     (:func:`rules.check_params`).
-    Window size (the asynchronous pool's) is not adjusted here.
+    ``window_params`` adapts the replay's sampling window (``window_size``: the newest items sampling
+    draws from; prioritized replay only), bounded by the replay's capacity.
 
     Example:
         >>> adjust(tau_params={"rate": 2.0})
@@ -47,7 +49,8 @@ def adjust(target_ess: float = 0.5, target_noise: float = 1.0, num_samples: int 
         ValueError: tau_params['rate'] must be in (0, 1], got 2.0
     """
     given = {"alpha": alpha_params, "beta": beta_params, "eps": eps_params, "tau": tau_params,
-             "gamma": gamma_params, "clip_range": clip_params, "update_freq": update_freq_params}
+             "gamma": gamma_params, "clip_range": clip_params, "update_freq": update_freq_params,
+             "window_size": window_params}
     knobs = {name: KnobRule(name, params) for name, params in given.items() if params is not None}
     batch = None if batch_params is None else BatchRule(batch_params, lr_rule)
     if batch is None and not knobs:

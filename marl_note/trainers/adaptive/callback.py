@@ -6,7 +6,9 @@ After each collection chunk (``on_collect_end``: the new data are stored, no upd
 agent state changed) and prioritized replay's effective sample size, asks each rule
 (:mod:`marl_note.trainers.adaptive.rules`) for a value and applies it: the batch size as the
 trainer's ``batch_size`` (the learning rates through ``agent.set_learning_rate``), ``update_freq``
-as the trainer's, every other knob through ``agent.set_hyperparameter``. The values of the round
+as the trainer's, every other knob through ``agent.set_hyperparameter``. The replay's sampling
+window (``window_size``) is proposed from the window in effect (at most the stored items), and a
+proposal that reaches every stored item opens it to its bound, so new data keep joining it. The values of the round
 join each update's metrics (``adaptive/<name>``, which logging callbacks listed after it see),
 are drawn by ``plot_series()`` and travel in run checkpoints (``state_dict``; a resumed run sets
 them again when it starts).
@@ -99,7 +101,10 @@ class Adaptive:
         missing = [n for n in self.knobs if n != "update_freq" and n not in adjustable]
         if missing:
             raise ValueError(f"{type(agent).__name__} cannot adjust {missing} (it adjusts {sorted(adjustable)}; "
-                             f"tau needs soft target updates, alpha and beta prioritized replay)")
+                             f"tau needs soft target updates, alpha and beta prioritized replay, window_size "
+                             f"a replay with a sampling window)")
+        if "window_size" in self.knobs:
+            self._bound_window(agent)
         agent.noise_scale = self.estimator
         if self.values:  # a resumed run: set what the saved run had reached
             self._apply(dict(self.values))
@@ -121,6 +126,9 @@ class Adaptive:
                    "batch_size": float(batch)}
         if "update_freq" in self.knobs:
             current["update_freq"] = float(trainer.update_freq)
+        span = float(getattr(getattr(agent, "replay", None), "window_span", 0))
+        if "window_size" in self.knobs and span:
+            current["window_size"] = min(current["window_size"], span)  # the window in effect
         proposal = dict(current)
         if self.batch is not None and not math.isnan(b_simple):
             proposal["batch_size"] = float(self.batch.propose(batch, b_simple=b_simple,
@@ -128,6 +136,8 @@ class Adaptive:
         for name, rule in self.knobs.items():
             proposal[name] = rule.propose(current[name], noise=noise, target_noise=self.target_noise, ess=ess,
                                           target_ess=self.target_ess)
+        if "window_size" in self.knobs and proposal["window_size"] >= span:  # every stored item: open it
+            proposal["window_size"] = self.knobs["window_size"].params["max"]
         self._apply(proposal)
         self.last = {"b_simple": b_simple, "noise": math.nan if noise is None else noise,
                      "ess": math.nan if ess is None else ess, **self.values}
@@ -155,8 +165,20 @@ class Adaptive:
     def _ess(self, agent: Any) -> float | None:
         replay = getattr(agent, "replay", None)
         if replay is not None and callable(getattr(replay, "effective_sample_size", None)) and len(replay):
-            return float(replay.effective_sample_size()) / len(replay)
+            count = replay.window_count() if callable(getattr(replay, "window_count", None)) else len(replay)
+            return float(replay.effective_sample_size()) / max(1, count)
         return self._per_ess
+
+    def _bound_window(self, agent: Any) -> None:
+        """The window rule's bounds within the replay's capacity; a uniform replay (no ESS to follow) is refused."""
+        replay = agent.replay
+        if not callable(getattr(replay, "effective_sample_size", None)):
+            raise ValueError(f"window_size follows prioritized replay's effective sample size, and "
+                             f"{type(agent).__name__}'s replay ({type(replay).__name__}) samples uniformly: "
+                             f"use prioritized replay (PR=True) or set the window with set_hyperparameter")
+        params = self.knobs["window_size"].params
+        params["max"] = min(params["max"], float(replay.capacity))
+        params["min"] = min(params["min"], params["max"])
 
     def _apply(self, values: Mapping[str, float]) -> None:
         trainer, agent = self._trainer, self.agent

@@ -75,6 +75,12 @@ KNOBS: dict[str, Knob] = {
     "update_freq": Knob("noise", +1, "log", {"min": 1, "max": 10_000, "align": 1},
                         "noise above target: a gradient step buys little on the current data, so collect more "
                         "env steps between update rounds; below: update more often"),
+    "window_size": Knob("ess", +1, "log", {"min": 1024, "max": math.inf, "align": 1},
+                        "ESS below target: sample only the newest items; the oldest, whose priorities fell "
+                        "well below the new items' (their TD errors were learnt, and data from old policies "
+                        "are what prioritization already ignores), leave the sampled set, and dropping items "
+                        "of less than about half the average probability raises the ESS fraction; above: "
+                        "widen the window (bounded by the replay's capacity)"),
 }
 
 
