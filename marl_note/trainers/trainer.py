@@ -319,7 +319,7 @@ class DecentralizedTrainer:
         events = EpisodeEvents(callback_list, self, run.episodes, lambda returns: self._metric(returns[None], learn))
         seed = self.seed if resume_from is None else _resume_seed(self.seed, run)
         if isinstance(session, PoolRunLoop):  # the train envs live in actor processes (trainers/pool/)
-            session.start(self.pool_options, seed, events if any(events.hooks().values()) else None)
+            session.start(self.pool_options, seed, events if any(events.hooks().values()) else None, matchmaker)
             learners = session.learners
         else:
             session.collector = Collector(self._train_venv, self.spec, seats, explore=explore, learn=learn,

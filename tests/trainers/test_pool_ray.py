@@ -93,6 +93,12 @@ def test_without_ray_the_error_says_how_to_install_it(monkeypatch):
         import_ray()
 
 
+def test_ray_actors_play_the_opponent_pool(local_ray):
+    from tests.trainers.pool_selfplay import check_league_run, league_run
+
+    check_league_run(*league_run({"backend": "ray"}))
+
+
 def test_shutdown_leaves_no_process_behind(local_ray):
     ray.shutdown()
     deadline = time.monotonic() + 15

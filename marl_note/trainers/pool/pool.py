@@ -26,6 +26,7 @@ from marl_note.replay.buffer import transition_specs
 from marl_note.replay.shared import SharedRing
 from marl_note.trainers.pool.actor import ActorConfig, actor_main
 from marl_note.trainers.pool.board import WeightBoard
+from marl_note.trainers.pool.league import LeaguePublisher
 from marl_note.trainers.pool.options import PoolOptions
 from marl_note.trainers.pool.shell import acting_shell, acting_state, shell_refusal
 from marl_note.types import Transitions
@@ -131,7 +132,8 @@ class ActorPlan:
     def shard_specs(self, k: int) -> dict[str, tuple[tuple[int, ...], Any]]:
         return shard_specs(self.spec, self.learner_seat[k])
 
-    def configs(self, boards: list[Any], rings: list[list[Any]]) -> list[ActorConfig]:
+    def configs(self, boards: list[Any], rings: list[list[Any]], league: LeaguePublisher | None = None
+                ) -> list[ActorConfig]:
         """One config per actor; the train envs are split over the actors as evenly as possible."""
         t, opts = self.trainer, self.options
         shells = [acting_shell(a) for a in self.learners]
@@ -140,7 +142,9 @@ class ActorPlan:
         return [ActorConfig(index=i, env_fn=t.env_fn, num_envs=len(envs), env_offset=int(envs[0]), spec=self.spec,
                             seats=self.seat_refs, shells=shells, explore=self.explore, learn=self.learn,
                             boards=boards, rings=rings, options=opts, round_steps=round_steps, seed=self.seed,
-                            check_finite=t.check_finite) for i, envs in enumerate(splits)]
+                            check_finite=t.check_finite,
+                            league=None if league is None else league.config(self.spec.num_agents))
+                for i, envs in enumerate(splits)]
 
 
 def columns_to_transitions(parts: list[dict[str, np.ndarray]], reorder: bool) -> Transitions:
@@ -157,12 +161,32 @@ def columns_to_transitions(parts: list[dict[str, np.ndarray]], reorder: bool) ->
 class Feeding:
     """What both pool backends share: draining what the actors sent into the learners, and the lag.
 
-    A backend sets ``learners`` and ``versions`` (``[actor, learner]`` weight versions the actors
-    last acted with) and implements ``drain() -> [Transitions | None per learner]``.
+    A backend sets ``learners``, ``versions`` (``[actor, learner]`` weight versions the actors
+    last acted with), ``league`` (a :class:`LeaguePublisher` or None) and ``league_versions`` (per
+    actor, the league version it last acted with), and implements ``drain() -> [Transitions | None
+    per learner]`` and ``put_league(arrays, version)``.
     """
 
     learners: list[Any]
     versions: np.ndarray
+    league: LeaguePublisher | None = None
+    league_versions: np.ndarray
+
+    def put_league(self, arrays: dict[str, np.ndarray], version: int) -> None:
+        raise NotImplementedError
+
+    def publish_league(self) -> None:
+        """Publish the opponent pool's snapshots and draw probabilities if they moved (self-play runs)."""
+        if self.league is not None:
+            arrays = self.league.changed()
+            if arrays is not None:
+                self.put_league(arrays, self.league.version)
+
+    def heard(self, report: tuple) -> None:
+        """Note what a round report says about the weights and the league its actor acted with."""
+        self.versions[report[1]] = report[6]
+        self.league_versions[report[1]] = report[9]
+        self.frameworks.update(report[7])
 
     def drain(self) -> list[Transitions | None]:
         raise NotImplementedError
@@ -189,9 +213,11 @@ class Pool(Feeding):
     """
 
     def __init__(self, trainer: Any, seats: list[Any], learners: list[Any], explore: list[bool],
-                 learn: list[bool], options: PoolOptions, seed: int | None):
+                 learn: list[bool], options: PoolOptions, seed: int | None, matchmaker: Any = None):
         check_pool(trainer, learners, options)
         self.options, self.learners, self.spec = options, learners, trainer.spec
+        self.league = None if matchmaker is None else LeaguePublisher(matchmaker, learners)
+        self.league_versions = np.full(options.actors, -1, np.int64)
         ctx = start_context(None)  # forkserver where there is one: no re-import of the user's __main__
         _preload_actor(ctx)
         self.results = ctx.Queue()
@@ -209,12 +235,15 @@ class Pool(Feeding):
             self.boards = [self._own(WeightBoard.create(acting_state(a))) for a in learners]
             for k in range(len(learners)):
                 self.publish(k)
+            if self.league is not None:
+                self.boards.append(self._own(WeightBoard.create(self.league.state())))
+                self.publish_league()
             plan = ActorPlan(trainer, seats, learners, explore, learn, options, seed)
             self.rings = [[self._own(SharedRing.create(plan.shard_specs(k), options.shard_capacity))
                            for k in range(len(learners))] for _ in range(options.actors)]
             self.locks = [[ctx.Lock() for _ in learners] for _ in range(options.actors)] if options.random else None
             for config in plan.configs(boards=[b.handle for b in self.boards],
-                                       rings=[[r.handle for r in row] for row in self.rings]):
+                                       rings=[[r.handle for r in row] for row in self.rings], league=self.league):
                 i = config.index
                 args = (cloudpickle.dumps(config), self.results, self.stop, self.locks, self.credits)
                 proc = ctx.Process(target=actor_main, args=args, daemon=True, name=f"marl_note-actor-{i}")
@@ -235,6 +264,9 @@ class Pool(Feeding):
         agent = self.learners[k]
         self.boards[k].publish(acting_state(agent), version=int(agent.updates))
         self.published[k] = int(agent.updates)
+
+    def put_league(self, arrays: dict[str, np.ndarray], version: int) -> None:
+        self.boards[-1].publish(arrays, version)
 
     def wait_rounds(self, env_steps: int) -> list[tuple]:
         """Round reports until they sum to ``env_steps`` env steps (at least one report, and one from
@@ -258,9 +290,8 @@ class Pool(Feeding):
             got.append(msg)
             self.reported.add(msg[1])
             self.credits[msg[1]] += 1
-            self.frameworks.update(msg[7])
+            self.heard(msg)
             total += msg[2]
-            self.versions[msg[1]] = msg[6]
             deadline = time.monotonic() + self.options.actor_timeout
         return got
 
