@@ -37,6 +37,7 @@ import cloudpickle
 import numpy as np
 
 from marl_note.trainers.pool.actor import ActorConfig, RoundRunner, transition_columns_of
+from marl_note.trainers.pool.league import LeaguePublisher
 from marl_note.trainers.pool.options import PoolOptions
 from marl_note.trainers.pool.pool import (
     ROUNDS_AHEAD,
@@ -46,7 +47,6 @@ from marl_note.trainers.pool.pool import (
     check_pool,
     columns_to_transitions,
 )
-from marl_note.trainers.pool.league import LeaguePublisher
 from marl_note.trainers.pool.shell import acting_state
 from marl_note.types import Transitions
 
