@@ -99,10 +99,14 @@ class PoolRunLoop(RunLoop):
         for index, learner in enumerate(pool.learners):
             self.callbacks.fire("on_batch_begin", self.trainer, self.batches,
                                 {"learner": index, "episodes": self.run.episodes, "env_steps": self.run.env_steps})
+            before = pool.lag(index)  # synchronous: the lag of the data this update learns from
             metrics = dict(learner.update(self.trainer.batch_size) or {})
-            if learner.updates - pool.published[index] >= pool.options.sync_every:
+            if pool.synchronous:  # every weight change reaches the next round
+                if learner.updates != pool.published[index]:
+                    pool.publish(index)
+            elif learner.updates - pool.published[index] >= pool.options.sync_every:
                 pool.publish(index)
-            lag = pool.lag(index)
+            lag = before if pool.synchronous else pool.lag(index)
             metrics["policy_lag"] = lag
             self.lag_sum, self.lag_count = self.lag_sum + lag, self.lag_count + 1
             recorder.update(index, self.run.episodes, metrics, self.trainer.batch_size)
@@ -112,6 +116,7 @@ class PoolRunLoop(RunLoop):
             self.callbacks.fire("on_batch_end", self.trainer, self.batches, metrics)
             self.callbacks.fire("on_update_end", self.trainer, metrics, self.run.episodes)
             self.batches += 1
+        pool.release()
         return steps
 
     def pool_stats(self) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from marl_note.trainers.pool.actor import ActorConfig, actor_main
 from marl_note.trainers.pool.board import WeightBoard
 from marl_note.trainers.pool.league import LeaguePublisher
 from marl_note.trainers.pool.options import PoolOptions
-from marl_note.trainers.pool.shell import acting_shell, acting_state, shell_refusal
+from marl_note.trainers.pool.shell import acting_shell, acting_state, on_policy, shell_refusal
 from marl_note.types import Transitions
 
 __all__ = ["Pool", "ActorError", "ActorPlan", "check_pool", "columns_to_transitions"]
@@ -59,7 +59,7 @@ def shard_specs(spec: Any, seat: str) -> dict[str, tuple[tuple[int, ...], Any]]:
 
 
 _ACTOR_MODULES = ["marl_note.trainers.pool.actor", "marl_note.trainers.collector", "marl_note.agents.dqn",
-                  "marl_note.agents.ddpg", "marl_note.agents.sac"]  # numpy only
+                  "marl_note.agents.ddpg", "marl_note.agents.sac", "marl_note.agents.ppo"]  # numpy only
 
 
 def _preload_actor(ctx: Any) -> None:
@@ -171,6 +171,21 @@ class Feeding:
     versions: np.ndarray
     league: LeaguePublisher | None = None
     league_versions: np.ndarray
+    frameworks: set[str]
+    options: PoolOptions
+    synchronous: bool = False  # an on-policy learner (PPO): one round per actor per update, lag 0
+
+    def more_rounds(self, got: list[tuple], env_steps: int, reported: set[int]) -> bool:
+        """Whether a chunk needs more round reports than ``got``: synchronous, one from every actor;
+        else until they sum to ``env_steps`` env steps (at least one, and one from every actor before
+        the first chunk ends)."""
+        if self.synchronous:
+            return len(got) < self.options.actors
+        return sum(r[2] for r in got) < env_steps or not got or len(reported) < self.options.actors
+
+    def release(self) -> None:
+        """Synchronous mode: let every actor collect its next round (after the learners published)."""
+        raise NotImplementedError
 
     def put_league(self, arrays: dict[str, np.ndarray], version: int) -> None:
         raise NotImplementedError
@@ -218,10 +233,12 @@ class Pool(Feeding):
         self.options, self.learners, self.spec = options, learners, trainer.spec
         self.league = None if matchmaker is None else LeaguePublisher(matchmaker, learners)
         self.league_versions = np.full(options.actors, -1, np.int64)
+        self.synchronous = any(on_policy(a) for a in learners)
         ctx = start_context(None)  # forkserver where there is one: no re-import of the user's __main__
         _preload_actor(ctx)
         self.results = ctx.Queue()
-        self.credits = ctx.RawArray("q", [ROUNDS_AHEAD] * options.actors)  # rounds each actor may start
+        ahead = 1 if self.synchronous else ROUNDS_AHEAD
+        self.credits = ctx.RawArray("q", [ahead] * options.actors)  # rounds each actor may start
         self.stop = ctx.Event()
         self.procs: list[Any] = []
         self._shms: list[Any] = []
@@ -273,9 +290,8 @@ class Pool(Feeding):
         every actor before the first chunk ends); bounded by
         ``actor_timeout`` without a report. An actor's error or death raises :class:`ActorError`."""
         got: list[tuple] = []
-        total = 0
         deadline = time.monotonic() + self.options.actor_timeout
-        while total < env_steps or not got or len(self.reported) < len(self.procs):  # the first chunk hears all
+        while self.more_rounds(got, env_steps, self.reported):
             try:
                 msg = self.results.get(timeout=0.05)
             except queue.Empty:
@@ -289,11 +305,16 @@ class Pool(Feeding):
                 raise ActorError(f"actor {msg[1]} failed:\n{msg[2]}")
             got.append(msg)
             self.reported.add(msg[1])
-            self.credits[msg[1]] += 1
+            if not self.synchronous:
+                self.credits[msg[1]] += 1
             self.heard(msg)
-            total += msg[2]
             deadline = time.monotonic() + self.options.actor_timeout
         return got
+
+    def release(self) -> None:
+        if self.synchronous:
+            for i in range(self.options.actors):
+                self.credits[i] += 1
 
     def _check_alive(self) -> None:
         for i, p in enumerate(self.procs):

@@ -47,7 +47,7 @@ from marl_note.trainers.pool.pool import (
     check_pool,
     columns_to_transitions,
 )
-from marl_note.trainers.pool.shell import acting_state
+from marl_note.trainers.pool.shell import acting_state, on_policy
 from marl_note.types import Transitions
 
 __all__ = ["RayPool", "import_ray"]
@@ -129,6 +129,7 @@ class RayPool(Feeding):
     def __init__(self, trainer: Any, seats: list[Any], learners: list[Any], explore: list[bool],
                  learn: list[bool], options: PoolOptions, seed: int | None, matchmaker: Any = None):
         check_pool(trainer, learners, options)
+        self.synchronous = any(on_policy(a) for a in learners)
         self.league = None if matchmaker is None else LeaguePublisher(matchmaker, learners)
         self.league_versions = np.full(options.actors, -1, np.int64)
         self._league_ref: list[tuple[int, list[Any]]] = []
@@ -157,7 +158,7 @@ class RayPool(Feeding):
                 self.procs.append(remote.remote(cloudpickle.dumps(config), self._published()))
             self._wait_started()
             for i in range(options.actors):
-                for _ in range(ROUNDS_AHEAD):
+                for _ in range(1 if self.synchronous else ROUNDS_AHEAD):
                     self._submit(i)
         except BaseException:
             self.close()
@@ -200,9 +201,8 @@ class RayPool(Feeding):
         before the first chunk ends); bounded by ``actor_timeout`` without a report; an actor's error
         raises :class:`ActorError` with its traceback."""
         got: list[tuple] = []
-        total = 0
         deadline = time.monotonic() + self.options.actor_timeout
-        while total < env_steps or not got or len(self.reported) < len(self.procs):
+        while self.more_rounds(got, env_steps, self.reported):
             heads = {q[0]: i for i, q in enumerate(self._inflight) if q}
             ready, _ = self.ray.wait(list(heads), num_returns=1, timeout=0.05)
             if not ready:
@@ -219,16 +219,21 @@ class RayPool(Feeding):
                 raise ActorError(f"actor {i} failed:\n{exc}") from None  # it died, or could not start
             if report[0] == "error":
                 raise ActorError(f"actor {report[1]} failed:\n{report[2]}")
-            self._submit(i)
+            if not self.synchronous:
+                self._submit(i)
             for k, parts in enumerate(columns):
                 self._pending[k].extend(parts)
                 self.rows_per_actor[i] += sum(len(p["rew"]) for p in parts)
             got.append(report)
             self.reported.add(i)
             self.heard(report)
-            total += report[2]
             deadline = time.monotonic() + self.options.actor_timeout
         return got
+
+    def release(self) -> None:
+        if self.synchronous:
+            for i in range(len(self.procs)):
+                self._submit(i)
 
     def drain(self) -> list[Transitions | None]:
         """Per learner: the transitions of the rounds received since the last drain (or None)."""

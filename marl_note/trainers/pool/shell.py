@@ -28,10 +28,17 @@ import numpy as np
 
 from marl_note.agents.core import AgentCore
 
-__all__ = ["acting_shell", "acting_state", "load_acting_state", "shell_refusal"]
+__all__ = ["acting_shell", "acting_state", "load_acting_state", "on_policy", "shell_refusal"]
 
 _FRAMEWORK_MODULES = ("marl_note.agents.torch", "marl_note.agents.tf")
-_DROPPED = ("nets", "replay", "_feed", "noise_scale")
+_DROPPED = ("nets", "replay", "_feed", "noise_scale", "rollout")
+
+
+def on_policy(agent: Any) -> bool:
+    """Whether ``agent`` learns only from data collected with its current weights (PPO)."""
+    from marl_note.agents.ppo import PPOCore
+
+    return isinstance(agent, PPOCore)
 
 
 class _PublishedNets:
@@ -78,8 +85,8 @@ def shell_refusal(agent: Any) -> str | None:
     feed = getattr(agent, "_feed", None)
     if feed is not None and getattr(feed, "goal", False):
         return f"{name} has goal-dict observations (HER/goal envs), which the pool trainer does not support yet"
-    if feed is None:
-        return f"{name} is not an off-policy replay agent; the pool trainer trains DQN, DDPG and SAC"
+    if feed is None and not on_policy(agent):
+        return f"{name} is neither a replay agent nor PPO; the pool trainer trains DQN, DDPG, SAC and PPO"
     return None
 
 
@@ -94,11 +101,12 @@ def acting_shell(agent: AgentCore) -> Any:
     shell.__dict__.update({k: v for k, v in agent.__dict__.items() if k not in _DROPPED})
     shell.__dict__["_numpy_policy"] = copy.deepcopy(agent.numpy_policy())
     shell.nets = _PublishedNets()
-    size = _Size()
-    feed = copy.copy(agent.__dict__["_feed"])
-    feed.replay, feed.nstep, feed.augment = size, None, None
-    shell.__dict__["_feed"] = feed
-    shell.__dict__["replay"] = size
+    if "_feed" in agent.__dict__:  # a replay agent: exploration schedules may read the replay's size
+        size = _Size()
+        feed = copy.copy(agent.__dict__["_feed"])
+        feed.replay, feed.nstep, feed.augment = size, None, None
+        shell.__dict__["_feed"] = feed
+        shell.__dict__["replay"] = size
     shell.rng = np.random.default_rng(agent.rng.integers(0, 2**63 - 1))
     return shell
 
@@ -121,7 +129,8 @@ def load_acting_state(shell: Any, state: dict[str, np.ndarray], version: int) ->
     shell.nets.version = int(version)
     shell._numpy_policy.load({k[2:]: v for k, v in state.items() if k.startswith("w.")}, int(version))
     shell.agent_steps = int(state["agent_steps"])
-    shell._feed.replay.size = int(state["replay_size"])
+    if "_feed" in shell.__dict__:
+        shell._feed.replay.size = int(state["replay_size"])
     explorer: Any = getattr(shell, "policy", None)
     keys = {k[len("policy."):]: v for k, v in state.items() if k.startswith("policy.")}
     if keys and hasattr(explorer, "load_state_dict"):
