@@ -1,5 +1,5 @@
 """PPO through the pool: the synchronous variant (one round per actor with the current weights, then
-the learner updates and republishes), and an RL subclass acting in its framework inside the actors."""
+the learner updates and republishes)."""
 import multiprocessing
 import os
 
@@ -15,11 +15,11 @@ from marl_note.agents.torch import PPO  # noqa: E402
 pytestmark = pytest.mark.timeout(180)
 
 
-def ppo_chunks(actors, chunks=6):
+def ppo_chunks(actors, chunks=6, pool=None):
     """``chunks`` collection chunks of PPO on CartPole; per chunk, the rollout the update starts from."""
     trainer = DecentralizedTrainer("CartPole-v1", num_train_envs=4, num_test_envs=1, update_freq=64,
                                    episodes_per_train=10_000, test_freq=10_000, episodes_per_test=1, batch_size=64,
-                                   seed=0, actors=actors)
+                                   seed=0, actors=actors, pool=pool)
     agent = PPO(trainer.observation_space("agent_0"), trainer.action_space("agent_0"), hidden_sizes=(16,),
                 n_steps=128, n_epochs=2, seed=0)
     seen = []
