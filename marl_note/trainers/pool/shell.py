@@ -105,7 +105,9 @@ def acting_shell(agent: AgentCore) -> Any:
     if reason is not None:
         raise TypeError(reason)
     framework = in_framework(agent)
-    shell: Any = object.__new__(type(agent) if framework else _core_class(agent))
+    cls = type(agent) if framework else _core_class(agent)
+    assert cls is not None
+    shell: Any = object.__new__(cls)
     shell.__dict__.update({k: v for k, v in agent.__dict__.items() if k not in _DROPPED and k != "batch"})
     if framework:  # its networks travel with it; acting_state sends their weights
         shell.nets = agent.nets
