@@ -28,7 +28,7 @@ def league_run(pool_options=None):
                                    pool=pool_options)
     agent = DQN(trainer.observation_space("player_1"), trainer.action_space("player_1"), hidden_sizes=(16,),
                 learning_starts=32, seed=0)
-    league = OpponentPool(agent, trainer.spec, snapshot_every=8, sampling="prioritized", self_play_fraction=0.25,
+    league = OpponentPool(agent, trainer.spec, snapshot_every=4, sampling="prioritized", self_play_fraction=0.25,
                           eval_episodes=2, seed=0)
     spy = Spy(league)
     stats = trainer.train([agent, agent], learning_mask=[1, 1], plot=False, progress=False, matchmaker=league,
