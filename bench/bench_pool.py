@@ -3,10 +3,16 @@
     python bench/bench_pool.py [--target-cartpole 195] [--target-ttt 0.6] [--max-episodes 3000]
                                [--actors 2] [--seed 0] [--tiny] [--no-ray] [--ray-address ADDR]
 
-(a) CartPole-v1 DQN and (b) tic-tac-toe self-play DQN (tested against a random player): each is
-trained with the same seed, agent and budget by the synchronous trainer and by the pool trainer
-(``actors``), and stopped when its periodic test reaches the target (``stop_fn``); reported are
-the wall-clock seconds, episodes and the last test metric of each, and the speed-up. Then the env
+(a) CartPole-v1 DQN and (b) tic-tac-toe self-play DQN with an opponent pool (``OpponentPool``:
+half the games against itself, the rest against its frozen snapshots, a new one every 200 games,
+drawn by prioritized fictitious self-play; in pool mode the actors run this matchmaker on the
+published snapshots): each is trained with the same seed, agent and budget by the synchronous
+trainer and by the pool trainer (``actors``), and stopped when its periodic test reaches the target
+(``stop_fn``; tic-tac-toe: the mean return of greedy games against a random legal-move player in
+each seat, win 1, draw 0, loss -1). Reported are the wall-clock seconds, episodes and the last test
+metric of each, and the speed-up; for tic-tac-toe also the final quality of both learners: the
+library's ``strength`` (win + draw/2 over 100 greedy games per seat) against a random and a
+win-or-block player (which wins when it can and blocks an immediate loss). Then the env
 steps per second of the pool with 1 and with 2 actors on CartPole (a DQN learner that does not
 learn: ``learning_starts`` beyond the run, so the numbers measure collection through the pool),
 for actor processes and for Ray actors (``pool={"backend": "ray"}``; Ray is started once, locally
@@ -22,35 +28,54 @@ import warnings
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 from pettingzoo.classic import tictactoe_v3  # noqa: E402
 
+from marl_note.agents import RandomAgent, WinOrBlockPlayer  # noqa: E402
 from marl_note.agents.torch import DQN  # noqa: E402
-from marl_note.trainers import DecentralizedTrainer  # noqa: E402
+from marl_note.trainers import DecentralizedTrainer, OpponentPool, strength  # noqa: E402
 
 
-def run(env, seats, target, episodes, actors, seed, pool=None, **settings):
-    """Train to ``target``; returns (seconds, episodes, last test metric, env steps)."""
+def run(env, seats, target, episodes, actors, seed, pool=None, quality=None, **settings):
+    """Train to ``target``; returns (seconds, episodes, last test metric, env steps, quality).
+
+    ``seats(trainer) -> (agents, train keyword arguments)``; ``quality(trainer, agent)``, measured
+    after the clock stops, is what the run's final quality is reported as (None: not measured)."""
     trainer = DecentralizedTrainer(env, episodes_per_train=episodes, seed=seed, actors=actors, pool=pool,
                                    stop_fn=lambda metric, _: metric >= target, **settings)
-    agents = seats(trainer)
+    agents, extra = seats(trainer)
     t0 = time.perf_counter()
     try:
-        stats = trainer.train(agents, learning_mask=[1] * len(agents), plot=False, progress=False)
+        stats = trainer.train(agents, learning_mask=[1] * len(agents), plot=False, progress=False, **extra)
+        seconds = time.perf_counter() - t0
+        measured = None if quality is None else quality(trainer, agents[0])
     finally:
         trainer.close()
-    seconds = time.perf_counter() - t0
-    return seconds, stats["num_collected_episodes"], trainer.history[-1][1], stats["num_collected_steps"]
+    return seconds, stats["num_collected_episodes"], trainer.history[-1][1], stats["num_collected_steps"], measured
 
 
 def cartpole_seats(hidden, learning_starts):
     def seats(trainer):
         return [DQN(trainer.observation_space("agent_0"), trainer.action_space("agent_0"), hidden_sizes=hidden,
-                    learning_starts=learning_starts, target_update=200, seed=0)]
+                    learning_starts=learning_starts, target_update=200, seed=0)], {}
     return seats
 
 
-def ttt_seats(trainer):
-    agent = DQN(trainer.observation_space("player_1"), trainer.action_space("player_1"), hidden_sizes=(64, 64),
-                learning_starts=200, target_update=200, seed=0)
-    return [agent, agent]
+def ttt_seats(snapshot_every):
+    def seats(trainer):
+        agent = DQN(trainer.observation_space("player_1"), trainer.action_space("player_1"), hidden_sizes=(64, 64),
+                    learning_starts=200, target_update=200, seed=0)
+        league = OpponentPool(agent, trainer.spec, snapshot_every=snapshot_every, sampling="prioritized",
+                              self_play_fraction=0.5, eval_episodes=10, seed=0)
+        return [agent, agent], {"matchmaker": league, "callbacks": [league]}
+    return seats
+
+
+def ttt_quality(games):
+    def quality(trainer, agent):
+        space = trainer.action_space("player_1")
+        table = strength(trainer, agent, {"random": RandomAgent(space, seed=101),
+                                          "win-or-block": WinOrBlockPlayer("tictactoe", seed=102)}, games)
+        return "  ".join(f"{name} {seat[-1]}: {row['score']:.2f}" for name, seats in table.items()
+                         for seat, row in seats.items())
+    return quality
 
 
 def main() -> None:
@@ -67,15 +92,18 @@ def main() -> None:
     episodes = 20 if args.tiny else args.max_episodes
     common = dict(num_train_envs=4, num_test_envs=4, update_freq=64, test_freq=10 if args.tiny else 50,
                   episodes_per_test=4 if args.tiny else 10)
-    cases = [("CartPole-v1 DQN", "CartPole-v1", cartpole_seats((64, 64), 500), args.target_cartpole),
-             ("tic-tac-toe self-play DQN", tictactoe_v3.env, ttt_seats, args.target_ttt)]
-    for name, env, seats, target in cases:
+    cases = [("CartPole-v1 DQN", "CartPole-v1", cartpole_seats((64, 64), 500), args.target_cartpole, None),
+             ("tic-tac-toe self-play DQN", tictactoe_v3.env, ttt_seats(10 if args.tiny else 200), args.target_ttt,
+              ttt_quality(4 if args.tiny else 100))]
+    for name, env, seats, target, quality in cases:
         rows = {}
         for label, actors in (("synchronous", None), (f"pool, {args.actors} actors", args.actors)):
-            rows[label] = run(env, seats, target, episodes, actors, args.seed, **common)
-            s, n, metric, steps = rows[label]
+            rows[label] = run(env, seats, target, episodes, actors, args.seed, quality=quality, **common)
+            s, n, metric, steps, measured = rows[label]
             print(f"{name:28s} {label:18s} {s:8.1f} s  {n:6d} episodes  {steps:8d} env steps  "
                   f"last test {metric:8.3f}  (target {target})", flush=True)
+            if measured is not None:
+                print(f"{name:28s} {label:18s} final strength (win + draw/2 per seat): {measured}", flush=True)
         sync, pool = rows["synchronous"][0], rows[f"pool, {args.actors} actors"][0]
         print(f"{name:28s} speed-up to the target: {sync / pool:.2f}x", flush=True)
     steps_budget = 30 if args.tiny else 400
@@ -86,7 +114,7 @@ def main() -> None:
             ray.init(address=args.ray_address, include_dashboard=False, log_to_driver=False)
         try:
             for actors in (1, 2):
-                s, n, _, steps = run("CartPole-v1", cartpole_seats((64, 64), 10**9), float("inf"), steps_budget,
+                s, n, _, steps, _ = run("CartPole-v1", cartpole_seats((64, 64), 10**9), float("inf"), steps_budget,
                                      actors, args.seed, pool, **{**common, "test_freq": 10**6, "episodes_per_test": 1})
                 print(f"CartPole collection through the pool ({backend}), {actors} actor(s): {steps / s:9.0f} env "
                       f"steps/s ({steps} steps, {n} episodes, {s:.1f} s incl. actor start-up)", flush=True)

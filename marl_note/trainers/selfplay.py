@@ -271,6 +271,41 @@ class OpponentPool:
             return names[int(self.rng.integers(len(names)))]
         return names[int(self.rng.choice(len(names), p=self.weights(names)))]
 
+    def draw_table(self) -> dict[str, float]:
+        """The probability of each opponent in the next training game, as :meth:`sample_opponent` draws
+        them (the learner's own name: a self-play game); what the pool trainer's actors draw from.
+
+        Example:
+            >>> from pettingzoo.classic import tictactoe_v3
+            >>> from marl_note.agents import RandomAgent
+            >>> from marl_note.trainers import DecentralizedTrainer
+            >>> trainer = DecentralizedTrainer(tictactoe_v3.env, num_train_envs=1, num_test_envs=1)
+            >>> space = trainer.action_space("player_1")
+            >>> pool = OpponentPool(RandomAgent(space), trainer.spec, self_play_fraction=0.5)
+            >>> for name in ("a", "b"):
+            ...     _ = pool.add(RandomAgent(space), name=name)
+            >>> pool.draw_table()
+            {'learner': 0.5, 'a': 0.25, 'b': 0.25}
+        """
+        names = self.names
+        if not names and self.self_play_fraction < 1.0:
+            raise RuntimeError("the opponent pool is empty: add an opponent or a snapshot first")
+        out: dict[str, float] = {}
+        if self.self_play_fraction > 0:
+            out[self.learner_name] = self.self_play_fraction
+        rest = 1.0 - self.self_play_fraction
+        groups = [(names, rest)]
+        if self.fixed_fraction is not None:
+            fixed = [n for n in names if n in self.fixed]
+            snaps = [n for n in names if n not in self.fixed]
+            share = min(self.fixed_fraction, rest)
+            groups = [(fixed, share), (snaps, rest - share)] if fixed and snaps else [(fixed or snaps, rest)]
+        for group, share in groups:
+            if share > 0 and group:
+                for name, p in zip(group, self.weights(group)):
+                    out[name] = out.get(name, 0.0) + share * float(p)
+        return out
+
     def __call__(self, env_index: int) -> tuple[list[Any], list[bool], list[bool], tuple[str, int]]:
         """Matchmaker: the seating of one env's next episode, tagged ``(opponent, learner seat)``."""
         if not self.opponents:

@@ -79,10 +79,13 @@ class DecentralizedTrainer:
     on rank 0 alone, and rank 0's decision to stop (budget, ``stop_fn``, ``stop_training``) is
     every rank's, after each chunk.
 
-    ``actors=N`` trains off-policy built-in agents (DQN, DDPG, SAC) with N actor processes that
-    own the train envs, act with numpy copies of the learning policies (republished every
-    ``sync_every`` gradient steps) and write into shared-memory shards while this process trains
-    on what they collected; ``pool`` takes the shard options (``window_size``, ``clearing_freq``
+    ``actors=N`` trains off-policy agents (DQN, DDPG, SAC, user ``RL`` subclasses) with N actor
+    processes that own the train envs, act with numpy copies of the learning policies
+    (republished every ``sync_every`` gradient steps; in the framework for agents without one) and
+    write into shared-memory shards while this process trains on what they collected; PPO runs
+    synchronously (one round per actor with the current weights, then the update); an
+    :class:`~marl_note.trainers.selfplay.OpponentPool` matchmaker runs in the actors on its
+    published snapshots. ``pool`` takes the shard options (``window_size``, ``clearing_freq``
     with ``window_size_``, ``random``, ``num_store``, ``shard_capacity``, ``actor_timeout``; see
     :mod:`marl_note.trainers.pool`). An actor's error is raised here with its traceback.
 
@@ -319,7 +322,7 @@ class DecentralizedTrainer:
         events = EpisodeEvents(callback_list, self, run.episodes, lambda returns: self._metric(returns[None], learn))
         seed = self.seed if resume_from is None else _resume_seed(self.seed, run)
         if isinstance(session, PoolRunLoop):  # the train envs live in actor processes (trainers/pool/)
-            session.start(self.pool_options, seed, events if any(events.hooks().values()) else None)
+            session.start(self.pool_options, seed, events if any(events.hooks().values()) else None, matchmaker)
             learners = session.learners
         else:
             session.collector = Collector(self._train_venv, self.spec, seats, explore=explore, learn=learn,

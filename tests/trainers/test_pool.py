@@ -98,14 +98,6 @@ def test_refused_settings(kwargs, error, match, no_leftovers):
         trainer.train([dqn(trainer)], learning_mask=[1], plot=False, progress=False)
 
 
-def test_agents_without_a_numpy_copy_are_refused_before_any_process_starts(no_leftovers):
-    trainer = cartpole_trainer()
-    with pytest.raises(TypeError, match="numpy_acting=False"):
-        trainer.train([dqn(trainer, numpy_acting=False)], learning_mask=[1], plot=False, progress=False)
-    with pytest.raises(ValueError, match="matchmaker is not supported"):
-        trainer.train([dqn(trainer)], learning_mask=[1], plot=False, progress=False, matchmaker=lambda i: None)
-
-
 def test_facade_maps_the_original_shard_options(no_leftovers):
     agent = DQN(gym.make("CartPole-v1").observation_space, gym.spaces.Discrete(2), hidden_sizes=(16,),
                 learning_starts=32, seed=0)

@@ -93,6 +93,21 @@ def test_without_ray_the_error_says_how_to_install_it(monkeypatch):
         import_ray()
 
 
+def test_ray_actors_play_the_opponent_pool(local_ray):
+    from tests.trainers.pool_selfplay import check_league_run, league_run
+
+    check_league_run(*league_run({"backend": "ray"}))
+
+
+def test_ray_actors_collect_ppo_rounds_synchronously(local_ray):
+    from tests.trainers.test_pool_ppo import ppo_chunks
+
+    trainer, agent, seen, stats = ppo_chunks(actors=2, chunks=4, pool={"backend": "ray"})
+    assert [rows for rows, *_ in seen] == [64, 128, 64, 128]  # as the in-process collector's (test_pool_ppo)
+    assert stats["pool"]["published_versions"] == [agent.updates] and agent.updates > 0
+    assert max(v for _, v in trainer.run_state.series["policy_lag"].values()) == 0
+
+
 def test_shutdown_leaves_no_process_behind(local_ray):
     ray.shutdown()
     deadline = time.monotonic() + 15

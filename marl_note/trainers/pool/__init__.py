@@ -7,7 +7,8 @@
 - :mod:`~marl_note.trainers.pool.board`: :class:`WeightBoard`, versioned arrays in shared memory;
 - :mod:`~marl_note.trainers.pool.actor`: the actor process (collector, shard writes, rounds);
 - :mod:`~marl_note.trainers.pool.pool`: :class:`Pool`, the learner's side (start, drain, publish, close);
-- :mod:`~marl_note.trainers.pool.loop`: :class:`PoolRunLoop`, the training loop over the pool.
+- :mod:`~marl_note.trainers.pool.loop`: :class:`PoolRunLoop`, the training loop over the pool;
+- :mod:`~marl_note.trainers.pool.league`: self-play, an ``OpponentPool`` matchmaker run by the actors.
 
 The shards themselves are :class:`~marl_note.replay.shared.SharedRing` s.
 """

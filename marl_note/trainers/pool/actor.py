@@ -50,6 +50,7 @@ class ActorConfig:
     round_steps: int
     seed: int | None
     check_finite: bool
+    league: Any = None  # a LeagueConfig when an OpponentPool matchmakes (its source: the last of the boards)
 
 
 def transition_columns_of(t: Transitions, stream_offset: int, order: int) -> dict[str, np.ndarray]:
@@ -171,10 +172,17 @@ class RoundRunner:
         seats = [self.learners[ref] if kind == "learner" else ref for kind, ref in config.seats]
         for seat in self.learners:
             seat.refresh()
+        self.league = None
+        if config.league is not None:  # self-play against the learner's published opponent pool
+            from marl_note.trainers.pool.league import ActorLeague
+
+            k = config.league.learner
+            self.league = ActorLeague(config.league, sources[len(config.shells)], self.learners[k],
+                                      config.shells[k], rng, turn=config.index)
         self.venv = SyncVectorEnv([config.env_fn] * config.num_envs)
         try:
             self.collector = Collector(self.venv, config.spec, seats, explore=config.explore, learn=config.learn,
-                                       check_finite=config.check_finite)
+                                       matchmaker=self.league, check_finite=config.check_finite)
             self.collector.reset(seed=None if config.seed is None else config.seed + config.env_offset)
         except BaseException:
             self.venv.close()
@@ -182,7 +190,7 @@ class RoundRunner:
 
     def round(self) -> tuple:
         """Collect one round; ``("round", actor, env_steps, agent_steps, returns, lengths, versions,
-        frameworks imported)``."""
+        frameworks imported, episode tags, league version)``."""
         opts = self.config.options
         if opts.num_store is not None:
             stats = self.collector.collect(n_episodes=opts.num_store)
@@ -192,7 +200,8 @@ class RoundRunner:
         return ("round", self.config.index, stats.env_steps, stats.agent_steps,
                 [r.tolist() for r in stats.returns], stats.lengths,
                 [seat.version for seat in self.learners],
-                sorted(m for m in ("torch", "tensorflow") if m in sys.modules))
+                sorted(m for m in ("torch", "tensorflow") if m in sys.modules), stats.tags,
+                -1 if self.league is None else self.league.version)
 
     def close(self) -> None:
         self.venv.close()

@@ -17,6 +17,7 @@ from typing import Any, cast
 import numpy as np
 
 from marl_note.trainers.collector import CollectStats
+from marl_note.trainers.pool.league import check_matchmaker
 from marl_note.trainers.pool.pool import Pool
 from marl_note.trainers.run_loop import RunLoop
 
@@ -24,10 +25,8 @@ __all__ = ["PoolRunLoop", "check_pool_run"]
 
 
 def check_pool_run(matchmaker: Any) -> None:
-    """Refuse, before any work, what the pool trainer does not support yet."""
-    if matchmaker is not None:
-        raise ValueError("a matchmaker is not supported with actors yet (self-play in pool mode); train the "
-                         "fixed seats with actors, or use actors=None")
+    """Refuse, before any work, what the pool trainer does not support: a matchmaker other than an OpponentPool."""
+    check_matchmaker(matchmaker)
 
 
 @dataclass
@@ -44,7 +43,7 @@ class PoolRunLoop(RunLoop):
         assert self.pool is not None
         return self.pool.learners
 
-    def start(self, options: Any, seed: int | None, events: Any) -> None:
+    def start(self, options: Any, seed: int | None, events: Any, matchmaker: Any = None) -> None:
         """Start the actors (the last step of ``train()``'s preparation)."""
         learners: list[Any] = []
         for agent, ln in zip(self.seats, self.learn):
@@ -55,7 +54,8 @@ class PoolRunLoop(RunLoop):
         if options.backend == "ray":
             from marl_note.trainers.pool.ray_backend import RayPool  # imports Ray, which only this backend needs
             pool_class = RayPool
-        self.pool = pool_class(self.trainer, self.seats, learners, self.explore, self.learn, options, seed)
+        self.pool = pool_class(self.trainer, self.seats, learners, self.explore, self.learn, options, seed,
+                               matchmaker=matchmaker)
 
     def loop(self, progress: bool) -> None:
         try:
@@ -71,23 +71,26 @@ class PoolRunLoop(RunLoop):
         if t.train_fn is not None:
             t.train_fn(run.episodes, run.env_steps)
         stats = CollectStats()
-        for _, actor, env_steps, agent_steps, returns, lengths, *_ in pool.wait_rounds(t.update_freq):
+        league = pool.league
+        for _, actor, env_steps, agent_steps, returns, lengths, _, _, tags, _ in pool.wait_rounds(t.update_freq):
             stats.env_steps += env_steps
             stats.agent_steps += agent_steps
             stats.episodes += len(returns)
             stats.returns.extend(np.asarray(r, np.float64) for r in returns)
             stats.lengths.extend(lengths)
-            stats.tags.extend([None] * len(returns))
+            tags = [league.tag_name(tag) for tag in tags] if league is not None else tags
+            stats.tags.extend(tags)
             if self.events is not None:
-                for r, n in zip(returns, lengths):
+                for r, n, tag in zip(returns, lengths, tags):
                     self.events.begin(actor)
-                    self.events.end(actor, np.asarray(r, np.float64), n, None)
+                    self.events.end(actor, np.asarray(r, np.float64), n, tag)
         pool.feed()
         run.env_steps += stats.env_steps
         run.agent_steps += stats.agent_steps
         run.episodes += stats.episodes
         run.recent_returns = (run.recent_returns + [r.tolist() for r in stats.returns])[-100:]
         self.callbacks.fire("on_collect_end", t, stats, run.episodes)
+        pool.publish_league()  # the opponent pool's new snapshots and PFSP probabilities
 
     def _update_learners(self) -> int:
         pool, recorder = self.pool, self.recorder
@@ -96,10 +99,14 @@ class PoolRunLoop(RunLoop):
         for index, learner in enumerate(pool.learners):
             self.callbacks.fire("on_batch_begin", self.trainer, self.batches,
                                 {"learner": index, "episodes": self.run.episodes, "env_steps": self.run.env_steps})
+            before = pool.lag(index)  # synchronous: the lag of the data this update learns from
             metrics = dict(learner.update(self.trainer.batch_size) or {})
-            if learner.updates - pool.published[index] >= pool.options.sync_every:
+            if pool.synchronous:  # every weight change reaches the next round
+                if learner.updates != pool.published[index]:
+                    pool.publish(index)
+            elif learner.updates - pool.published[index] >= pool.options.sync_every:
                 pool.publish(index)
-            lag = pool.lag(index)
+            lag = before if pool.synchronous else pool.lag(index)
             metrics["policy_lag"] = lag
             self.lag_sum, self.lag_count = self.lag_sum + lag, self.lag_count + 1
             recorder.update(index, self.run.episodes, metrics, self.trainer.batch_size)
@@ -109,6 +116,7 @@ class PoolRunLoop(RunLoop):
             self.callbacks.fire("on_batch_end", self.trainer, self.batches, metrics)
             self.callbacks.fire("on_update_end", self.trainer, metrics, self.run.episodes)
             self.batches += 1
+        pool.release()
         return steps
 
     def pool_stats(self) -> dict[str, Any]:
@@ -117,6 +125,7 @@ class PoolRunLoop(RunLoop):
         return {"actors": len(self.pool.procs), "transitions_per_actor": self.pool.rows_per_actor.tolist(),
                 "evicted": self.pool.evicted(), "actor_frameworks": sorted(self.pool.frameworks),
                 "published_versions": list(self.pool.published),
+                "league_versions": self.pool.league_versions.tolist(),
                 "mean_policy_lag": self.lag_sum / self.lag_count if self.lag_count else float("nan")}
 
     def summarise(self, plot: bool) -> dict[str, Any]:

@@ -26,8 +26,9 @@ from marl_note.replay.buffer import transition_specs
 from marl_note.replay.shared import SharedRing
 from marl_note.trainers.pool.actor import ActorConfig, actor_main
 from marl_note.trainers.pool.board import WeightBoard
+from marl_note.trainers.pool.league import LeaguePublisher
 from marl_note.trainers.pool.options import PoolOptions
-from marl_note.trainers.pool.shell import acting_shell, acting_state, shell_refusal
+from marl_note.trainers.pool.shell import acting_shell, acting_state, on_policy, shell_refusal
 from marl_note.types import Transitions
 
 __all__ = ["Pool", "ActorError", "ActorPlan", "check_pool", "columns_to_transitions"]
@@ -58,7 +59,7 @@ def shard_specs(spec: Any, seat: str) -> dict[str, tuple[tuple[int, ...], Any]]:
 
 
 _ACTOR_MODULES = ["marl_note.trainers.pool.actor", "marl_note.trainers.collector", "marl_note.agents.dqn",
-                  "marl_note.agents.ddpg", "marl_note.agents.sac"]  # numpy only
+                  "marl_note.agents.ddpg", "marl_note.agents.sac", "marl_note.agents.ppo"]  # numpy only
 
 
 def _preload_actor(ctx: Any) -> None:
@@ -131,7 +132,8 @@ class ActorPlan:
     def shard_specs(self, k: int) -> dict[str, tuple[tuple[int, ...], Any]]:
         return shard_specs(self.spec, self.learner_seat[k])
 
-    def configs(self, boards: list[Any], rings: list[list[Any]]) -> list[ActorConfig]:
+    def configs(self, boards: list[Any], rings: list[list[Any]], league: LeaguePublisher | None = None
+                ) -> list[ActorConfig]:
         """One config per actor; the train envs are split over the actors as evenly as possible."""
         t, opts = self.trainer, self.options
         shells = [acting_shell(a) for a in self.learners]
@@ -140,7 +142,9 @@ class ActorPlan:
         return [ActorConfig(index=i, env_fn=t.env_fn, num_envs=len(envs), env_offset=int(envs[0]), spec=self.spec,
                             seats=self.seat_refs, shells=shells, explore=self.explore, learn=self.learn,
                             boards=boards, rings=rings, options=opts, round_steps=round_steps, seed=self.seed,
-                            check_finite=t.check_finite) for i, envs in enumerate(splits)]
+                            check_finite=t.check_finite,
+                            league=None if league is None else league.config(self.spec.num_agents))
+                for i, envs in enumerate(splits)]
 
 
 def columns_to_transitions(parts: list[dict[str, np.ndarray]], reorder: bool) -> Transitions:
@@ -157,12 +161,47 @@ def columns_to_transitions(parts: list[dict[str, np.ndarray]], reorder: bool) ->
 class Feeding:
     """What both pool backends share: draining what the actors sent into the learners, and the lag.
 
-    A backend sets ``learners`` and ``versions`` (``[actor, learner]`` weight versions the actors
-    last acted with) and implements ``drain() -> [Transitions | None per learner]``.
+    A backend sets ``learners``, ``versions`` (``[actor, learner]`` weight versions the actors
+    last acted with), ``league`` (a :class:`LeaguePublisher` or None) and ``league_versions`` (per
+    actor, the league version it last acted with), and implements ``drain() -> [Transitions | None
+    per learner]`` and ``put_league(arrays, version)``.
     """
 
     learners: list[Any]
     versions: np.ndarray
+    league: LeaguePublisher | None = None
+    league_versions: np.ndarray
+    frameworks: set[str]
+    options: PoolOptions
+    synchronous: bool = False  # an on-policy learner (PPO): one round per actor per update, lag 0
+
+    def more_rounds(self, got: list[tuple], env_steps: int, reported: set[int]) -> bool:
+        """Whether a chunk needs more round reports than ``got``: synchronous, one from every actor;
+        else until they sum to ``env_steps`` env steps (at least one, and one from every actor before
+        the first chunk ends)."""
+        if self.synchronous:
+            return len(got) < self.options.actors
+        return sum(r[2] for r in got) < env_steps or not got or len(reported) < self.options.actors
+
+    def release(self) -> None:
+        """Synchronous mode: let every actor collect its next round (after the learners published)."""
+        raise NotImplementedError
+
+    def put_league(self, arrays: dict[str, np.ndarray], version: int) -> None:
+        raise NotImplementedError
+
+    def publish_league(self) -> None:
+        """Publish the opponent pool's snapshots and draw probabilities if they moved (self-play runs)."""
+        if self.league is not None:
+            arrays = self.league.changed()
+            if arrays is not None:
+                self.put_league(arrays, self.league.version)
+
+    def heard(self, report: tuple) -> None:
+        """Note what a round report says about the weights and the league its actor acted with."""
+        self.versions[report[1]] = report[6]
+        self.league_versions[report[1]] = report[9]
+        self.frameworks.update(report[7])
 
     def drain(self) -> list[Transitions | None]:
         raise NotImplementedError
@@ -189,13 +228,17 @@ class Pool(Feeding):
     """
 
     def __init__(self, trainer: Any, seats: list[Any], learners: list[Any], explore: list[bool],
-                 learn: list[bool], options: PoolOptions, seed: int | None):
+                 learn: list[bool], options: PoolOptions, seed: int | None, matchmaker: Any = None):
         check_pool(trainer, learners, options)
         self.options, self.learners, self.spec = options, learners, trainer.spec
+        self.league = None if matchmaker is None else LeaguePublisher(matchmaker, learners)
+        self.league_versions = np.full(options.actors, -1, np.int64)
+        self.synchronous = any(on_policy(a) for a in learners)
         ctx = start_context(None)  # forkserver where there is one: no re-import of the user's __main__
         _preload_actor(ctx)
         self.results = ctx.Queue()
-        self.credits = ctx.RawArray("q", [ROUNDS_AHEAD] * options.actors)  # rounds each actor may start
+        ahead = 1 if self.synchronous else ROUNDS_AHEAD
+        self.credits = ctx.RawArray("q", [ahead] * options.actors)  # rounds each actor may start
         self.stop = ctx.Event()
         self.procs: list[Any] = []
         self._shms: list[Any] = []
@@ -209,12 +252,15 @@ class Pool(Feeding):
             self.boards = [self._own(WeightBoard.create(acting_state(a))) for a in learners]
             for k in range(len(learners)):
                 self.publish(k)
+            if self.league is not None:
+                self.boards.append(self._own(WeightBoard.create(self.league.state())))
+                self.publish_league()
             plan = ActorPlan(trainer, seats, learners, explore, learn, options, seed)
             self.rings = [[self._own(SharedRing.create(plan.shard_specs(k), options.shard_capacity))
                            for k in range(len(learners))] for _ in range(options.actors)]
             self.locks = [[ctx.Lock() for _ in learners] for _ in range(options.actors)] if options.random else None
             for config in plan.configs(boards=[b.handle for b in self.boards],
-                                       rings=[[r.handle for r in row] for row in self.rings]):
+                                       rings=[[r.handle for r in row] for row in self.rings], league=self.league):
                 i = config.index
                 args = (cloudpickle.dumps(config), self.results, self.stop, self.locks, self.credits)
                 proc = ctx.Process(target=actor_main, args=args, daemon=True, name=f"marl_note-actor-{i}")
@@ -236,14 +282,16 @@ class Pool(Feeding):
         self.boards[k].publish(acting_state(agent), version=int(agent.updates))
         self.published[k] = int(agent.updates)
 
+    def put_league(self, arrays: dict[str, np.ndarray], version: int) -> None:
+        self.boards[-1].publish(arrays, version)
+
     def wait_rounds(self, env_steps: int) -> list[tuple]:
         """Round reports until they sum to ``env_steps`` env steps (at least one report, and one from
         every actor before the first chunk ends); bounded by
         ``actor_timeout`` without a report. An actor's error or death raises :class:`ActorError`."""
         got: list[tuple] = []
-        total = 0
         deadline = time.monotonic() + self.options.actor_timeout
-        while total < env_steps or not got or len(self.reported) < len(self.procs):  # the first chunk hears all
+        while self.more_rounds(got, env_steps, self.reported):
             try:
                 msg = self.results.get(timeout=0.05)
             except queue.Empty:
@@ -257,12 +305,16 @@ class Pool(Feeding):
                 raise ActorError(f"actor {msg[1]} failed:\n{msg[2]}")
             got.append(msg)
             self.reported.add(msg[1])
-            self.credits[msg[1]] += 1
-            self.frameworks.update(msg[7])
-            total += msg[2]
-            self.versions[msg[1]] = msg[6]
+            if not self.synchronous:
+                self.credits[msg[1]] += 1
+            self.heard(msg)
             deadline = time.monotonic() + self.options.actor_timeout
         return got
+
+    def release(self) -> None:
+        if self.synchronous:
+            for i in range(self.options.actors):
+                self.credits[i] += 1
 
     def _check_alive(self) -> None:
         for i, p in enumerate(self.procs):

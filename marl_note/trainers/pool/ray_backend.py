@@ -37,6 +37,7 @@ import cloudpickle
 import numpy as np
 
 from marl_note.trainers.pool.actor import ActorConfig, RoundRunner, transition_columns_of
+from marl_note.trainers.pool.league import LeaguePublisher
 from marl_note.trainers.pool.options import PoolOptions
 from marl_note.trainers.pool.pool import (
     ROUNDS_AHEAD,
@@ -46,7 +47,7 @@ from marl_note.trainers.pool.pool import (
     check_pool,
     columns_to_transitions,
 )
-from marl_note.trainers.pool.shell import acting_state
+from marl_note.trainers.pool.shell import acting_state, on_policy
 from marl_note.types import Transitions
 
 __all__ = ["RayPool", "import_ray"]
@@ -95,10 +96,12 @@ class _Columns:
 class RayActor:
     """The body of one Ray actor (wrapped by ``ray.remote`` in :class:`RayPool`)."""
 
-    def __init__(self, payload: bytes):
+    def __init__(self, payload: bytes, published: list[tuple[int, list[Any]]]):
         config: ActorConfig = cloudpickle.loads(payload)
         rng = np.random.default_rng([config.index, 0 if config.seed is None else config.seed])
-        self.sources = [_Published() for _ in config.shells]
+        self.sources = [_Published() for _ in range(len(config.shells) + (config.league is not None))]
+        for source, (version, holder) in zip(self.sources, published):  # the first weights and league
+            source.offer(version, holder[0])
         self.columns = [_Columns(config) for _ in config.shells]
         self.runner = RoundRunner(config, self.sources, self.columns, rng)
 
@@ -124,8 +127,12 @@ class RayPool(Feeding):
     """Ray actors acting for ``learners`` over the trainer's env (same arguments as ``Pool``)."""
 
     def __init__(self, trainer: Any, seats: list[Any], learners: list[Any], explore: list[bool],
-                 learn: list[bool], options: PoolOptions, seed: int | None):
+                 learn: list[bool], options: PoolOptions, seed: int | None, matchmaker: Any = None):
         check_pool(trainer, learners, options)
+        self.synchronous = any(on_policy(a) for a in learners)
+        self.league = None if matchmaker is None else LeaguePublisher(matchmaker, learners)
+        self.league_versions = np.full(options.actors, -1, np.int64)
+        self._league_ref: list[tuple[int, list[Any]]] = []
         ray = self.ray = import_ray()
         self.options, self.learners, self.spec = options, learners, trainer.spec
         self.rows_per_actor = np.zeros(options.actors, np.int64)
@@ -144,13 +151,14 @@ class RayPool(Feeding):
         try:
             for k in range(len(learners)):
                 self.publish(k)
+            self.publish_league()
             plan = ActorPlan(trainer, seats, learners, explore, learn, options, seed)
             remote = ray.remote(num_cpus=1, max_restarts=0)(RayActor)
-            for config in plan.configs(boards=[], rings=[]):
-                self.procs.append(remote.remote(cloudpickle.dumps(config)))
+            for config in plan.configs(boards=[], rings=[], league=self.league):
+                self.procs.append(remote.remote(cloudpickle.dumps(config), self._published()))
             self._wait_started()
             for i in range(options.actors):
-                for _ in range(ROUNDS_AHEAD):
+                for _ in range(1 if self.synchronous else ROUNDS_AHEAD):
                     self._submit(i)
         except BaseException:
             self.close()
@@ -171,9 +179,12 @@ class RayPool(Feeding):
             except self.ray.exceptions.RayError as exc:
                 raise ActorError(f"actor {i} failed to start:\n{exc}") from None
 
+    def _published(self) -> list[tuple[int, list[Any]]]:
+        """Per learner ``(version, [reference])`` (nested: not resolved by Ray), then the league's if any."""
+        return [(v, [ref]) for v, ref in zip(self.published, self._refs)] + self._league_ref
+
     def _submit(self, i: int) -> None:
-        published = [(v, [ref]) for v, ref in zip(self.published, self._refs)]  # nested: not resolved by Ray
-        self._inflight[i].append(self.procs[i].round.remote(published))
+        self._inflight[i].append(self.procs[i].round.remote(self._published()))
 
     # -- the learner's loop ----------------------------------------------------------------------
     def publish(self, k: int) -> None:
@@ -182,14 +193,16 @@ class RayPool(Feeding):
         self._refs[k] = self.ray.put(acting_state(agent))
         self.published[k] = int(agent.updates)
 
+    def put_league(self, arrays: dict[str, np.ndarray], version: int) -> None:
+        self._league_ref = [(version, [self.ray.put(arrays)])]
+
     def wait_rounds(self, env_steps: int) -> list[tuple]:
         """Round reports until they sum to ``env_steps`` env steps (at least one, and one from every actor
         before the first chunk ends); bounded by ``actor_timeout`` without a report; an actor's error
         raises :class:`ActorError` with its traceback."""
         got: list[tuple] = []
-        total = 0
         deadline = time.monotonic() + self.options.actor_timeout
-        while total < env_steps or not got or len(self.reported) < len(self.procs):
+        while self.more_rounds(got, env_steps, self.reported):
             heads = {q[0]: i for i, q in enumerate(self._inflight) if q}
             ready, _ = self.ray.wait(list(heads), num_returns=1, timeout=0.05)
             if not ready:
@@ -206,17 +219,21 @@ class RayPool(Feeding):
                 raise ActorError(f"actor {i} failed:\n{exc}") from None  # it died, or could not start
             if report[0] == "error":
                 raise ActorError(f"actor {report[1]} failed:\n{report[2]}")
-            self._submit(i)
+            if not self.synchronous:
+                self._submit(i)
             for k, parts in enumerate(columns):
                 self._pending[k].extend(parts)
                 self.rows_per_actor[i] += sum(len(p["rew"]) for p in parts)
             got.append(report)
             self.reported.add(i)
-            self.frameworks.update(report[7])
-            self.versions[i] = report[6]
-            total += report[2]
+            self.heard(report)
             deadline = time.monotonic() + self.options.actor_timeout
         return got
+
+    def release(self) -> None:
+        if self.synchronous:
+            for i in range(len(self.procs)):
+                self._submit(i)
 
     def drain(self) -> list[Transitions | None]:
         """Per learner: the transitions of the rounds received since the last drain (or None)."""

@@ -8,6 +8,11 @@ unpickles in a process that never imports torch or TensorFlow. :func:`acting_sta
 learner publishes for it (the numpy weights, ``agent_steps``, the replay size and the exploration
 schedule's state), :func:`load_acting_state` what the actor applies.
 
+An agent without a numpy copy (a user ``RL`` subclass, or one built with ``numpy_acting=False``)
+falls back to acting in its framework: its shell is a copy of the agent itself without its replay
+(the actor imports the framework when it unpickles it), its published weights are its networks'
+arrays (``nets.numpy_weights``), loaded into the shell's networks (not its optimisers).
+
 Example:
     >>> import gymnasium as gym, numpy as np, pickle
     >>> from marl_note.agents.torch import DQN
@@ -28,10 +33,17 @@ import numpy as np
 
 from marl_note.agents.core import AgentCore
 
-__all__ = ["acting_shell", "acting_state", "load_acting_state", "shell_refusal"]
+__all__ = ["acting_shell", "acting_state", "load_acting_state", "on_policy", "shell_refusal"]
 
 _FRAMEWORK_MODULES = ("marl_note.agents.torch", "marl_note.agents.tf")
-_DROPPED = ("nets", "replay", "_feed", "noise_scale")
+_DROPPED = ("nets", "replay", "_feed", "noise_scale", "rollout")
+
+
+def on_policy(agent: Any) -> bool:
+    """Whether ``agent`` learns only from data collected with its current weights (PPO)."""
+    from marl_note.agents.ppo import PPOCore
+
+    return isinstance(agent, PPOCore)
 
 
 class _PublishedNets:
@@ -65,51 +77,69 @@ def _core_class(agent: Any) -> type | None:
     return None
 
 
+def in_framework(agent: Any) -> bool:
+    """Whether ``agent`` acts in an actor through its framework (it has no numpy acting copy)."""
+    return _core_class(agent) is None or agent.numpy_policy() is None
+
+
 def shell_refusal(agent: Any) -> str | None:
     """Why ``agent`` cannot act in an actor process (None: it can)."""
     name = type(agent).__name__
-    if not isinstance(agent, AgentCore) or _core_class(agent) is None:
-        return (f"{name} is not a built-in marl_note agent with a numpy acting copy; the pool trainer's actors "
-                f"act only through such copies (train it with actors=None)")
-    if agent.numpy_policy() is None:
-        return f"{name} was built with numpy_acting=False; build it with numpy_acting=True to train with actors"
+    if not isinstance(agent, AgentCore) or not callable(getattr(getattr(agent, "nets", None), "numpy_weights", None)):
+        return (f"{name} is not a marl_note agent (AgentCore with networks behind the numpy seam); the pool "
+                f"trainer's actors act only with those (train it with actors=None)")
     if getattr(agent, "joint_learner", None) is not None or hasattr(agent, "observe_joint"):
         return f"{name} learns from joint per-step data (MADDPG), which the pool trainer does not support yet"
     feed = getattr(agent, "_feed", None)
     if feed is not None and getattr(feed, "goal", False):
         return f"{name} has goal-dict observations (HER/goal envs), which the pool trainer does not support yet"
-    if feed is None:
-        return f"{name} is not an off-policy replay agent; the pool trainer trains DQN, DDPG and SAC"
+    if feed is None and not on_policy(agent):
+        return f"{name} is neither a replay agent nor PPO; the pool trainer trains DQN, DDPG, SAC and PPO"
     return None
 
 
 def acting_shell(agent: AgentCore) -> Any:
-    """A picklable, framework-free copy of ``agent`` that acts (weights loaded by :func:`load_acting_state`)."""
+    """A picklable copy of ``agent`` that acts (weights loaded by :func:`load_acting_state`): framework-free
+    for an agent with a numpy copy, else the agent's own class with its networks (module docstring)."""
     reason = shell_refusal(agent)
     if reason is not None:
         raise TypeError(reason)
-    core = _core_class(agent)
-    assert core is not None
-    shell: Any = object.__new__(core)
-    shell.__dict__.update({k: v for k, v in agent.__dict__.items() if k not in _DROPPED})
-    shell.__dict__["_numpy_policy"] = copy.deepcopy(agent.numpy_policy())
-    shell.nets = _PublishedNets()
-    size = _Size()
-    feed = copy.copy(agent.__dict__["_feed"])
-    feed.replay, feed.nstep, feed.augment = size, None, None
-    shell.__dict__["_feed"] = feed
-    shell.__dict__["replay"] = size
+    framework = in_framework(agent)
+    cls = type(agent) if framework else _core_class(agent)
+    assert cls is not None
+    shell: Any = object.__new__(cls)
+    shell.__dict__.update({k: v for k, v in agent.__dict__.items() if k not in _DROPPED and k != "batch"})
+    if framework:  # its networks travel with it; acting_state sends their weights
+        shell.nets = agent.nets
+    else:
+        shell.__dict__["_numpy_policy"] = copy.deepcopy(agent.numpy_policy())
+        shell.nets = _PublishedNets()
+    if "replay" in agent.__dict__ or "_feed" in agent.__dict__:  # exploration may read the replay's size
+        size = _Size()
+        shell.__dict__["replay"] = size
+        feed = agent.__dict__.get("_feed")
+        if feed is not None:
+            feed = copy.copy(feed)
+            feed.replay, feed.nstep, feed.augment = size, None, None
+        shell.__dict__["_feed"] = feed
     shell.rng = np.random.default_rng(agent.rng.integers(0, 2**63 - 1))
     return shell
 
 
-def acting_state(agent: AgentCore) -> dict[str, np.ndarray]:
-    """What an actor needs to act as ``agent`` does now: numpy weights, counters, exploration state."""
+def _network_weights(agent: Any) -> dict[str, np.ndarray]:
+    if in_framework(agent):
+        return agent.nets.numpy_weights(agent.nets.weight_names)
     policy = agent.numpy_policy()
     assert policy is not None
-    out = {f"w.{k}": v for k, v in policy.weights.items()}
+    return dict(policy.weights)
+
+
+def acting_state(agent: AgentCore) -> dict[str, np.ndarray]:
+    """What an actor needs to act as ``agent`` does now: numpy weights, counters, exploration state."""
+    out = {f"w.{k}": v for k, v in _network_weights(agent).items()}
     out["agent_steps"] = np.asarray(agent.agent_steps, np.int64)
-    out["replay_size"] = np.asarray(len(getattr(agent, "_feed", ())), np.int64)
+    feed = getattr(agent, "_feed", None)
+    out["replay_size"] = np.asarray(len(feed if feed is not None else getattr(agent, "replay", ())), np.int64)
     explorer: Any = getattr(agent, "policy", None)
     if hasattr(explorer, "state_dict"):
         out.update({f"policy.{k}": np.asarray(v) for k, v in explorer.state_dict().items()})
@@ -118,10 +148,19 @@ def acting_state(agent: AgentCore) -> dict[str, np.ndarray]:
 
 def load_acting_state(shell: Any, state: dict[str, np.ndarray], version: int) -> None:
     """Apply a published :func:`acting_state` to ``shell`` as weights ``version``."""
-    shell.nets.version = int(version)
-    shell._numpy_policy.load({k[2:]: v for k, v in state.items() if k.startswith("w.")}, int(version))
+    weights = {k[2:]: v for k, v in state.items() if k.startswith("w.")}
+    if isinstance(shell.nets, _PublishedNets):
+        shell.nets.version = int(version)
+        shell._numpy_policy.load(weights, int(version))
+    else:  # a framework shell: the networks' weights, not its optimisers
+        optimizers, shell.nets.optimizers = shell.nets.optimizers, {}
+        try:
+            shell.nets.load_state_dict(weights)
+        finally:
+            shell.nets.optimizers = optimizers
     shell.agent_steps = int(state["agent_steps"])
-    shell._feed.replay.size = int(state["replay_size"])
+    if isinstance(shell.__dict__.get("replay"), _Size):
+        shell.replay.size = int(state["replay_size"])
     explorer: Any = getattr(shell, "policy", None)
     keys = {k[len("policy."):]: v for k, v in state.items() if k.startswith("policy.")}
     if keys and hasattr(explorer, "load_state_dict"):
