@@ -30,10 +30,10 @@ class DDPGNetworks(TFNetworks):
         self.cfg = cfg
         self.tau_var = tf.Variable(np.float32(cfg.tau), trainable=False, name="tau")  # the traced follow() reads it
         conv = conv_of(cfg)  # images: a conv torso under the actor and one under the critic
-        self.actor, self.actor_target = (self.mlp(name, weights, cfg.activation, conv)
-                                         for name in ("actor", "actor_target"))
-        self.critic, self.critic_target = (register_critic(self, name, weights, cfg.activation, conv)
-                                           for name in ("critic", "critic_target"))
+        self.actor = self.mlp("actor", weights, cfg.activation, conv)
+        self.critic = register_critic(self, "critic", weights, cfg.activation, conv)
+        self.actor_target = self.mlp("actor_target", weights, cfg.activation, conv)
+        self.critic_target = register_critic(self, "critic_target", weights, cfg.activation, conv)
         self.adam("actor_optimizer", ["actor"], cfg.actor_lr)
         self.adam("critic_optimizer", ["critic"], cfg.critic_lr)
         x, a, v = (self.obs_spec(weights, "actor", conv),
