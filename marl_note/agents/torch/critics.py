@@ -32,12 +32,13 @@ class ObsActionNet(nn.Sequential):
     action joins its flat features, then the Linear layers run (as :class:`nn.Sequential` does)."""
 
     def forward(self, obs: torch.Tensor, act: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        h = None
+        h: torch.Tensor | None = None
         for name, module in self._modules.items():
             if name == "conv":
                 obs = module(obs)
                 continue
             h = module(torch.cat([obs, act], dim=1) if h is None else h)
+        assert h is not None  # an ObsActionNet has at least one Linear layer
         return h
 
 
