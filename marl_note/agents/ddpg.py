@@ -10,7 +10,7 @@ their Polyak targets and optimisers, and take one gradient step on a :class:`DDP
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 import gymnasium as gym
@@ -19,9 +19,10 @@ import numpy as np
 from marl_note.agents.core import AgentCore
 from marl_note.agents.encoders import agent_encoder, replay_space
 from marl_note.agents.exploration.noise import ExplorationNoise
-from marl_note.agents.networks import ACTIVATIONS, check_hidden_sizes, mlp_weights
+from marl_note.agents.networks import ACTIVATIONS, check_hidden_sizes
 from marl_note.agents.schedule import NewSteps, check_update_count, gradient_steps, mean_metrics
 from marl_note.agents.spaces import ActionScaler, check_box_action_space, check_transitions
+from marl_note.agents.torsos import check_torso, head_weights
 from marl_note.replay.feed import ReplayFeed, check_num_steps, check_prioritized_options
 from marl_note.types import Transitions
 from marl_note.validation import (
@@ -82,6 +83,8 @@ class DDPGConfig:
     beta: float = 0.4
     initial_TD: float = 1.0
     num_steps: int = 1
+    torso: str = "auto"
+    conv_layers: Any = None
 
     def __post_init__(self) -> None:
         if self.activation not in ACTIVATIONS:
@@ -103,6 +106,7 @@ class DDPGConfig:
             max_grad_norm=optional(positive_float, "max_grad_norm", self.max_grad_norm),
             PR=bool(self.PR), alpha=alpha, beta=beta, initial_TD=initial_TD,
             num_steps=check_num_steps(self.num_steps))
+        checked["torso"], checked["conv_layers"] = check_torso(self.torso, self.conv_layers)
         for name, value in checked.items():
             object.__setattr__(self, name, value)
 
@@ -110,9 +114,9 @@ class DDPGConfig:
 class DDPGBatch(NamedTuple):
     """One gradient step's inputs as float32 arrays: what the backend networks train on."""
 
-    obs: np.ndarray  # [B, obs_dim] encoded observations
+    obs: np.ndarray  # [B, obs_dim] encoded observations ([B, H, W, C] images for a conv torso)
     act: np.ndarray  # [B, action_dim] actions rescaled to [-1, 1]
-    next_obs: np.ndarray  # [B, obs_dim]
+    next_obs: np.ndarray  # like obs
     rew: np.ndarray  # [B]
     alive: np.ndarray  # [B] 1 - terminated
     discount: np.ndarray  # [B] gamma, or gamma**k for n-step transitions
@@ -146,9 +150,14 @@ class DDPGCore(AgentCore):
     stores ``fn(transitions)`` (e.g. mirrored states and actions) next to every stored batch.
     ``compile=True`` runs the losses through ``torch.compile`` (PyTorch) or the step under XLA
     (TensorFlow). ``self.cfg`` is the checked :class:`DDPGConfig`.
+    Observations go through :class:`~marl_note.agents.encoders.ObsEncoder` as DQN's and PPO's do
+    (Dict/Tuple flattened; ``torso="auto" | "mlp" | "conv"`` and ``conv_layers``): with a conv
+    torso, images go through the actor's own ``actor.conv`` and the critic's own ``critic.conv``,
+    and the critic joins the action after its torso (see :mod:`marl_note.agents.torsos`).
     Acting goes through a numpy copy of the actor (:class:`~marl_note.agents.numpy_policy.NumpyPolicy`,
     refreshed after every weight change, equal to the framework's output to float32 rounding);
-    ``numpy_acting=False`` acts through the framework instead.
+    ``numpy_acting=False`` acts through the framework instead (and a conv actor acts in PyTorch
+    itself, as DQN's and PPO's do).
 
     Example:
         >>> import gymnasium as gym, numpy as np
@@ -176,16 +185,20 @@ class DDPGCore(AgentCore):
                  max_grad_norm: float | None = _D.max_grad_norm, PR: bool = _D.PR, alpha: float = _D.alpha,
                  beta: float = _D.beta, initial_TD: float = _D.initial_TD, num_steps: int = _D.num_steps,
                  her=None, compute_reward=None, replay=None, augment=None, seed: int | None = None,
-                 device: Any = "cpu", compile: bool = False, numpy_acting: bool = True):
+                 device: Any = "cpu", compile: bool = False, numpy_acting: bool = True,
+                 torso: str = _D.torso, conv_layers: Any = _D.conv_layers):
         super().__init__(observation_space, action_space, seed=seed, device=device, compile=compile)
         box = check_box_action_space(action_space, "DDPG")
-        self.encoder = agent_encoder(observation_space, "mlp")  # Dict/Tuple flattened, goal dicts as HER reads them
-        self.cfg = cfg = DDPGConfig(
+        cfg = DDPGConfig(
             hidden_sizes=hidden_sizes, activation=activation, actor_lr=actor_lr, critic_lr=critic_lr, gamma=gamma,
             tau=tau, buffer_size=buffer_size, learning_starts=learning_starts, replay_ratio=replay_ratio,
             update_steps=update_steps, update_count=update_count, action_l2=action_l2, target_clip=target_clip,
             max_grad_norm=max_grad_norm,
-            PR=PR, alpha=alpha, beta=beta, initial_TD=initial_TD, num_steps=num_steps)
+            PR=PR, alpha=alpha, beta=beta, initial_TD=initial_TD, num_steps=num_steps, torso=torso,
+            conv_layers=conv_layers)
+        # Dict/Tuple flattened, images to a conv torso, goal dicts as HER reads them
+        self.encoder = agent_encoder(observation_space, cfg.torso, cfg.conv_layers)
+        self.cfg = cfg = replace(cfg, torso=self.encoder.torso, conv_layers=self.encoder.conv_layers or None)
         self.scaler = ActionScaler(box, "DDPG")
         self._feed = ReplayFeed(replay_space(observation_space, self.encoder), action_space,
                                 buffer_size=cfg.buffer_size, gamma=cfg.gamma,
@@ -196,12 +209,12 @@ class DDPGCore(AgentCore):
         self.noise = ExplorationNoise(noise, (self.scaler.dim,), sigma=0.1, seed=int(self.rng.integers(0, 2**63 - 1)))
         self._new = NewSteps(cfg.update_count)  # what replay_ratio multiplies
 
-        obs_dim, act_dim = self.encoder.dim, self.scaler.dim
-        weights = {**mlp_weights("actor", obs_dim, cfg.hidden_sizes, act_dim, self.init_rng),
-                   **mlp_weights("critic", obs_dim + act_dim, cfg.hidden_sizes, 1, self.init_rng)}
+        act_dim = self.scaler.dim
+        weights = {**head_weights("actor", self.encoder, cfg.hidden_sizes, act_dim, self.init_rng),
+                   **head_weights("critic", self.encoder, cfg.hidden_sizes, 1, self.init_rng, extra_in=act_dim)}
         weights.update({k.replace(".", "_target.", 1): v.copy() for k, v in weights.items()})
         self.nets = self.Networks(weights, cfg, device=self.device, compile=self.compile)
-        self._publish_numpy(numpy_acting, {"actor": ("mlp", "actor")}, cfg.activation)
+        self._publish_numpy(numpy_acting, {"actor": ("mlp", "actor")}, cfg.activation, conv=cfg.conv_layers)
 
     @property
     def prioritized(self) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, cast
 
@@ -20,9 +20,10 @@ from marl_note import validation as check
 from marl_note.agents.core import AgentCore
 from marl_note.agents.encoders import agent_encoder, replay_space
 from marl_note.agents.exploration.masked import masked_argmax, masked_softmax, sample_categorical, uniform_legal
-from marl_note.agents.networks import ACTIVATIONS, check_hidden_sizes, mlp_weights
+from marl_note.agents.networks import ACTIVATIONS, check_hidden_sizes
 from marl_note.agents.schedule import NewSteps, check_update_count, gradient_steps, mean_metrics
 from marl_note.agents.spaces import ActionScaler, check_box_action_space, check_mask, check_transitions
+from marl_note.agents.torsos import check_torso, conv_of, head_weights
 from marl_note.replay.feed import ReplayFeed, check_num_steps, check_prioritized_options
 from marl_note.types import Transitions
 
@@ -82,6 +83,8 @@ class SACConfig:
     beta: float = 0.4
     initial_TD: float = 1.0
     num_steps: int = 1
+    torso: str = "auto"
+    conv_layers: Any = None
 
     def __post_init__(self):
         def put(name, check_fn, meaning=""):
@@ -107,7 +110,8 @@ class SACConfig:
         put("max_grad_norm", partial(check.optional, check.positive_float))
         alpha, beta, initial_TD = check_prioritized_options(self.alpha, self.beta, self.initial_TD)
         for name, value in (("alpha", alpha), ("beta", beta), ("initial_TD", initial_TD),
-                            ("num_steps", check_num_steps(self.num_steps))):
+                            ("num_steps", check_num_steps(self.num_steps)),
+                            *zip(("torso", "conv_layers"), check_torso(self.torso, self.conv_layers), strict=True)):
             object.__setattr__(self, name, value)
 
 
@@ -152,9 +156,14 @@ class SACCore(AgentCore):
     prioritization exponent, the temperature is ``init_temperature``), ``num_steps=n``,
     ``her=..., compute_reward=...`` for goal envs, ``replay=<buffer>`` and ``augment=fn``.
     ``compile=True`` runs the TF step under XLA and the torch losses through ``torch.compile``.
+    Observations go through :class:`~marl_note.agents.encoders.ObsEncoder` as DQN's and PPO's do
+    (Dict/Tuple flattened; ``torso="auto" | "mlp" | "conv"`` and ``conv_layers``): with a conv
+    torso, images go through the actor's ``actor.conv`` and each critic's own ``qf1.conv`` /
+    ``qf2.conv``; a Box critic joins the action after its torso (see :mod:`marl_note.agents.torsos`).
     Acting goes through a numpy copy of the actor (:class:`~marl_note.agents.numpy_policy.NumpyPolicy`,
     refreshed after every weight change, equal to the framework's output to float32 rounding);
-    ``numpy_acting=False`` acts through the framework instead.
+    ``numpy_acting=False`` acts through the framework instead (and a conv actor acts in PyTorch
+    itself, as DQN's and PPO's do).
 
     Example:
         >>> import gymnasium as gym, numpy as np
@@ -184,22 +193,25 @@ class SACCore(AgentCore):
                  target_entropy_scale: float = 0.98, max_grad_norm: float | None = None,
                  PR: bool = False, alpha: float = 0.6, beta: float = 0.4, initial_TD: float = 1.0,
                  num_steps: int = 1, her=None, compute_reward=None, replay=None, augment=None,
-                 seed: int | None = None, device: Any = "cpu", compile: bool = False, numpy_acting: bool = True):
-        self.cfg = cfg = SACConfig(
+                 seed: int | None = None, device: Any = "cpu", compile: bool = False, numpy_acting: bool = True,
+                 torso: str = "auto", conv_layers: Any = None):
+        cfg = SACConfig(
             hidden_sizes=hidden_sizes, activation=activation, actor_lr=actor_lr, critic_lr=critic_lr,
             temperature_lr=temperature_lr, gamma=gamma, tau=tau, buffer_size=buffer_size,
             learning_starts=learning_starts, replay_ratio=replay_ratio, update_steps=update_steps,
             update_count=update_count, init_temperature=init_temperature, autotune=autotune,
             target_entropy=target_entropy,
             target_entropy_scale=target_entropy_scale, max_grad_norm=max_grad_norm, PR=PR, alpha=alpha, beta=beta,
-            initial_TD=initial_TD, num_steps=num_steps)
+            initial_TD=initial_TD, num_steps=num_steps, torso=torso, conv_layers=conv_layers)
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
         if not self.discrete and not isinstance(action_space, gym.spaces.Box):
             raise TypeError(f"SAC needs a Discrete or Box action space, got {action_space!r}")
         if not self.discrete:
             check_box_action_space(action_space, "SAC")
         super().__init__(observation_space, action_space, seed=seed, device=device, compile=compile)
-        self.encoder = agent_encoder(observation_space, "mlp")  # Dict/Tuple flattened, goal dicts as HER reads them
+        # Dict/Tuple flattened, images to a conv torso, goal dicts as HER reads them
+        self.encoder = agent_encoder(observation_space, cfg.torso, cfg.conv_layers)
+        self.cfg = cfg = replace(cfg, torso=self.encoder.torso, conv_layers=self.encoder.conv_layers or None)
         self._feed = ReplayFeed(replay_space(observation_space, self.encoder), action_space,
                                 buffer_size=cfg.buffer_size, gamma=cfg.gamma,
                                 PR=cfg.PR, alpha=cfg.alpha, beta=cfg.beta, initial_TD=cfg.initial_TD,
@@ -218,17 +230,17 @@ class SACCore(AgentCore):
         self.target_entropy = cfg.target_entropy if cfg.target_entropy is not None else default_target
         self._new = NewSteps(cfg.update_count)  # what replay_ratio multiplies
 
-        obs_dim = self.encoder.dim
-        weights = mlp_weights("actor", obs_dim, cfg.hidden_sizes, out_dim, self.init_rng)
+        weights = head_weights("actor", self.encoder, cfg.hidden_sizes, out_dim, self.init_rng)
         for q in ("qf1", "qf2"):
-            w = mlp_weights(q, obs_dim + critic_in, cfg.hidden_sizes, critic_out, self.init_rng)
+            w = head_weights(q, self.encoder, cfg.hidden_sizes, critic_out, self.init_rng, extra_in=critic_in)
             weights.update(w)
             weights.update({f"{q}_target{k[len(q):]}": v.copy() for k, v in w.items()})
         self.nets = self.Networks(weights, discrete=self.discrete, activation=cfg.activation,
                                   actor_lr=cfg.actor_lr, critic_lr=cfg.critic_lr, temperature_lr=cfg.temperature_lr,
                                   log_alpha=math.log(cfg.init_temperature), autotune=cfg.autotune, tau=cfg.tau,
-                                  max_grad_norm=cfg.max_grad_norm, device=self.device, compile=self.compile)
-        self._publish_numpy(numpy_acting, {"actor": ("mlp", "actor")}, cfg.activation)
+                                  max_grad_norm=cfg.max_grad_norm, device=self.device, compile=self.compile,
+                                  conv=conv_of(cfg))
+        self._publish_numpy(numpy_acting, {"actor": ("mlp", "actor")}, cfg.activation, conv=cfg.conv_layers)
 
     @property
     def prioritized(self) -> bool:

@@ -71,7 +71,7 @@ def test_the_core_needs_a_backend_and_matches_the_config_defaults():
     with pytest.raises(TypeError, match="no backend"):
         DDPGCore(OBS, ACT)
     agent = backend("torch").DDPG(OBS, ACT, hidden_sizes=[16], target_clip=[-1, 0], seed=0)
-    assert agent.cfg == DDPGConfig(hidden_sizes=(16,), target_clip=(-1.0, 0.0))
+    assert agent.cfg == DDPGConfig(hidden_sizes=(16,), target_clip=(-1.0, 0.0), torso="mlp")  # the torso resolved
     assert agent.config["gamma"] == DDPGConfig.gamma and agent.config["hidden_sizes"] == [16]
 
 

@@ -13,8 +13,10 @@ import tensorflow as tf
 
 from marl_note.agents.ddpg import DDPGBatch, DDPGConfig, DDPGCore
 from marl_note.agents.tf.common import step_names
+from marl_note.agents.tf.critics import register_critic
 from marl_note.agents.tf.distribute import UNSAVED_PARAMS, strategy_init
 from marl_note.agents.tf.networks import TFNetworks
+from marl_note.agents.torsos import conv_of
 
 __all__ = ["DDPG", "DDPGNetworks"]
 
@@ -27,13 +29,15 @@ class DDPGNetworks(TFNetworks):
         super().__init__(device, compile)
         self.cfg = cfg
         self.tau_var = tf.Variable(np.float32(cfg.tau), trainable=False, name="tau")  # the traced follow() reads it
-        self.actor, self.critic, self.actor_target, self.critic_target = (
-            self.mlp(name, weights, cfg.activation) for name in ("actor", "critic", "actor_target", "critic_target"))
+        conv = conv_of(cfg)  # images: a conv torso under the actor and one under the critic
+        self.actor = self.mlp("actor", weights, cfg.activation, conv)
+        self.critic = register_critic(self, "critic", weights, cfg.activation, conv)
+        self.actor_target = self.mlp("actor_target", weights, cfg.activation, conv)
+        self.critic_target = register_critic(self, "critic_target", weights, cfg.activation, conv)
         self.adam("actor_optimizer", ["actor"], cfg.actor_lr)
         self.adam("critic_optimizer", ["critic"], cfg.critic_lr)
-        obs_dim = weights["actor.0.weight"].shape[1]
-        x, a, v = (tf.TensorSpec([None, obs_dim], tf.float32),
-                   tf.TensorSpec([None, weights["critic.0.weight"].shape[1] - obs_dim], tf.float32),
+        x, a, v = (self.obs_spec(weights, "actor", conv),
+                   tf.TensorSpec([None, int(self.params["actor"][-1][1].shape[0])], tf.float32),
                    tf.TensorSpec([None], tf.float32))
         self._actions = tf.function(lambda s: tf.tanh(self.actor(s)), input_signature=[x], reduce_retracing=True)
         self._q_values = tf.function(lambda s, u: self.q(self.critic, s, u), input_signature=[x, a],
@@ -49,7 +53,7 @@ class DDPGNetworks(TFNetworks):
 
     @staticmethod
     def q(critic, x, a):
-        return critic(tf.concat([x, a], 1))[:, 0]
+        return critic(x, a)[:, 0]
 
     def actions(self, obs: np.ndarray) -> np.ndarray:
         return self._actions(obs).numpy()

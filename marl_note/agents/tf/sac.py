@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from marl_note.agents.sac import HALF_LOG_2PI, LOG_2, LOG_STD_MAX, LOG_STD_MIN, MASKED_LOGIT, TRAIN_INPUTS, SACCore
 from marl_note.agents.tf.common import step_names
+from marl_note.agents.tf.critics import register_critic
 from marl_note.agents.tf.distribute import UNSAVED_PARAMS, strategy_init
 from marl_note.agents.tf.networks import TFNetworks
 
@@ -25,14 +26,18 @@ class SACNetworks(TFNetworks):
 
     def __init__(self, weights: Mapping[str, np.ndarray], *, discrete: bool, activation: str, actor_lr: float,
                  critic_lr: float, temperature_lr: float, log_alpha: float, autotune: bool, tau: float,
-                 max_grad_norm: float | None, device: Any = "cpu", compile: bool = False):
+                 max_grad_norm: float | None, device: Any = "cpu", compile: bool = False, conv: Any = None):
         super().__init__(device, compile)
         self.discrete, self.tau, self.max_grad_norm, self.autotune = discrete, tau, max_grad_norm, autotune
         self.tau_var = tf.Variable(np.float32(tau), trainable=False, name="tau")  # the traced Polyak step reads it
-        self.actor = self.mlp("actor", weights, activation)
-        self.qf1, self.qf2 = self.mlp("qf1", weights, activation), self.mlp("qf2", weights, activation)
-        self.qf1_target = self.mlp("qf1_target", weights, activation)
-        self.qf2_target = self.mlp("qf2_target", weights, activation)
+        self.actor = self.mlp("actor", weights, activation, conv)  # images: a conv torso under each network
+
+        def critic(name: str):  # Box actions join after the torso
+            return self.mlp(name, weights, activation, conv) if discrete else \
+                register_critic(self, name, weights, activation, conv)
+
+        self.qf1, self.qf2 = critic("qf1"), critic("qf2")
+        self.qf1_target, self.qf2_target = critic("qf1_target"), critic("qf2_target")
         with tf.device(self.device):
             self.log_alpha = keras.Variable(np.float32(log_alpha), dtype="float32", trainable=autotune,
                                             name="log_alpha")
@@ -43,8 +48,8 @@ class SACNetworks(TFNetworks):
             self.adam("alpha_optimizer", ["log_alpha"], temperature_lr)
         self._names = step_names("critic loss", "actor loss", *(["alpha loss"] if autotune else []))
 
-        obs_dim, out_dim = int(self.params["actor"][0][1].shape[0]), int(self.params["actor"][-1][1].shape[0])
-        obs, vec = tf.TensorSpec([None, obs_dim], tf.float32), tf.TensorSpec([None], tf.float32)
+        out_dim = int(self.params["actor"][-1][1].shape[0])
+        obs, vec = self.obs_spec(weights, "actor", conv), tf.TensorSpec([None], tf.float32)
         if discrete:
             act, aux = tf.TensorSpec([None], tf.int64), tf.TensorSpec([None, out_dim], tf.bool)
         else:
@@ -82,13 +87,13 @@ class SACNetworks(TFNetworks):
         # Gaussian log-density of u, minus log |d tanh(u)/du| = log(1 - tanh(u)^2), written stably
         log_prob = tf.reduce_sum(-0.5 * tf.square(aux) - log_std - HALF_LOG_2PI
                                  - 2.0 * (LOG_2 - u - tf.nn.softplus(-2.0 * u)), 1)
-        x = tf.concat([obs, tf.tanh(u)], 1)
-        return tf.minimum(q1(x), q2(x))[:, 0] - alpha * log_prob, -log_prob
+        a = tf.tanh(u)
+        return tf.minimum(q1(obs, a), q2(obs, a))[:, 0] - alpha * log_prob, -log_prob
 
     def _q(self, net, obs, act):
         if self.discrete:
             return tf.gather(net(obs), act, axis=1, batch_dims=1)
-        return net(tf.concat([obs, act], 1))[:, 0]
+        return net(obs, act)[:, 0]
 
     # -- one gradient step ---------------------------------------------------------------------------
     def _graph_step(self, obs, act, next_obs, rew, alive, discount, weights, aux, next_aux, target_entropy):

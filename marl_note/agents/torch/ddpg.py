@@ -12,7 +12,9 @@ import torch
 
 from marl_note.agents.ddpg import DDPGBatch, DDPGConfig, DDPGCore
 from marl_note.agents.torch.compiling import maybe_compile
+from marl_note.agents.torch.critics import register_critic
 from marl_note.agents.torch.networks import TorchNetworks
+from marl_note.agents.torsos import conv_of
 
 __all__ = ["DDPG", "DDPGNetworks"]
 
@@ -24,10 +26,11 @@ class DDPGNetworks(TorchNetworks):
                  compile: bool = False):
         super().__init__(device, compile)
         self.cfg = cfg
-        self.actor = self.mlp("actor", weights, cfg.activation)
-        self.critic = self.mlp("critic", weights, cfg.activation)
-        self.actor_target = self.mlp("actor_target", weights, cfg.activation, trainable=False)
-        self.critic_target = self.mlp("critic_target", weights, cfg.activation, trainable=False)
+        conv = conv_of(cfg)  # images: a conv torso under the actor and one under the critic
+        self.actor = self.mlp("actor", weights, cfg.activation, conv=conv)
+        self.critic = register_critic(self, "critic", weights, cfg.activation, conv)
+        self.actor_target = self.mlp("actor_target", weights, cfg.activation, trainable=False, conv=conv)
+        self.critic_target = register_critic(self, "critic_target", weights, cfg.activation, conv, trainable=False)
         self.adam("actor_optimizer", ["actor"], cfg.actor_lr)
         self.adam("critic_optimizer", ["critic"], cfg.critic_lr)
         self._critic_loss = maybe_compile(self.critic_loss, self.compile, "DDPG critic loss")
@@ -35,7 +38,7 @@ class DDPGNetworks(TorchNetworks):
 
     @staticmethod
     def q(critic: torch.nn.Module, x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
-        return critic(torch.cat([x, a], dim=1)).squeeze(1)
+        return critic(x, a).squeeze(1)
 
     @torch.no_grad()
     def actions(self, obs: np.ndarray) -> np.ndarray:

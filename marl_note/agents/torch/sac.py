@@ -11,6 +11,7 @@ from torch.nn import functional as F
 
 from marl_note.agents.sac import HALF_LOG_2PI, LOG_2, LOG_STD_MAX, LOG_STD_MIN, MASKED_LOGIT, TRAIN_INPUTS, SACCore
 from marl_note.agents.torch.compiling import maybe_compile
+from marl_note.agents.torch.critics import register_critic
 from marl_note.agents.torch.networks import TorchNetworks
 
 __all__ = ["SAC", "SACNetworks"]
@@ -25,13 +26,18 @@ class SACNetworks(TorchNetworks):
 
     def __init__(self, weights: Mapping[str, np.ndarray], *, discrete: bool, activation: str, actor_lr: float,
                  critic_lr: float, temperature_lr: float, log_alpha: float, autotune: bool, tau: float,
-                 max_grad_norm: float | None, device: Any = "cpu", compile: bool = False):
+                 max_grad_norm: float | None, device: Any = "cpu", compile: bool = False, conv: Any = None):
         super().__init__(device, compile)
         self.discrete, self.tau, self.max_grad_norm = discrete, tau, max_grad_norm
-        self.actor = self.mlp("actor", weights, activation)
-        self.qf1, self.qf2 = self.mlp("qf1", weights, activation), self.mlp("qf2", weights, activation)
-        self.qf1_target = self.mlp("qf1_target", weights, activation, trainable=False)
-        self.qf2_target = self.mlp("qf2_target", weights, activation, trainable=False)
+        self.actor = self.mlp("actor", weights, activation, conv=conv)  # images: a conv torso under each network
+
+        def critic(name: str, trainable: bool = True) -> nn.Module:  # Box actions join after the torso
+            if discrete:
+                return self.mlp(name, weights, activation, trainable, conv)
+            return register_critic(self, name, weights, activation, conv, trainable)
+
+        self.qf1, self.qf2 = critic("qf1"), critic("qf2")
+        self.qf1_target, self.qf2_target = critic("qf1_target", False), critic("qf2_target", False)
         self.log_alpha = nn.Parameter(torch.tensor(float(log_alpha), device=self.device), requires_grad=autotune)
         self.adam("actor_optimizer", ["actor"], actor_lr)
         self.adam("critic_optimizer", ["qf1", "qf2"], critic_lr)
@@ -66,13 +72,13 @@ class SACNetworks(TorchNetworks):
         u = mean + log_std.exp() * aux
         # Gaussian log-density of u, minus log |d tanh(u)/du| = log(1 - tanh(u)^2), written stably
         log_prob = (-0.5 * aux.square() - log_std - HALF_LOG_2PI - 2.0 * (LOG_2 - u - F.softplus(-2.0 * u))).sum(1)
-        x = torch.cat([obs, torch.tanh(u)], dim=1)
-        return torch.min(q1(x), q2(x)).squeeze(1) - alpha * log_prob, -log_prob
+        a = torch.tanh(u)
+        return torch.min(q1(obs, a), q2(obs, a)).squeeze(1) - alpha * log_prob, -log_prob
 
     def q(self, net: nn.Module, obs, act) -> torch.Tensor:
         if self.discrete:
             return net(obs).gather(1, act[:, None]).squeeze(1)
-        return net(torch.cat([obs, act], dim=1)).squeeze(1)
+        return net(obs, act).squeeze(1)
 
     # -- losses and one gradient step ----------------------------------------------------------------
     def critic_loss(self, obs, act, next_obs, rew, alive, discount, weights, next_aux, alpha):
