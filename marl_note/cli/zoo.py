@@ -6,8 +6,9 @@ episodes), the seeds, and in ``[result]`` the score it reached: only a measured 
 machine and seeds, else ``status = "not measured"``. :func:`load_recipe` reads and checks a file
 (unknown keys, wrong types, unknown env or algorithm names are refused with a
 :class:`RecipeError` naming the file and the key); :func:`recipe` finds a shipped recipe by env
-name. Training one is :func:`marl_note.cli.zoo_run.train_recipe` (``python -m marl_note train
---env NAME`` does the same from the command line). Everything here is numpy only.
+name. Training one is :func:`marl_note.cli.zoo_run.train_recipe`, importable from here too
+(``python -m marl_note train --env NAME`` does the same from the command line). Everything here
+is numpy only.
 
 Example:
     >>> r = recipe("CartPole-v1")
@@ -74,6 +75,15 @@ _RESULT = {"status": (str,), "date": (str,), "machine": (str,), "seeds": (list,)
            "random_per_seat": (dict,), "env_steps": (int,), "minutes": (int, float), "backend": (str,),
            "command": (str,), "note": (str,)}
 _RESULT_STATUS = ("measured", "not measured")
+
+
+def __getattr__(name: str) -> Any:
+    """``train_recipe`` and ``prepare`` (defined in :mod:`marl_note.cli.zoo_run`) are importable from here too."""
+    if name in ("train_recipe", "prepare"):
+        from marl_note.cli import zoo_run
+
+        return getattr(zoo_run, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class RecipeError(CLIError):
