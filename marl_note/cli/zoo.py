@@ -38,15 +38,16 @@ import json
 import math
 import os
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from marl_note.cli.common import CLIError
 
-try:
+if sys.version_info >= (3, 11):
     import tomllib
-except ModuleNotFoundError:  # Python 3.10: the same parser as the tomli package
+else:  # Python 3.10: the same parser, as the tomli package
     import tomli as tomllib
 
 __all__ = ["RECIPE_DIR", "Recipe", "RecipeError", "check_recipe", "load_recipe", "recipe", "recipe_names", "recipes",
