@@ -125,7 +125,17 @@ class _StopAt:
 
 @dataclass
 class RecipeRun:
-    """A recipe built and ready: ``train()``, then ``score()`` / ``random_score()``; ``close()`` the envs."""
+    """A recipe built and ready: ``train()``, then ``score()`` / ``random_score()``; ``close()`` the envs.
+
+    Example:
+        >>> from marl_note.cli.zoo import recipe
+        >>> run = prepare(recipe("CartPole-v1").with_budget(env_steps=100, minutes=None), seed=0)
+        >>> run.plan.mode, run.board_game, sorted(run.learners)
+        ('independent', False, ['agent_0'])
+        >>> run.random_score(episodes=2)["episodes"]
+        2
+        >>> run.close()
+    """
 
     recipe: Recipe
     seed: int
