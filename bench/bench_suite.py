@@ -122,8 +122,8 @@ def machine() -> str:
 def result_table(row: dict, backend: str, command: str) -> dict:
     result = {"status": "measured", "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
               "machine": machine(), "seeds": row["seeds"], "backend": backend,
-              "metric": "win/draw/loss per seat vs a random player, greedy" if "per_seat" in row
-              else "mean greedy return over the scored seats", "mean": round(row["mean"], 4),
+              "metric": "greedy return vs a random player (win 1, loss -1), mean over seats; per_seat: win/draw/loss"
+              if "per_seat" in row else "mean greedy return over the scored seats", "mean": round(row["mean"], 4),
               "std": round(row["std"], 4), "random": round(row["random"], 4), "env_steps": row["env_steps"],
               "minutes": row["minutes"], "command": command}
     if "per_seat" in row:

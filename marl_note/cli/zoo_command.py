@@ -83,7 +83,10 @@ def _result_text(r: Recipe) -> str:
     score = f"{res['mean']:.3g}" if "mean" in res else ""
     spread = f" +- {res['std']:.2g}" if "std" in res else ""
     rnd = f" (random {res['random']:.3g})" if "random" in res else ""
-    return f"{res['metric']} {score}{spread}{rnd}, seeds {res['seeds']}, {res['date']}"
+    if "per_seat" in res:  # board games: each seat's win rate against a random player
+        score = " / ".join(f"{v.get('win', float('nan')):.0%}" for v in res["per_seat"].values()) + " won"
+        spread = rnd = ""
+    return f"{score}{spread}{rnd}, seeds {res['seeds']}, {res['date']}" + (" (see its note)" if "note" in res else "")
 
 
 def zoo(args: Any) -> int:
