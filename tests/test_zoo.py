@@ -179,3 +179,16 @@ def test_bench_suite_smoke_runs(tmp_path):
     assert "| CartPole-v1 | dqn | 0 |" in proc.stdout and "500.0 +- 0.0 (dqn, 50k steps)" in proc.stdout
     rows = json.loads((tmp_path / "suite.json").read_text())["rows"]
     assert rows[0]["env"] == "CartPole-v1" and rows[0]["env_steps"] >= 200 and "random" in rows[0]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mpe2") is None, reason="simple_spread_v3 needs mpe2: pip install mpe2")
+def test_evaluate_re_applies_the_wrappers_a_recipe_trained_with(tmp_path, capsys):
+    # simple_spread's recipe appends the agent id (18 -> 21 features): the saved agent only fits the wrapped env
+    out = tmp_path / "run"
+    assert main(["train", "--env", "simple_spread_v3", "--episodes", "2", "--num-envs", "2", "--update-freq", "50",
+                 "--env-arg", "max_cycles=5", "--out", str(out), "--quiet"]) == 0
+    record = json.loads((out / "marl_note_run.json").read_text())
+    assert record["wrappers"] == [{"name": "with_agent_id"}] and record["env_kwargs"] == {"max_cycles": 5}
+    capsys.readouterr()
+    assert main(["evaluate", "--checkpoint", str(out), "--episodes", "2"]) == 0, capsys.readouterr().err
+    assert "agent_2:" in capsys.readouterr().out
