@@ -49,7 +49,8 @@ def test_each_recipe_builds_its_env_and_agents_and_trains_a_tiny_budget(name):
         pytest.skip(f"{name} needs {module}: pip install '{install}'")
     r = recipe(name)
     trainer = {**r.trainer, "num_envs": 2, "test_episodes": 1, "update_freq": min(r.trainer["update_freq"], 100)}
-    env_kwargs = {**r.env_kwargs, **({"max_cycles": 20} if "max_cycles" in r.env_kwargs else {})}  # short tests
+    short = {"max_cycles": 20, "n_pistons": 3}  # short episodes, few pistons: seconds, not minutes
+    env_kwargs = {**r.env_kwargs, **{k: v for k, v in short.items() if k in r.env_kwargs}}
     r = dataclasses.replace(r, trainer=trainer, env_kwargs=env_kwargs).with_budget(env_steps=150, minutes=None,
                                                                                     episodes=None)
     run = prepare(r, seed=0)
