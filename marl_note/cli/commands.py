@@ -94,7 +94,12 @@ def _env(name: str | None, source: Source | None, env_args: list[str] | None) ->
         name, kwargs = source.env, {**source.env_kwargs, **kwargs}
     elif source is not None and source.env == name and not kwargs:
         kwargs = dict(source.env_kwargs)
-    return resolve_env(name, kwargs)
+    choice = resolve_env(name, kwargs)
+    if source is not None and source.env == name and source.record.get("wrappers"):
+        from marl_note.cli.zoo_run import wrap_choice  # a zoo recipe's wrappers, as the run was trained
+
+        choice = wrap_choice(choice, source.record["wrappers"])
+    return choice
 
 
 def _trainer(choice: EnvChoice, **options: Any) -> Any:
@@ -123,10 +128,16 @@ def _opponent_source(option: str | None, flag: str) -> Source | None:
 
 def train(args: Any) -> int:
     """``train``: see ``python -m marl_note train --help``."""
+    from marl_note.cli.zoo_command import apply_recipe, budget_text, zoo
+    from marl_note.cli.zoo_run import Budget, wrap_choice
+
+    if args.list_recipes:
+        return zoo(args)
     with setup_errors():
-        agent_kwargs = parse_assignments(args.agent_arg, "--agent-arg")
+        recipe = apply_recipe(args)  # without --algo: the zoo's recipe for --env fills what was not given
+        agent_kwargs = {**(recipe.agent_kwargs() if recipe else {}), **parse_assignments(args.agent_arg, "--agent-arg")}
         check_agent_kwargs(args.algo, agent_kwargs)
-        choice = _env(args.env, None, args.env_arg)
+        choice = wrap_choice(_env(args.env, None, args.env_arg), recipe.wrappers if recipe else ())
         opponent_source = _opponent_source(args.opponent, "--opponent")
         out = args.out or os.path.join("runs", f"{choice.name}-{args.algo}")
         test_freq = args.test_freq or max(1, args.episodes // 10)
@@ -148,11 +159,13 @@ def train(args: Any) -> int:
                 learners = build_learners(module, args.algo, spec, plan, agent_kwargs, args.seed)
             opponents = _opponents(spec, choice.name, None, args.seed, opponent_source)
             seats = arrange_seats(plan, learners, opponents)
-        _say(f"training {args.algo} ({args.backend}) on {choice.name}: {_describe(plan, args.opponent)}, "
-             f"{args.episodes} episodes on {args.num_envs} envs")
+        _say(f"training {args.algo} ({args.backend}) on {choice.name}"
+             + (f" (zoo recipe {recipe.label})" if recipe else "")
+             + f": {_describe(plan, args.opponent)}, {budget_text(args)} on {args.num_envs} envs")
         started = time.perf_counter()
+        budget = [Budget(args.env_steps, args.minutes)] if args.env_steps or args.minutes else []
         stats = trainer.train(seats, learning_mask=[s in plan.learners for s in trainer.possible_agents],
-                              plot=args.plot, progress=not args.quiet)
+                              plot=args.plot, progress=not args.quiet, callbacks=budget)
         # independent agents in a board game test against each other: a constant-sum metric that says nothing
         telling = stats["test_history"] and not (plan.mode == "independent" and _is_board_game(spec))
         _say(f"trained {stats['num_collected_episodes']} episodes, {stats['num_collected_steps']} env steps, "
@@ -168,7 +181,8 @@ def train(args: Any) -> int:
                   "mode": plan.mode, "seats": plan.seat_map, "opponent": args.opponent, "seed": args.seed,
                   "episodes": stats["num_collected_episodes"], "env_steps": stats["num_collected_steps"],
                   "gradient_steps": stats["num_gradient_steps"], "best_test_metric": stats["best_reward"],
-                  "vs_random": results}
+                  "vs_random": results, "recipe": recipe.label if recipe else None,
+                  "wrappers": [dict(w) for w in recipe.wrappers] if recipe else []}
         write_run(out, record, learners)
         _say(f"saved {', '.join(sorted(learners))} under {out} (evaluate: python -m marl_note evaluate "
              f"--checkpoint {out})")

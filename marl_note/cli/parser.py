@@ -2,21 +2,29 @@
 
 Example:
     >>> args = build_parser().parse_args(["train", "--env", "tictactoe_v3", "--algo", "dqn", "--self-play"])
-    >>> args.command, args.backend, args.episodes, args.self_play
-    ('train', 'torch', 5000, True)
+    >>> args.command, args.backend, args.self_play
+    ('train', 'torch', True)
+    >>> args.episodes is None  # not given: the recipe's value, else TRAIN_DEFAULTS["episodes"]
+    True
 """
 from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
 
-__all__ = ["build_parser"]
+__all__ = ["TRAIN_DEFAULTS", "build_parser"]
+
+# train options a zoo recipe may set: None on the parsed namespace means "not given" (recipe value, else this)
+TRAIN_DEFAULTS = {"episodes": 5000, "num_envs": 16, "batch_size": 64, "update_freq": 100, "test_episodes": 50,
+                  "seed": 0}
 
 DESCRIPTION = """Train, evaluate and play marl_note agents on PettingZoo and Gymnasium envs.
 
   python -m marl_note train --env connect_four_v3 --algo dqn --self-play --backend tf --episodes 5000
   python -m marl_note evaluate --env connect_four_v3 --checkpoint runs/connect_four_v3-dqn
   python -m marl_note play --env connect_four_v3 --checkpoint runs/connect_four_v3-dqn --seat player_1
+  python -m marl_note train --env CartPole-v1    # no --algo: the zoo's recipe for the env
+  python -m marl_note zoo                         # the zoo's recipes
 
 Run `python -m marl_note COMMAND --help` for the options of each command."""
 
@@ -34,6 +42,11 @@ Classic games are turn-based; MPE/butterfly/sisl envs run as Parallel envs.
 algorithms: dqn (Discrete actions), ppo and sac (Discrete or Box), ddpg (Box), maddpg (Discrete or
 Box, Parallel envs). Agent options: --agent-arg KEY=VALUE, e.g. --agent-arg 'hidden_sizes=[128, 128]'
 --agent-arg lr=5e-4 (values are read as JSON, otherwise as text).
+
+zoo recipes: without --algo, train uses the zoo's recipe for --env (python -m marl_note zoo lists them;
+--recipe FILE takes your own TOML file): its algorithm, seats, wrappers, agent and trainer options and
+budget (--env-steps, --minutes, --episodes: whichever ends first). Flags given explicitly override the
+recipe's values (--agent-arg and --env-arg key by key). With --algo no recipe is used.
 
 output: --out DIR (default runs/ENV-ALGO) gets one checkpoint per distinct agent (agent.save()) and
 marl_note_run.json; it must be new, empty or an earlier run directory. The summary plays the trained
@@ -74,22 +87,28 @@ def build_parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="train agents and save them", description="Train agents with "
                            "DecentralizedTrainer, save them under --out and print a summary.",
                            epilog=TRAIN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    _env_options(train, required=True)
-    train.add_argument("--algo", required=True, choices=["dqn", "ppo", "ddpg", "sac", "maddpg"])
+    _env_options(train, required=False)
+    train.add_argument("--algo", choices=["dqn", "ppo", "ddpg", "sac", "maddpg"],
+                       help="the algorithm; without it the zoo's recipe for --env is used")
+    train.add_argument("--recipe", metavar="FILE",
+                       help="train with this recipe file (TOML; python -m marl_note zoo NAME shows one)")
+    train.add_argument("--list-recipes", action="store_true", help="list the zoo's recipes and exit")
+    train.add_argument("--env-steps", type=_positive, metavar="N", help="stop after N env steps (default: none)")
+    train.add_argument("--minutes", type=float, metavar="M", help="stop after M minutes of training (default: none)")
     train.add_argument("--backend", default="torch", choices=["torch", "tf"], help="default: torch")
     train.add_argument("--self-play", action="store_true", help="one agent in every seat, all learning")
     train.add_argument("--opponent", metavar="random|DIR",
                        help="a fixed player in the seats other than --seat: 'random' or a checkpoint")
     train.add_argument("--seat", help="the learner's seat when training against --opponent (default: the first)")
-    train.add_argument("--episodes", type=_positive, default=5000, help="training episodes (default 5000)")
+    train.add_argument("--episodes", type=_positive, help="training episodes (default 5000)")
     train.add_argument("--out", metavar="DIR", help="output directory (default runs/ENV-ALGO)")
-    train.add_argument("--seed", type=int, default=0, help="seed of envs and agents (default 0)")
-    train.add_argument("--num-envs", type=_positive, default=16, help="train and test envs (default 16)")
+    train.add_argument("--seed", type=int, help="seed of envs and agents (default 0)")
+    train.add_argument("--num-envs", type=_positive, help="train and test envs (default 16)")
     train.add_argument("--processes", type=_positive, help="host the envs in N worker processes")
-    train.add_argument("--batch-size", type=_positive, default=64)
-    train.add_argument("--update-freq", type=_positive, default=100, help="env steps between updates (default 100)")
+    train.add_argument("--batch-size", type=_positive, help="default 64")
+    train.add_argument("--update-freq", type=_positive, help="env steps between updates (default 100)")
     train.add_argument("--test-freq", type=_positive, help="training episodes between tests (default episodes/10)")
-    train.add_argument("--test-episodes", type=_positive, default=50, help="episodes per periodic test (default 50)")
+    train.add_argument("--test-episodes", type=_positive, help="episodes per periodic test (default 50)")
     train.add_argument("--stop-reward", type=float, metavar="X", help="stop once a test metric reaches X")
     train.add_argument("--agent-arg", action="append", metavar="KEY=VALUE",
                        help="a constructor argument of the agents (repeatable), e.g. lr=5e-4")
@@ -122,4 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
     play.add_argument("--games", type=_positive, default=1, help="games to play (default 1)")
     play.add_argument("--backend", choices=["torch", "tf"], help="load into this backend (default: recorded)")
     play.add_argument("--seed", type=int, help="seed of the env")
+
+    zoo = sub.add_parser("zoo", help="list the zoo's training recipes, or show one",
+                         description="The zoo's recipes (train --env NAME without --algo uses them): env, "
+                                     "algorithm, budget and the score each reached where it was measured.")
+    zoo.add_argument("name", nargs="?", metavar="NAME", help="show this recipe's file")
     return parser
