@@ -96,7 +96,7 @@ def bench_act(reps: int, calls: int, seed: int) -> None:
                   for name, mod in BACKENDS.items()}
         how = "numpy copy" if numpy_acting else "framework (numpy_acting=False)"
         for explore in (False, True):
-            fns = {name: per_call(lambda a=a: a.act(obs, explore=explore), calls) for name, a in agents.items()}
+            fns = {name: per_call(lambda a=a, e=explore: a.act(obs, explore=e), calls) for name, a in agents.items()}
             for fn in fns.values():
                 fn()  # warm-up: traces, the numpy export
             report(f"act, batch 16, 64-64, {'exploring' if explore else 'greedy'}, {how}",
