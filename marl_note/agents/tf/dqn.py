@@ -17,11 +17,36 @@ from marl_note.agents.tf.common import step_names
 from marl_note.agents.tf.distribute import UNSAVED_PARAMS, strategy_init
 from marl_note.agents.tf.networks import ConvTorso, TFNetworks, keras_mlp
 
-__all__ = ["DQN", "DQNNetworks", "DuelingQNet"]
+__all__ = ["DQN", "DQNNetworks", "DuelingQNet", "pack_batch"]
 
 # the order of the graph step's inputs (DQNCore.arrays' keys)
 _STEP_INPUTS = ("obs", "act", "next_obs", "rew", "discount", "alive", "legal", "weights")
 _TARGET_INPUTS = ("next_obs", "rew", "discount", "alive", "legal")
+# the packed step's columns: act, rew, discount, alive, weights, then the legal next actions as 0/1
+_AUX_COLUMNS = ("act", "rew", "discount", "alive", "weights")
+_AUX = len(_AUX_COLUMNS)
+
+
+def pack_batch(arrays: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """``(obs and next_obs stacked [2, B, ...], the other inputs [B, 5 + n])``, float32: the step's
+    batch in two arrays (one conversion to a tensor each, not eight). Actions, flags and the legal
+    mask are small integers, exact in float32.
+
+    Example:
+        >>> pair, aux = pack_batch({"obs": np.zeros((3, 4)), "next_obs": np.ones((3, 4)), "act": np.arange(3),
+        ...     "rew": np.ones(3), "discount": np.full(3, 0.9), "alive": np.ones(3), "weights": np.ones(3),
+        ...     "legal": np.ones((3, 2), bool)})
+        >>> pair.shape, aux.shape, aux[2, :2].tolist()
+        ((2, 3, 4), (3, 7), [2.0, 1.0])
+    """
+    obs, next_obs, legal = arrays["obs"], arrays["next_obs"], arrays["legal"]
+    pair = np.empty((2, *np.shape(obs)), np.float32)
+    pair[0], pair[1] = obs, next_obs
+    aux = np.empty((len(legal), _AUX + legal.shape[1]), np.float32)
+    for j, key in enumerate(_AUX_COLUMNS):
+        aux[:, j] = arrays[key]
+    aux[:, _AUX:] = legal
+    return pair, aux
 
 
 def dense_from_numpy(weights: Mapping[str, np.ndarray], key: str):
@@ -77,7 +102,13 @@ class DQNNetworks(TFNetworks):
         self._forward = tf.function(lambda x: self.q_net(x), input_signature=[obs], reduce_retracing=True)
         self._target_fn = self.function(self._target, [obs, vec, vec, vec, legal])
         step_signature = [obs, tf.TensorSpec([None], tf.int32), obs, vec, vec, vec, legal, vec]
-        self._step_fn = self.function(self._step, step_signature)
+        self._packed = self.strategy is None  # a strategy splits every batch input by rows: keep them apart
+        if self._packed:  # two inputs: observations and next observations stacked, every other column
+            self._step_fn = self.function(self._packed_step, [tf.TensorSpec([2, *obs.shape], tf.float32),
+                                                              tf.TensorSpec([None, _AUX + n], tf.float32)])
+        else:
+            self._step_fn = self.function(self._step, step_signature)
+        self._step_graph: Any = None  # the step's concrete function, taken on the first step
         self._grad_sq_fn = self.function(self._grad_sq, step_signature)
 
     def q_network(self, name: str, weights: Mapping[str, np.ndarray]):
@@ -133,15 +164,33 @@ class DQNNetworks(TFNetworks):
         td_abs = tf.abs(target - q)
         return tf.stack([loss, tf.reduce_mean(q), tf.reduce_mean(td_abs)]), td_abs, checks
 
+    def _packed_step(self, pair, aux):
+        """:meth:`_step` on :func:`pack_batch`'s two arrays; one float32 vector out:
+        ``[loss, q_mean, td_abs, the 2 checks, |TD| per row]``."""
+        legal = aux[:, _AUX:] > 0.5
+        stats, td_abs, checks = self._step(pair[0], tf.cast(aux[:, 0], tf.int32), pair[1], aux[:, 1], aux[:, 2],
+                                           aux[:, 3], legal, aux[:, 4])
+        return tf.concat([stats, checks, td_abs], axis=0)
+
     def train_step(self, arrays: Mapping[str, np.ndarray], who: str, update: int):
         """The graph step on the batch, then its finiteness checks (a refused step raises, nothing applied).
 
         Returns the metrics ``loss``, ``q_mean``, ``td_abs`` and ``|TD|`` per row for the priorities.
+        Outside a strategy the batch goes in as two tensors and comes back as one array, through
+        the step's concrete function (traced once, on the first call), which skips the argument
+        matching a ``tf.function`` call does each time.
         """
-        stats, td_abs, checks = self._step_fn(*[arrays[k].astype(np.int32) if k == "act" else arrays[k]
-                                                for k in _STEP_INPUTS])
-        self.check(who, update, step_names("loss"), checks)
-        return dict(zip(("loss", "q_mean", "td_abs"), stats.numpy().tolist())), td_abs.numpy()
+        if not self._packed:
+            stats, td_abs, checks = self._step_fn(*[arrays[k].astype(np.int32) if k == "act" else arrays[k]
+                                                    for k in _STEP_INPUTS])
+            self.check(who, update, step_names("loss"), checks)
+            return dict(zip(("loss", "q_mean", "td_abs"), stats.numpy().tolist())), td_abs.numpy()
+        if self._step_graph is None:
+            self._step_graph = self._step_fn.get_concrete_function()
+        pair, aux = pack_batch(arrays)
+        out = self._step_graph(tf.constant(pair), tf.constant(aux)).numpy()
+        self.check(who, update, step_names("loss"), out[3:5])
+        return dict(zip(("loss", "q_mean", "td_abs"), out[:3].tolist())), out[5:]
 
 
 class DQN(DQNCore):

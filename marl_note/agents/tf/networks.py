@@ -163,6 +163,7 @@ class TFNetworks:
         self.optimizers: dict[str, list] = {}  # name -> [optimizer, params, lr]
         self.version = 0  # counts weight changes (train steps, syncs, loads): the numpy copy's freshness
         self._replica_noise: dict[str, Any] = {}  # optimizer name -> its steps' noise record (several replicas)
+        self._sync_graphs: dict[tuple[str, str, bool], Any] = {}  # eager syncs: a call count, then a graph
 
     # -- building --------------------------------------------------------------------------------------
     def mlp(self, name: str, weights: Mapping[str, np.ndarray], activation: str,
@@ -262,8 +263,27 @@ class TFNetworks:
         check_finite_update(who, update, names, checks)
 
     def sync(self, target: str, source: str, tau=None) -> None:
-        """Graph or eager code: copy ``source`` into ``target``, or move it ``tau`` of the way."""
+        """Graph or eager code: copy ``source`` into ``target``, or move it ``tau`` of the way.
+
+        Called eagerly outside a strategy and again and again (a Polyak step after every gradient
+        step), the writes run as one traced graph per ``(target, source, copy or move)``, ``tau``
+        its input: one call instead of a few eager ops per variable (the first few calls stay
+        eager, so an agent that syncs rarely never pays for a trace)."""
         self.version += 1  # once per trace in graph code; the train step's check counts those
+        key = (target, source, tau is None)
+        graph = self._sync_graphs.get(key, 0)
+        if self.strategy is not None or not tf.executing_eagerly() or isinstance(graph, int) and graph < 3:
+            self._sync(target, source, tau)
+            if self.strategy is None and tf.executing_eagerly():
+                self._sync_graphs[key] = graph + 1
+            return
+        if isinstance(graph, int):
+            graph = tf.function(lambda t: self._sync(target, source, None if key[2] else t),
+                                input_signature=[tf.TensorSpec([], tf.float32)]).get_concrete_function()
+            self._sync_graphs[key] = graph
+        graph(tf.constant(1.0 if tau is None else tau, tf.float32))
+
+    def _sync(self, target: str, source: str, tau) -> None:
         for (_, t, _), (_, s, _) in zip(self.params[target], self.params[source], strict=True):
             t.assign(s if tau is None else t + tau * (s - t))
 
