@@ -62,7 +62,9 @@ def run_config(mode: str, kind: str, n: int, steps: int, env_steps: int, seed: i
                 p.communicate()
     lines = [line for line in logs[0].splitlines() if line.startswith("{")]
     if procs[0].returncode or not lines:
-        raise RuntimeError(f"{mode} {kind} with {n} replicas failed (exit {procs[0].returncode}):\n{logs[0][-3000:]}")
+        failed = [i for i, p in enumerate(procs) if p.returncode] or [0]
+        tails = "\n".join(f"--- worker {i} (exit {procs[i].returncode}):\n{logs[i][-3000:]}" for i in failed)
+        raise RuntimeError(f"{mode} {kind} with {n} replicas failed:\n{tails}")
     return json.loads(lines[-1])
 
 
