@@ -177,6 +177,8 @@ def run_main(capsys, *args: str) -> str:
      "--seat 'player_3' is not a seat of this env; its seats are player_1, player_2"),
     (["train", "--env", "simple_adversary_v3", "--algo", "dqn", "--self-play"], "drop --self-play"),
     (["play", "--env", "CartPole-v1", "--checkpoint", "."], "play knows the board games tictactoe_v3, connect_four_v3"),
+    (["train", "--env", "CartPole-v1", "--algo", "alphazero"],
+     "--algo alphazero does not fit CartPole-v1: alphazero searches turn-based board games"),
 ])
 def test_bad_arguments_fail_with_one_line_naming_the_problem(args, message, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
@@ -224,3 +226,15 @@ def test_a_checkpoint_trained_on_another_env_is_refused(run_dir, capsys):
     assert "was trained on seats ['player_1', 'player_2']; this env's seats are ['player_0', 'player_1']" in err
     err = run_main(capsys, "evaluate", "--env", "connect_four_v3", "--checkpoint", os.path.join(out, "agent"))
     assert "fits no seat of connect_four_v3" in err
+
+
+def test_alphazero_trains_by_self_play_saves_and_evaluates_from_the_command_line(capsys, tmp_path):
+    out = str(tmp_path / "az")
+    assert main(["train", "--env", "tictactoe_v3", "--algo", "alphazero", "--self-play", "--episodes", "12",
+                 "--agent-arg", "num_simulations=4", "--agent-arg", "learning_starts=16", "--agent-arg",
+                 "hidden_sizes=[16]", "--seed", "0", "--out", out]) == 0
+    trained = capsys.readouterr().out
+    assert re.search(r"trained \d+ episodes, \d+ env steps, [1-9]\d* gradient steps", trained), trained
+    assert json.load(open(os.path.join(out, "marl_note_run.json")))["algo"] == "alphazero"
+    assert main(["evaluate", "--checkpoint", out, "--episodes", "4"]) == 0
+    assert "as player_2: win" in capsys.readouterr().out

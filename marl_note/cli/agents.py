@@ -42,6 +42,7 @@ class Algorithm:
     core: str  # module.Class of the numpy core (its constructor names the arguments)
     actions: tuple[str, ...]
     joint: bool = False  # one learner over all seats (needs a Parallel env)
+    board_games: bool = False  # searches with the rules of a board game it rebuilds from the observation
 
 
 ALGORITHMS: dict[str, Algorithm] = {
@@ -50,6 +51,7 @@ ALGORITHMS: dict[str, Algorithm] = {
     "ddpg": Algorithm("DDPG", "marl_note.agents.ddpg.DDPGCore", ("Box",)),
     "sac": Algorithm("SAC", "marl_note.agents.sac.SACCore", ("Discrete", "Box")),
     "maddpg": Algorithm("MADDPG", "marl_note.agents.maddpg.MADDPGCore", ("Discrete", "Box"), joint=True),
+    "alphazero": Algorithm("AlphaZero", "marl_note.agents.alphazero.AlphaZeroCore", ("Discrete",), board_games=True),
 }
 BACKENDS = {"torch": ("PyTorch", "pip install 'marl_note[torch]'"),
             "tf": ("TensorFlow", "pip install 'marl_note[tf]'")}
@@ -61,6 +63,17 @@ def _problem(algo: str, spec: Any, seats: list[str] | None = None) -> str | None
     from marl_note.agents.spaces import flat_obs_dim  # numpy only
 
     info = ALGORITHMS[algo]
+    if info.board_games:
+        from marl_note.agents.alphazero import board_simulator_for  # numpy only
+
+        if not spec.turn_based:
+            return f"{algo} searches turn-based board games, and this env is not turn-based"
+        for seat in seats or list(spec.possible_agents):
+            try:
+                board_simulator_for(spec.observation_space(seat), spec.action_space(seat))
+            except ValueError:
+                return (f"{algo} rebuilds the position from the observation, which only tic-tac-toe and connect "
+                        f"four allow (seat {seat!r} observes {spec.observation_space(seat)})")
     if info.joint and spec.turn_based:
         return (f"{algo} learns from every agent's step at once (joint per-step data), which needs a Parallel "
                 f"env where all agents act together; this env is turn-based")

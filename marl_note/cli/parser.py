@@ -40,7 +40,8 @@ envs: PettingZoo classic (tictactoe_v3, connect_four_v3, ...), MPE from the mpe2
 Classic games are turn-based; MPE/butterfly/sisl envs run as Parallel envs.
 
 algorithms: dqn (Discrete actions), ppo and sac (Discrete or Box), ddpg (Box), maddpg (Discrete or
-Box, Parallel envs). Agent options: --agent-arg KEY=VALUE, e.g. --agent-arg 'hidden_sizes=[128, 128]'
+Box, Parallel envs), alphazero (PUCT search, tictactoe_v3 and connect_four_v3).
+Agent options: --agent-arg KEY=VALUE, e.g. --agent-arg 'hidden_sizes=[128, 128]'
 --agent-arg lr=5e-4 (values are read as JSON, otherwise as text).
 
 zoo recipes: without --algo, train uses the zoo's recipe for --env (python -m marl_note zoo lists them;
@@ -88,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
                            "DecentralizedTrainer, save them under --out and print a summary.",
                            epilog=TRAIN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     _env_options(train, required=False)
-    train.add_argument("--algo", choices=["dqn", "ppo", "ddpg", "sac", "maddpg"],
+    train.add_argument("--algo", choices=["dqn", "ppo", "ddpg", "sac", "maddpg", "alphazero"],
                        help="the algorithm; without it the zoo's recipe for --env is used")
     train.add_argument("--recipe", metavar="FILE",
                        help="train with this recipe file (TOML; python -m marl_note zoo NAME shows one)")

@@ -56,7 +56,8 @@ __all__ = ["RECIPE_DIR", "Recipe", "RecipeError", "check_recipe", "load_recipe",
 RECIPE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "recipes")
 SEAT_MODES = ("independent", "self-play", "joint")
 WRAPPERS = ("with_agent_id", "pad_seats")  # and "supersuit.<wrapper>", e.g. supersuit.resize_v1
-_ALGORITHMS = ("dqn", "ppo", "ddpg", "sac", "maddpg")  # marl_note.cli.agents.ALGORITHMS (kept import-free here)
+# marl_note.cli.agents.ALGORITHMS (kept import-free here)
+_ALGORITHMS = ("dqn", "ppo", "ddpg", "sac", "maddpg", "alphazero")
 _SET_ELSEWHERE = ("observation_space", "action_space", "observation_spaces", "action_spaces", "seed")
 
 # key: (types, what the value must be); a None type list means "a table of free options"

@@ -43,7 +43,8 @@ def apply_recipe(args: Any) -> Recipe | None:
         try:
             chosen = recipe(args.env)
         except CLIError as exc:
-            raise CLIError(f"{exc}. Give --algo (dqn, ppo, ddpg, sac, maddpg) to train without a recipe") from None
+            raise CLIError(f"{exc}. Give --algo (dqn, ppo, ddpg, sac, maddpg, alphazero) to train without a "
+                           f"recipe") from None
     if chosen is not None:
         args.env = chosen.env
         args.algo = args.algo or chosen.algo
