@@ -105,7 +105,7 @@ def _setup(mode: str, n: int):
         return DistributedContext(), tf.distribute.MirroredStrategy([f"/CPU:{i}" for i in range(n)])
     if mode == "ps":
         return DistributedContext(), _parameter_server(n)
-    ctx = init_distributed(timeout=600)
+    ctx = init_distributed()  # no per-collective timeout (it costs a thread per collective)
     return ctx, (ctx.collective.strategy if ctx.distributed else tf.distribute.MultiWorkerMirroredStrategy())
 
 

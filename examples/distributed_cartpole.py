@@ -54,7 +54,8 @@ def _run(trainer: DecentralizedTrainer, agent: Any, ctx: Any, save: str | None, 
             "gradient_steps": stats["num_gradient_steps"], "wall_s": stats["training_time"]}
 
 
-def train_tf(algo: str = "DQN", episodes: int = 2000, batch_size: int = 64, seed: int = 0, timeout: float = 300.0,
+def train_tf(algo: str = "DQN", episodes: int = 2000, batch_size: int = 64, seed: int = 0,
+             timeout: float | None = None,
              save: str | None = None, progress: bool = True, target: float = 475.0) -> dict[str, Any]:
     """One TF worker's run: a MultiWorkerMirroredStrategy worker when ``TF_CONFIG`` names a cluster of
     several, else one process with a MirroredStrategy over the local devices (GPUs, else the CPU)."""
@@ -77,7 +78,7 @@ def train(algo: str = "DQN", episodes: int = 2000, batch_size: int = 64, seed: i
     """One rank's run (the only one without ``WORLD_SIZE`` in the environment); its statistics."""
     check_backend(backend)
     if backend == "tf":
-        return train_tf(algo, episodes, batch_size, seed, timeout, save, progress, target)
+        return train_tf(algo, episodes, batch_size, seed, None, save, progress, target)  # TF: health check
     import marl_note.agents.torch as agents
     from marl_note.agents.torch.distributed import init_distributed, shutdown
 

@@ -230,6 +230,11 @@ def rl_subclass(out: dict, strategy) -> None:
             out.setdefault("rl_refused", []).append(f"{type(exc).__name__}: {exc}")
 
 
+def _threads() -> int:
+    with open("/proc/self/status") as f:
+        return int(next(line for line in f if line.startswith("Threads:")).split()[1])
+
+
 def trainer_run(out: dict, strategy, tmp: str) -> None:
     """A short DQN run of the trainer on CartPole, one rank per worker (each from its own weights:
     ``prepare`` must give every worker rank 0's); rank 0 tests and checkpoints."""
@@ -252,15 +257,14 @@ def trainer_run(out: dict, strategy, tmp: str) -> None:
 
 
 def worker(out: dict, die: bool, tmp: str | None = None) -> None:
-    import tensorflow as tf
 
     from marl_note.agents.tf import DQN, PPO
     from marl_note.agents.tf.distribute import rank_from_tf_config
     mark(out, "import")
 
     rank, world = rank_from_tf_config()
-    options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=60.0)
-    strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    from marl_note.agents.tf.distributed import init_distributed
+    strategy = init_distributed().collective.strategy  # the default: no per-collective timeout
     mark(out, "strategy")
     out.update(rank=rank, world=world, replicas=strategy.num_replicas_in_sync)
     n = 12
@@ -300,6 +304,10 @@ def worker(out: dict, die: bool, tmp: str | None = None) -> None:
     from marl_note.agents.tf.distribute import any_worker, broadcast_from_rank0
     out["broadcast"] = broadcast_from_rank0(strategy, np.array([rank + 5, 7 * rank])).tolist()
     out["any"] = [any_worker(strategy, rank == 1), any_worker(strategy, False)]
+    collective, before = TFCollective(strategy, rank), _threads()
+    for i in range(40):  # the trainer's per-chunk lockstep: no thread may outlive its collective
+        collective.broadcast({"go_on": True, "steps": i})
+    out["threads_added"] = _threads() - before
     mark(out, "helpers")
     if tmp is not None:
         trainer_run(out, strategy, tmp)

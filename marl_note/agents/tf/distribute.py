@@ -356,17 +356,30 @@ def rank_from_tf_config(environ: Any = None) -> tuple[int, int]:
     raise ValueError(f"TF_CONFIG task type {kind!r} runs no trainer (only 'chief' and 'worker' tasks have a rank)")
 
 
+# (strategy, shape, dtype, first_only) -> the traced all-reduce; the strategy is kept with its entry
+_ALL_SUMS: dict[tuple[int, tuple[int, ...], str, bool], tuple[tf.distribute.Strategy, Any]] = {}
+
+
 def _all_sum(strategy: tf.distribute.Strategy, value: np.ndarray, first_only: bool) -> np.ndarray:
-    """Sum over every replica of ``value`` (only replica 0's with ``first_only``), eagerly."""
+    """Sum over every replica of ``value`` (only replica 0's with ``first_only``).
+
+    The all-reduce runs in a ``tf.function`` traced once per shape: an eager collective under a
+    ``MultiWorkerMirroredStrategy`` starts new collective threads on every call (thousands over a
+    run of per-chunk lockstep broadcasts, until thread creation fails), a traced one reuses them."""
     if strategy is None or isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy):
         return value  # one coordinator drives every step: nothing to agree on
-    def replica(v):
-        ctx = tf.distribute.get_replica_context()
-        if first_only:
-            v = tf.where(tf.equal(tf.cast(ctx.replica_id_in_sync_group, tf.int32), 0), v, tf.zeros_like(v))
-        return ctx.all_reduce(tf.distribute.ReduceOp.SUM, v)
+    key = (id(strategy), tuple(value.shape), value.dtype.str, bool(first_only))
+    entry = _ALL_SUMS.get(key)
+    if entry is None or entry[0] is not strategy:
+        def replica(v):
+            ctx = tf.distribute.get_replica_context()
+            v = tf.identity(v)  # placed on this replica's device (a bare function input has none to reduce to)
+            if first_only:
+                v = tf.where(tf.equal(tf.cast(ctx.replica_id_in_sync_group, tf.int32), 0), v, tf.zeros_like(v))
+            return ctx.all_reduce(tf.distribute.ReduceOp.SUM, v)
 
-    out = strategy.run(replica, args=(tf.constant(value),))
+        entry = _ALL_SUMS[key] = (strategy, tf.function(lambda v: strategy.run(replica, args=(v,))))
+    out = entry[1](tf.constant(value))
     return np.asarray(strategy.experimental_local_results(out)[0])
 
 

@@ -10,8 +10,8 @@ worker taking the same steps.
 
 The collective's ``broadcast`` and ``barrier`` use the strategy's own all-reduce (the objects the
 trainer broadcasts are a few bytes: pickled, sent as one array), so there is one channel, one
-timeout (the strategy's ``CommunicationOptions``) and one failure mode: a worker that is gone
-makes the others raise :class:`~marl_note.distributed.RankLostError` instead of waiting.
+bound (the strategy's peer health check, or a ``CommunicationOptions`` timeout) and one failure
+mode: a worker that is gone makes the others raise :class:`~marl_note.distributed.RankLostError` instead of waiting.
 
 Example (one process, no ``TF_CONFIG``: no strategy, nothing to agree on):
     >>> ctx = init_distributed()
@@ -33,7 +33,7 @@ from marl_note.distributed import DistributedContext, RankLostError
 
 __all__ = ["TFCollective", "init_distributed", "distribute", "shutdown"]
 
-DEFAULT_TIMEOUT = 300.0
+DEFAULT_TIMEOUT = None  # no per-collective bound: the strategy's peer health check notices a dead worker
 
 
 @contextmanager
@@ -43,7 +43,7 @@ def collective(rank: int, what: str) -> Iterator[None]:
         yield
     except _PEER_ERRORS as err:
         raise RankLostError(f"rank {rank}: {what} with the other workers failed; one of them died or stopped "
-                            f"answering within the strategy's timeout ({type(err).__name__}: "
+                            f"answering (the strategy's health check or timeout; {type(err).__name__}: "
                             f"{_peer_detail(str(getattr(err, 'message', err)))})") from err
 
 
@@ -108,11 +108,11 @@ class TFCollective:
         data = pickle.dumps(obj) if self.rank == 0 else b""
         with collective(self.rank, "receiving rank 0's decision"):
             size = int(broadcast_from_rank0(self.strategy, np.int64(len(data))))
-            buf = np.zeros(size, np.uint8)
+            buf = np.zeros(max(256, 1 << (size - 1).bit_length()), np.uint8)  # few shapes: few traces
             if self.rank == 0:
-                buf[:] = np.frombuffer(data, np.uint8)
+                buf[:size] = np.frombuffer(data, np.uint8)
             out = broadcast_from_rank0(self.strategy, buf)
-        return obj if self.rank == 0 else pickle.loads(out.tobytes())
+        return obj if self.rank == 0 else pickle.loads(out[:size].tobytes())
 
     def barrier(self) -> None:
         with collective(self.rank, "waiting for the other workers (barrier)"):
@@ -123,11 +123,18 @@ class TFCollective:
 
 
 def init_distributed(strategy: tf.distribute.Strategy | None = None,
-                     timeout: float = DEFAULT_TIMEOUT) -> DistributedContext:
+                     timeout: float | None = DEFAULT_TIMEOUT) -> DistributedContext:
     """This worker's rank context from ``TF_CONFIG`` (one process without it, or with one worker).
 
-    ``strategy``: the ``MultiWorkerMirroredStrategy`` to use (built here, with collectives bounded
-    by ``timeout`` seconds, when None). Build the agents with ``strategy=ctx.collective.strategy``.
+    ``strategy``: the ``MultiWorkerMirroredStrategy`` to use (built here when None). Build the agents
+    with ``strategy=ctx.collective.strategy``.
+
+    ``timeout``: None (default) leaves collectives unbounded; a worker that dies is still noticed
+    within seconds by the strategy's peer health check (the others raise ``RankLostError`` or
+    ``DistributedStepError``). A number bounds every collective by that many seconds (a live but
+    stuck peer), at a cost: TensorFlow keeps one sleeping thread per timed collective for the whole
+    timeout, so a run of a few hundred steps per second holds thousands of threads (rate x timeout)
+    and can fail to start new ones; use it for short runs or debugging.
     A ``MirroredStrategy`` (several devices, one process) needs no rank context: pass it to the
     agents and train without ``distributed=``. On GPUs each worker's strategy uses the worker's
     visible GPUs (``CUDA_VISIBLE_DEVICES`` per worker) with NCCL all-reduce.
@@ -139,10 +146,11 @@ def init_distributed(strategy: tf.distribute.Strategy | None = None,
                         f"trainer process: pass it to the agents (strategy=) and train without distributed=")
     if world_size == 1:
         return DistributedContext()
-    if not timeout > 0:
-        raise ValueError(f"timeout must be positive seconds, got {timeout!r}")
+    if timeout is not None and not timeout > 0:
+        raise ValueError(f"timeout must be positive seconds or None, got {timeout!r}")
     if strategy is None:
-        options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=float(timeout))
+        options = tf.distribute.experimental.CommunicationOptions(
+            timeout_seconds=None if timeout is None else float(timeout))
         strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
     return DistributedContext(rank, world_size, 0, TFCollective(strategy, rank))
 
