@@ -86,8 +86,6 @@ def _problem(algo: str, spec: Any, seats: list[str] | None = None) -> str | None
         except TypeError:
             return (f"the built-in networks take Box, Discrete, MultiBinary or MultiDiscrete observations (or "
                     f"Dict/Tuple of those), but seat {seat!r} observes {spec.observation_space(seat)}")
-        if info.joint and type(spec.observation_space(seat)).__name__ in ("Dict", "Tuple"):
-            return f"{algo} takes no Dict/Tuple observations, but seat {seat!r} observes {spec.observation_space(seat)}"
     return None
 
 
