@@ -52,13 +52,13 @@ import numpy as np
 
 from marl_note.agents.checkpoints.restoring import backend_of
 from marl_note.agents.core import AgentCore
+from marl_note.agents.encoders import replay_space
 from marl_note.agents.exploration.masked import masked_argmax
 from marl_note.agents.exploration.noise import GaussianWhiteNoiseProcess
 from marl_note.agents.exploration.policies import EpsGreedyQPolicy
 from marl_note.agents.rl_config import REPLAY_FIELDS, RLConfig, discover, loss_list, loss_metrics
 from marl_note.agents.schedule import run_update_schedule
 from marl_note.agents.spaces import ObsEncoder, check_mask, check_transitions
-from marl_note.agents.encoders import replay_space
 from marl_note.replay.feed import ReplayFeed, is_goal_space
 from marl_note.replay.triplet import TripletReplayBuffer
 from marl_note.types import Transitions
