@@ -63,7 +63,7 @@ class MADDPGCore(AgentCore):
     Observations of each seat go through that seat's encoder: Box, Discrete, MultiDiscrete,
     MultiBinary and (nested) Dict/Tuple spaces, the latter flattened to one float32 vector per
     observation (stored flat in replay); the critics read every seat's encoded observation. Image
-    Boxes are flattened too (MADDPG has no conv torso yet).
+    observations are refused with a ValueError (no conv torso yet: use PPO, DDPG or SAC).
 
     The spaces are dicts ``{agent: space}``; :class:`~marl_note.agents.core.AgentCore` holds them
     as ``gym.spaces.Dict`` in ``observation_space`` / ``action_space`` (agents in the given order),

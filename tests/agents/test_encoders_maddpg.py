@@ -87,3 +87,20 @@ def test_the_command_line_lets_maddpg_fit_a_parallel_env_with_nested_observation
     finally:
         env.close()
     assert "maddpg" in fitting_algorithms(spec)
+
+
+def test_maddpg_refuses_image_observations_naming_the_seat_and_what_to_use():
+    pistonball_v6 = pytest.importorskip("pettingzoo.butterfly.pistonball_v6")
+    from marl_note.cli.agents import fitting_algorithms
+    from marl_note.envs import adapt, make_spec
+
+    env = adapt(pistonball_v6.parallel_env(n_pistons=3))
+    try:
+        spec = make_spec(env)
+    finally:
+        env.close()
+    seats = list(spec.possible_agents)
+    assert "maddpg" not in fitting_algorithms(spec) and "ppo" in fitting_algorithms(spec)
+    with pytest.raises(ValueError, match=r"agent 'piston_0' observes images .*Use PPO, DDPG or SAC"):
+        maddpg_class("torch")({s: spec.observation_space(s) for s in seats},
+                              {s: spec.action_space(s) for s in seats})
