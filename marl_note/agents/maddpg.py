@@ -60,6 +60,11 @@ class MADDPGCore(AgentCore):
     reshapes rewards and dones before they are stored. ``compile=True`` compiles the TF gradient
     step with XLA (the PyTorch networks run eagerly and warn).
 
+    Observations of each seat go through that seat's encoder: Box, Discrete, MultiDiscrete,
+    MultiBinary and (nested) Dict/Tuple spaces, the latter flattened to one float32 vector per
+    observation (stored flat in replay); the critics read every seat's encoded observation. Image
+    observations are refused with a ValueError (no conv torso yet: use PPO, DDPG or SAC).
+
     The spaces are dicts ``{agent: space}``; :class:`~marl_note.agents.core.AgentCore` holds them
     as ``gym.spaces.Dict`` in ``observation_space`` / ``action_space`` (agents in the given order),
     and checkpoints record the dicts (``saving_spaces``), so a checkpoint restores in either backend.
@@ -111,11 +116,6 @@ class MADDPGCore(AgentCore):
         self.observation_spaces = {a: observation_spaces[a] for a in self.agents}
         self.action_spaces = {a: action_spaces[a] for a in self.agents}
         self.encoders = {a: ObsEncoder(self.observation_spaces[a], "mlp") for a in self.agents}
-        nested = [a for a in self.agents if self.encoders[a].nested]
-        if nested:
-            raise TypeError(f"MADDPG takes Box, Discrete, MultiBinary and MultiDiscrete observations; agents {nested} "
-                            f"have Dict/Tuple ones: flatten them first (gymnasium.spaces.flatten) or use DQN, "
-                            f"PPO, DDPG or SAC, which flatten them themselves")
         self.obs_dim = {a: self.encoders[a].dim for a in self.agents}
         self.discrete = {a: isinstance(self.action_spaces[a], gym.spaces.Discrete) for a in self.agents}
         self.scalers = {a: ActionScaler(s, "MADDPG") for a, s in self.action_spaces.items()
@@ -128,7 +128,9 @@ class MADDPGCore(AgentCore):
         self.learning_starts, self.replay_ratio, self.update_steps = cfg.learning_starts, cfg.replay_ratio, \
             cfg.update_steps
         self.reward_done_func_ma = cfg.reward_done_func_ma
-        self.replay = JointReplayBuffer(cfg.buffer_size, self.agents, self.observation_spaces, self.action_spaces,
+        # Dict/Tuple observations are stored flat (their encoder's float32 vector), every other kind as given
+        self.replay = JointReplayBuffer(cfg.buffer_size, self.agents,
+                                        {a: self.encoders[a].store_space for a in self.agents}, self.action_spaces,
                                         seed=int(self.rng.integers(0, 2**63 - 1)))
         self.policies = {a: GumbelSoftmaxPolicy(cfg.temperature) for a in self.agents if self.discrete[a]}
         self.noise = {a: self._noise(a) for a in self.agents if not self.discrete[a]}
@@ -211,6 +213,7 @@ class MADDPGCore(AgentCore):
                 raise ValueError(f"reward_done_func_ma must return (rew, terminated) of shape "
                                  f"{np.shape(joint.rew)}, got {rew.shape} and {term.shape}")
             joint = replace(joint, rew=rew, terminated=term, truncated=np.asarray(joint.truncated, bool) & ~term)
+        joint = self._flat_joint(joint)
         self.replay.add(joint)
         alive = np.asarray(joint.alive, bool)
         done = np.asarray(joint.terminated, bool) | np.asarray(joint.truncated, bool)
@@ -221,6 +224,17 @@ class MADDPGCore(AgentCore):
                 self.policies[a].step(int(alive[:, j].sum()))
             elif np.any(ended := done[:, j] & alive[:, j]):  # e.g. an Ornstein-Uhlenbeck process restarts
                 self.noise[a].reset(None if joint.stream is None else np.asarray(joint.stream)[ended])
+
+    def _flat_joint(self, joint: JointTransitions) -> JointTransitions:
+        """``joint`` with every Dict/Tuple seat's observations flattened to their stored float32 form."""
+        nested = [a for a in self.agents if self.encoders[a].nested]
+        if not nested:
+            return joint
+        obs, next_obs = dict(joint.obs), dict(joint.next_obs)
+        for a in nested:
+            obs[a] = self.encoders[a].flat(obs[a], f"obs[{a!r}]")
+            next_obs[a] = self.encoders[a].flat(next_obs[a], f"next_obs[{a!r}]")
+        return replace(joint, obs=obs, next_obs=next_obs)
 
     # -- learning ----------------------------------------------------------------------------------
     def prepare_batch(self, batch: JointTransitions, rng: np.random.Generator | None = None) -> dict[str, Any]:

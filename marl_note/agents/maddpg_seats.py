@@ -14,7 +14,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-__all__ = ["MADDPGSeat", "check_agent_spaces"]
+__all__ = ["MADDPGSeat", "check_agent_spaces", "image_observation"]
 
 
 class MADDPGSeat:
@@ -64,4 +64,27 @@ def check_agent_spaces(observation_spaces: Any, action_spaces: Any) -> tuple[str
             raise TypeError(f"agent {a!r}: spaces must be gymnasium spaces")
         if not isinstance(act, (gym.spaces.Discrete, gym.spaces.Box)):
             raise TypeError(f"MADDPG handles Discrete and Box actions; agent {a!r} has {act!r}")
+        if image_observation(obs):
+            raise ValueError(f"MADDPG has no conv torso yet and would flatten every pixel into each centralised "
+                             f"critic: agent {a!r} observes images {obs}. Use PPO, DDPG or SAC (they read images "
+                             f"through a conv torso), or make the observation small and flat first (SuperSuit's "
+                             f"resize_v1 / color_reduction_v0, then gymnasium.spaces.flatten)")
     return agents
+
+
+def image_observation(space: gym.Space) -> bool:
+    """Whether ``space`` is image-shaped: the encoder's ``torso="auto"`` would read it with a conv torso.
+
+    Example:
+        >>> import numpy as np
+        >>> image_observation(gym.spaces.Box(0, 255, (84, 84, 3), np.uint8))
+        True
+        >>> image_observation(gym.spaces.Box(-1, 1, (18,)))
+        False
+    """
+    from marl_note.agents.encoders import ObsEncoder
+
+    try:
+        return ObsEncoder(space).torso == "conv"
+    except (TypeError, ValueError):  # not an observation space the encoder reads: checked elsewhere
+        return False

@@ -6,7 +6,9 @@ policy=..., noise=..., buffer_size=..., learning_starts=..., update_steps=..., g
 and define:
 
 - ``action(s)``: the forward pass for acting. ``s`` is a float32 tensor ``[B, *obs_shape]``
-  (Discrete observations one-hot ``[B, n]``); return Q-values or logits ``[B, n]`` for a Discrete
+  (Discrete observations one-hot ``[B, n]``; Dict and Tuple observations, nested at any depth,
+  one flat vector ``[B, self.obs_dim]`` in the order of ``gymnasium.spaces.flatten``, Discrete
+  parts one-hot: ``s``, ``next_s`` and replay all hold that vector); return Q-values or logits ``[B, n]`` for a Discrete
   action space, actions ``[B, *action_shape]`` for a Box one.
 - ``__call__(s, a, next_s, r, d)``: the loss on a replay batch. ``a`` is int64 ``[B]`` (0-based)
   for Discrete actions, float32 ``[B, *action_shape]`` for Box; ``r`` and ``d`` (terminated, as
@@ -50,13 +52,14 @@ import numpy as np
 
 from marl_note.agents.checkpoints.restoring import backend_of
 from marl_note.agents.core import AgentCore
+from marl_note.agents.encoders import replay_space
 from marl_note.agents.exploration.masked import masked_argmax
 from marl_note.agents.exploration.noise import GaussianWhiteNoiseProcess
 from marl_note.agents.exploration.policies import EpsGreedyQPolicy
 from marl_note.agents.rl_config import REPLAY_FIELDS, RLConfig, discover, loss_list, loss_metrics
 from marl_note.agents.schedule import run_update_schedule
 from marl_note.agents.spaces import ObsEncoder, check_mask, check_transitions
-from marl_note.replay.feed import ReplayFeed
+from marl_note.replay.feed import ReplayFeed, is_goal_space
 from marl_note.replay.triplet import TripletReplayBuffer
 from marl_note.types import Transitions
 
@@ -122,6 +125,8 @@ class RLCore(AgentCore):
         self._set_config(cfg)
         self.encoder = ObsEncoder(observation_space, "mlp")  # the user's networks read flat or raw arrays
         self.obs_dim = self.encoder.dim
+        self._flat_obs = self.encoder.nested and not is_goal_space(observation_space)
+        self._store_space = replay_space(observation_space, self.encoder)
         self.policy: Any = None
         self.noise: Any = None
         if isinstance(action_space, gym.spaces.Discrete):
@@ -148,10 +153,10 @@ class RLCore(AgentCore):
         cfg, seed = self.cfg, int(self.rng.integers(0, 2**63 - 1))
         if cfg.TRL:
             self._feed: ReplayFeed | None = None
-            self.replay: Any = TripletReplayBuffer(cfg.buffer_size, self.observation_space, self.action_space,
+            self.replay: Any = TripletReplayBuffer(cfg.buffer_size, self._store_space, self.action_space,
                                                    seed=seed)
         else:
-            self._feed = ReplayFeed(self.observation_space, self.action_space, buffer_size=cfg.buffer_size,
+            self._feed = ReplayFeed(self._store_space, self.action_space, buffer_size=cfg.buffer_size,
                                     gamma=cfg.gamma, PR=cfg.PR, alpha=cfg.alpha, beta=cfg.beta,
                                     initial_TD=cfg.initial_TD, num_steps=cfg.num_steps, seed=seed)
             self.replay = self._feed.replay
@@ -245,7 +250,8 @@ class RLCore(AgentCore):
 
     # -- numpy in ---------------------------------------------------------------------------------------
     def obs_array(self, obs: Any, name: str = "obs") -> np.ndarray:
-        """Observations as float32 ``[B, *obs_shape]`` (one-hot ``[B, n]`` for Discrete observations)."""
+        """Observations as float32 ``[B, *obs_shape]`` (one-hot ``[B, n]`` for Discrete observations, the
+        flat ``[B, obs_dim]`` vector of the encoder for Dict/Tuple ones)."""
         arr = self.encoder.check(obs, name)
         if isinstance(self.observation_space, gym.spaces.Discrete):
             return self.encoder(arr, name)
@@ -321,6 +327,8 @@ class RLCore(AgentCore):
 
     # -- storing ---------------------------------------------------------------------------------------
     def observe(self, transitions: Transitions) -> None:
+        if self._flat_obs and isinstance(transitions, Transitions):
+            transitions = self.encoder.flat_transitions(transitions)
         check_transitions(transitions, self.encoder)
         (self.replay if self._feed is None else self._feed).add(transitions)
         self.agent_steps += len(transitions)

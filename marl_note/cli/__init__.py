@@ -13,7 +13,7 @@ Example:
     >>> status
     2
     >>> print(err.getvalue().strip())
-    marl_note train: error: --algo ddpg does not fit tictactoe_v3: ddpg needs Box actions, ... fit: dqn, ppo, sac
+    marl_note train: error: --algo ddpg does not fit tictactoe_v3: ddpg needs Box actions, ... dqn, ppo, sac, alphazero
 """
 from __future__ import annotations
 

@@ -60,7 +60,8 @@ _SET_BY_CLI = ("observation_space", "action_space", "observation_spaces", "actio
 
 def _problem(algo: str, spec: Any, seats: list[str] | None = None) -> str | None:
     """Why ``algo`` cannot learn ``seats`` (default: every seat) of the env, or None if it can."""
-    from marl_note.agents.spaces import flat_obs_dim  # numpy only
+    from marl_note.agents.maddpg_seats import image_observation  # numpy only
+    from marl_note.agents.spaces import flat_obs_dim
 
     info = ALGORITHMS[algo]
     if info.board_games:
@@ -86,8 +87,9 @@ def _problem(algo: str, spec: Any, seats: list[str] | None = None) -> str | None
         except TypeError:
             return (f"the built-in networks take Box, Discrete, MultiBinary or MultiDiscrete observations (or "
                     f"Dict/Tuple of those), but seat {seat!r} observes {spec.observation_space(seat)}")
-        if info.joint and type(spec.observation_space(seat)).__name__ in ("Dict", "Tuple"):
-            return f"{algo} takes no Dict/Tuple observations, but seat {seat!r} observes {spec.observation_space(seat)}"
+        if info.joint and image_observation(spec.observation_space(seat)):
+            return (f"{algo} reads no images (it has no conv torso yet), but seat {seat!r} observes "
+                    f"{spec.observation_space(seat)}")
     return None
 
 

@@ -186,6 +186,21 @@ class SeatAssembler:
         self.env_steps = 0
 
 
+def zero_obs(space: gym.Space) -> Any:
+    """A zero observation of a (nested) Dict/Tuple space: dicts and tuples of zero numpy leaves.
+
+    Example:
+        >>> zero_obs(gym.spaces.Tuple((gym.spaces.Discrete(3), gym.spaces.Dict({"x": gym.spaces.Box(0, 1, (2,))}))))
+        (array(0), {'x': array([0., 0.], dtype=float32)})
+    """
+    if isinstance(space, gym.spaces.Dict):
+        return {k: zero_obs(s) for k, s in space.spaces.items()}
+    if isinstance(space, gym.spaces.Tuple):
+        return tuple(zero_obs(s) for s in space.spaces)
+    shape, dtype = space_shape_dtype(space)
+    return np.zeros(shape, dtype)
+
+
 class JointAssembler:
     """Rows of joint per-step data for a centralised learner, padded over ``possible_agents``.
 
@@ -197,7 +212,11 @@ class JointAssembler:
 
     def __init__(self, spec: EnvSpec, num_envs: int):
         self.spec = spec
-        self.shapes = {a: space_shape_dtype(spec.observation_space(a)) for a in spec.possible_agents}
+        # Dict/Tuple observations stay nested (stacked entry-wise, zeros where a seat did not act)
+        self.nested = {a: zero_obs(spec.observation_space(a)) for a in spec.possible_agents
+                       if isinstance(spec.observation_space(a), (gym.spaces.Dict, gym.spaces.Tuple))}
+        self.shapes = {a: space_shape_dtype(spec.observation_space(a)) for a in spec.possible_agents
+                       if a not in self.nested}
         self.act_shapes = {a: space_shape_dtype(spec.action_space(a)) for a in spec.possible_agents}
         self.open: list[dict[str, OpenTransition]] = [{} for _ in range(num_envs)]
         self.rows: list[tuple[int, dict[str, OpenTransition], StepResult]] = []
@@ -219,8 +238,10 @@ class JointAssembler:
     def take(self) -> JointTransitions:
         agents, spec = self.spec.possible_agents, self.spec
         n, size = len(agents), len(self.rows)
-        obs = {a: np.zeros((size, *self.shapes[a][0]), self.shapes[a][1]) for a in agents}
-        next_obs = {a: np.zeros((size, *self.shapes[a][0]), self.shapes[a][1]) for a in agents}
+        obs: dict[str, Any] = {a: np.zeros((size, *self.shapes[a][0]), self.shapes[a][1]) if a in self.shapes
+                               else [self.nested[a]] * size for a in agents}
+        next_obs: dict[str, Any] = {a: np.zeros((size, *self.shapes[a][0]), self.shapes[a][1]) if a in self.shapes
+                                    else [self.nested[a]] * size for a in agents}
         act = {a: np.zeros((size, *self.act_shapes[a][0]), self.act_shapes[a][1]) for a in agents}
         rew = np.zeros((size, n), np.float32)
         term = np.zeros((size, n), bool)
@@ -254,6 +275,8 @@ class JointAssembler:
                     if nm is not None:
                         next_mask[a][b] = nm
         self.rows = []
+        for a in self.nested:
+            obs[a], next_obs[a] = stack_obs(obs[a]), stack_obs(next_obs[a])
         return JointTransitions(tuple(agents), obs, act, rew, next_obs, term, trunc, alive, stream,
                                 mask=mask, next_mask=next_mask)
 
