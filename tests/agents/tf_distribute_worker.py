@@ -259,7 +259,7 @@ def trainer_run(out: dict, strategy, tmp: str) -> None:
 def worker(out: dict, die: bool, tmp: str | None = None) -> None:
 
     from marl_note.agents.tf import DQN, PPO
-    from marl_note.agents.tf.distribute import rank_from_tf_config
+    from marl_note.agents.tf.distributed import rank_from_tf_config
     mark(out, "import")
 
     rank, world = rank_from_tf_config()
@@ -301,7 +301,7 @@ def worker(out: dict, die: bool, tmp: str | None = None) -> None:
     rl_dist.nets.train_step(rl_dist, tuple(b[lo:hi] for b in rl_batch))
     out["rl_diff"] = max_diff(rl_single.state_dict(), rl_dist.state_dict())
     mark(out, "rl")
-    from marl_note.agents.tf.distribute import any_worker, broadcast_from_rank0
+    from marl_note.agents.tf.distributed import any_worker, broadcast_from_rank0
     out["broadcast"] = broadcast_from_rank0(strategy, np.array([rank + 5, 7 * rank])).tolist()
     out["any"] = [any_worker(strategy, rank == 1), any_worker(strategy, False)]
     collective, before = TFCollective(strategy, rank), _threads()

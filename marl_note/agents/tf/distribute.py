@@ -13,8 +13,9 @@ priorities), scalar metrics as the row-weighted mean over the local replicas.
 - ``MirroredStrategy``: one process, several devices; the process's batch is the global batch.
 - ``MultiWorkerMirroredStrategy``: one process per worker (``TF_CONFIG``); each passes its own
   batch, the global batch is their union, gradients are all-reduced across workers. Every worker
-  must take the same number of steps; :func:`rank_from_tf_config`, :func:`broadcast_from_rank0`
-  and :func:`any_worker` help a trainer keep them in lockstep.
+  must take the same number of steps; :func:`~marl_note.agents.tf.distributed.rank_from_tf_config`,
+  :func:`~marl_note.agents.tf.distributed.broadcast_from_rank0` and
+  :func:`~marl_note.agents.tf.distributed.any_worker` help a trainer keep them in lockstep.
 - ``ParameterServerStrategy``: each step is scheduled on a worker by the strategy's
   ``ClusterCoordinator`` and its results are fetched back (one step at a time).
 
@@ -26,8 +27,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import json
-import os
 import threading
 from contextlib import nullcontext
 from typing import Any
@@ -37,7 +36,7 @@ import tensorflow as tf
 
 __all__ = ["DistributedStepError", "check_strategy", "active_strategy", "strategy_init", "replicated_function",
            "reduced_apply", "reduced_then", "apply_across_replicas", "replica_noise_variable", "read_replica_noise",
-           "in_replica_step", "rank_from_tf_config", "broadcast_from_rank0", "any_worker", "UNSAVED_PARAMS"]
+           "in_replica_step", "UNSAVED_PARAMS"]
 
 UNSAVED_PARAMS = ("strategy",)  # constructor arguments that a checkpoint never records
 
@@ -324,87 +323,3 @@ def read_replica_noise(record: tf.Variable | None) -> tuple[float, int, float, i
 
 
 # --------------------------------------------------------------------------- multi-worker helpers
-
-def rank_from_tf_config(environ: Any = None) -> tuple[int, int]:
-    """``(rank, world size)`` of this process from ``TF_CONFIG``; ``(0, 1)`` without one.
-
-    The rank counts the ``chief`` first (if any), then the ``worker`` tasks in order; parameter
-    servers and evaluators are not ranks (ValueError for such a task: it runs no trainer).
-
-    Example:
-        >>> cfg = '{"cluster": {"worker": ["10.0.0.1:2222", "10.0.0.2:2222"]}, "task": {"type": "worker", "index": 1}}'
-        >>> rank_from_tf_config({"TF_CONFIG": cfg})
-        (1, 2)
-    """
-    raw = (os.environ if environ is None else environ).get("TF_CONFIG")
-    if not raw:
-        return 0, 1
-    try:
-        config = json.loads(raw)
-        cluster, task = config["cluster"], config.get("task", {})
-        chiefs, workers = len(cluster.get("chief", [])), len(cluster.get("worker", []))
-        kind, index = task.get("type", "worker"), int(task.get("index", 0))
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise ValueError(f"TF_CONFIG is not a valid cluster description ({type(exc).__name__}: {exc}): {raw[:200]}") \
-            from None
-    if kind == "chief":
-        return index, chiefs + workers
-    if kind == "worker":
-        if not 0 <= index < workers:
-            raise ValueError(f"TF_CONFIG task worker:{index} is not in the cluster's {workers} workers")
-        return chiefs + index, chiefs + workers
-    raise ValueError(f"TF_CONFIG task type {kind!r} runs no trainer (only 'chief' and 'worker' tasks have a rank)")
-
-
-# (strategy, shape, dtype, first_only) -> the traced all-reduce; the strategy is kept with its entry
-_ALL_SUMS: dict[tuple[int, tuple[int, ...], str, bool], tuple[tf.distribute.Strategy, Any]] = {}
-
-
-def _all_sum(strategy: tf.distribute.Strategy, value: np.ndarray, first_only: bool) -> np.ndarray:
-    """Sum over every replica of ``value`` (only replica 0's with ``first_only``).
-
-    The all-reduce runs in a ``tf.function`` traced once per shape: an eager collective under a
-    ``MultiWorkerMirroredStrategy`` starts new collective threads on every call (thousands over a
-    run of per-chunk lockstep broadcasts, until thread creation fails), a traced one reuses them."""
-    if strategy is None or isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy):
-        return value  # one coordinator drives every step: nothing to agree on
-    key = (id(strategy), tuple(value.shape), value.dtype.str, bool(first_only))
-    entry = _ALL_SUMS.get(key)
-    if entry is None or entry[0] is not strategy:
-        def replica(v):
-            ctx = tf.distribute.get_replica_context()
-            v = tf.identity(v)  # placed on this replica's device (a bare function input has none to reduce to)
-            if first_only:
-                v = tf.where(tf.equal(tf.cast(ctx.replica_id_in_sync_group, tf.int32), 0), v, tf.zeros_like(v))
-            return ctx.all_reduce(tf.distribute.ReduceOp.SUM, v)
-
-        entry = _ALL_SUMS[key] = (strategy, tf.function(lambda v: strategy.run(replica, args=(v,))))
-    out = entry[1](tf.constant(value))
-    return np.asarray(strategy.experimental_local_results(out)[0])
-
-
-def broadcast_from_rank0(strategy: tf.distribute.Strategy | None, value: Any) -> np.ndarray:
-    """Rank 0's ``value`` (a number or array of the same shape on every worker), on every worker.
-
-    Every worker of a ``MultiWorkerMirroredStrategy`` must call it at the same point (it is a
-    collective, like a train step); e.g. the seed or the number of updates rank 0 decided. Under no
-    strategy or a ``ParameterServerStrategy`` (one coordinator) it returns ``value``.
-
-    Example:
-        >>> broadcast_from_rank0(tf.distribute.get_strategy(), [1.5, 2.0]).tolist()
-        [1.5, 2.0]
-    """
-    array = np.asarray(value)
-    return _all_sum(strategy, array.astype(np.float64), True).astype(array.dtype)
-
-
-def any_worker(strategy: tf.distribute.Strategy | None, flag: bool) -> bool:
-    """Whether any worker passed ``flag=True``: stop in lockstep (a collective every worker calls,
-    e.g. once per round: the one that wants to stop, say after early stopping on rank 0, stops all,
-    instead of leaving the others waiting in their next step).
-
-    Example:
-        >>> any_worker(tf.distribute.get_strategy(), False), any_worker(None, True)
-        (False, True)
-    """
-    return bool(_all_sum(strategy, np.asarray(float(bool(flag))), False) > 0)
