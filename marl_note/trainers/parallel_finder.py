@@ -53,8 +53,11 @@ def _train_candidate(payload: bytes) -> dict[str, Any]:
 
 def _shutdown(executor: ProcessPoolExecutor) -> None:
     """Stop every worker now (a finished search, a timeout or an error): terminate, then join."""
-    processes = list(getattr(executor, "_processes", {}).values())  # live workers, by pid
+    processes = list((getattr(executor, "_processes", None) or {}).values())  # live workers, by pid
     executor.shutdown(wait=False, cancel_futures=True)
+    # the executor's manager thread may start a worker while it shuts down (workers spawn on demand):
+    # read the table again after the shutdown, so that one is stopped too
+    processes += [p for p in (getattr(executor, "_processes", None) or {}).values() if p not in processes]
     for proc in processes:
         if proc.is_alive():
             proc.terminate()
