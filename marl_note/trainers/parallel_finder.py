@@ -52,18 +52,27 @@ def _train_candidate(payload: bytes) -> dict[str, Any]:
 
 
 def _shutdown(executor: ProcessPoolExecutor) -> None:
-    """Stop every worker now (a finished search, a timeout or an error): terminate, then join."""
-    processes = list((getattr(executor, "_processes", None) or {}).values())  # live workers, by pid
+    """Stop every worker now (a finished search, a timeout or an error): terminate, then join.
+
+    The executor's manager thread also joins the workers (and reaps one that died), and two threads
+    reaping one child race: the loser sees the child as still running until the winner records its
+    exit code. So the manager thread is joined last, after which every worker has a recorded exit."""
+    table = getattr(executor, "_processes", None)  # the dict object, which the manager thread keeps using
+    manager = getattr(executor, "_executor_manager_thread", None)
     executor.shutdown(wait=False, cancel_futures=True)
-    # the executor's manager thread may start a worker while it shuts down (workers spawn on demand):
-    # read the table again after the shutdown, so that one is stopped too
-    processes += [p for p in (getattr(executor, "_processes", None) or {}).values() if p not in processes]
+    processes = list((table or {}).values())
     for proc in processes:
         if proc.is_alive():
             proc.terminate()
     for proc in processes:
         proc.join(timeout=5.0)
         if proc.is_alive():
+            proc.kill()
+            proc.join(timeout=5.0)
+    if manager is not None:
+        manager.join(timeout=10.0)
+    for proc in list((table or {}).values()):  # one the manager thread started while shutting down
+        if proc not in processes:
             proc.kill()
             proc.join(timeout=5.0)
 
