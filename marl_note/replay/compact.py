@@ -267,9 +267,13 @@ class CompactReplayBuffer(SamplingWindow):
         if indices.size and (indices.min() < 0 or indices.max() >= self.capacity):
             raise ValueError(f"indices must lie in [0, {self.capacity}) (slots), got range "
                              f"[{indices.min()}, {indices.max()}]")
-        if indices.size and np.any(self._arrays["next"][indices] < 0):
-            raise ValueError(f"slots {indices[self._arrays['next'][indices] < 0][:5].tolist()} hold no transition")
+        if indices.size and not self.holds_transition(indices).all():
+            raise ValueError(f"slots {indices[~self.holds_transition(indices)][:5].tolist()} hold no transition")
         return indices
+
+    def holds_transition(self, slots: np.ndarray) -> np.ndarray:
+        """Per slot, whether it holds a transition now (not a frame-only or an empty slot)."""
+        return self._arrays["next"][np.asarray(slots, np.int64)] >= 0
 
     def get(self, indices) -> Transitions:
         """The transitions stored in the slots ``indices`` (copies), with ``indices`` set."""

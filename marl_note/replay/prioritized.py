@@ -193,9 +193,13 @@ class PrioritizedReplayBuffer:
     def add(self, transitions: Transitions) -> np.ndarray:
         """Store a batch at the current max priority; return the storage indices written."""
         idx = self._buffer.add(transitions)
-        if isinstance(self._buffer, CompactReplayBuffer) and self._buffer.last_evicted.size:
-            self._tree.update(self._buffer.last_evicted, np.zeros(self._buffer.last_evicted.size))
-        self._tree.update(idx, np.full(idx.shape[0], self._to_tree(self._max_priority)))
+        live = idx
+        if isinstance(self._buffer, CompactReplayBuffer):
+            if self._buffer.last_evicted.size:
+                self._tree.update(self._buffer.last_evicted, np.zeros(self._buffer.last_evicted.size))
+            # an add longer than the buffer evicts its own first rows: their slots may now hold only a frame
+            live = idx[self._buffer.holds_transition(idx)]
+        self._tree.update(live, np.full(live.shape[0], self._to_tree(self._max_priority)))
         return idx
 
     def sample(self, batch_size: int) -> Transitions:

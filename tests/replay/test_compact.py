@@ -141,6 +141,19 @@ def test_prioritized_compact_samples_only_stored_transitions_and_zeroes_evicted(
     np.testing.assert_allclose(restored.priorities(), per.priorities())
 
 
+def test_prioritized_compact_add_longer_than_the_buffer_gives_no_priority_to_frame_only_slots():
+    # one add of more rows than slots evicts its own first rows; a slot of those may end up holding only a
+    # frame, and it must get no sampling priority (it used to keep the new rows' max priority)
+    t = trajectories(num_streams=2, steps=60, seed=3)
+    per = PrioritizedReplayBuffer(16, OBS, ACT, seed=0, optimize_memory=True)
+    per.add(t)
+    stored = per._buffer.stored_indices()
+    leaves = np.asarray(per._tree.leaves)
+    assert set(np.flatnonzero(leaves > 0)) == set(stored.tolist())
+    batch = per.sample(512)  # raised "slots [...] hold no transition" before
+    assert set(batch.indices.tolist()) <= set(stored.tolist())
+
+
 def test_memory_estimate_counts_frames_once():
     frames = gym.spaces.Box(0, 255, (120, 457, 3), np.uint8)
     plain = ReplayBuffer.estimate_nbytes(100_000, frames, gym.spaces.Discrete(3))
