@@ -12,7 +12,9 @@ trainer and by the pool trainer (``actors``), and stopped when its periodic test
 each seat, win 1, draw 0, loss -1). Reported are the wall-clock seconds, episodes and the last test
 metric of each, and the speed-up; for tic-tac-toe also the final quality of both learners: the
 library's ``strength`` (win + draw/2 over 100 greedy games per seat) against a random and a
-win-or-block player (which wins when it can and blocks an immediate loss). Then the env
+win-or-block player (which wins when it can and blocks an immediate loss); the wall time each run spent
+collecting, updating and testing (``time_split``), and for the synchronous run the most a pool could
+gain at the same replay ratio: its whole time over its update and test time. Then the env
 steps per second of the pool with 1 and with 2 actors on CartPole (a DQN learner that does not
 learn: ``learning_starts`` beyond the run, so the numbers measure collection through the pool),
 for actor processes and for Ray actors (``pool={"backend": "ray"}``; Ray is started once, locally
@@ -48,6 +50,7 @@ def run(env, seats, target, episodes, actors, seed, pool=None, quality=None, **s
         measured = None if quality is None else quality(trainer, agents[0])
     finally:
         trainer.close()
+    run.split = stats["time_split"]  # the last run's wall seconds per phase (collect / update / test)
     return seconds, stats["num_collected_episodes"], trainer.history[-1][1], stats["num_collected_steps"], measured
 
 
@@ -104,6 +107,13 @@ def main() -> None:
                   f"last test {metric:8.3f}  (target {target})", flush=True)
             if measured is not None:
                 print(f"{name:28s} {label:18s} final strength (win + draw/2 per seat): {measured}", flush=True)
+            split = run.split
+            print(f"{name:28s} {label:18s} time split: collect {split['collect_s']:.1f} s, update "
+                  f"{split['update_s']:.1f} s, test {split['test_s']:.1f} s", flush=True)
+            if actors is None:  # the learner keeps updating and testing: moving collection out saves at most this
+                ceiling = sum(split.values()) / max(1e-9, split["update_s"] + split["test_s"])
+                print(f"{name:28s} {label:18s} ceiling of a pool at this replay ratio (all collection "
+                      f"overlapped): {ceiling:.2f}x", flush=True)
         sync, pool = rows["synchronous"][0], rows[f"pool, {args.actors} actors"][0]
         print(f"{name:28s} speed-up to the target: {sync / pool:.2f}x", flush=True)
     steps_budget = 30 if args.tiny else 400

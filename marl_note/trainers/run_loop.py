@@ -47,6 +47,8 @@ class RunLoop:
     stopped: bool = False  # by stop_fn
     batches: int = 0  # learner update calls of this train(), counted for the batch events
     chunk_env_steps: int = 0  # env steps of the last collection chunk (gradient steps per env step are logged)
+    # wall seconds of this train() in each phase (the statistics' ``time_split``; pool mode: waiting for actors)
+    phase_seconds: dict[str, float] = field(default_factory=lambda: {"collect": 0.0, "update": 0.0, "test": 0.0})
     last_metrics: dict[str, float] = field(default_factory=dict)
     last_test: dict[str, Any] = field(default_factory=dict)
 
@@ -64,11 +66,15 @@ class RunLoop:
             # rank 0 decides whether to go on; every rank checks it took rank 0's gradient steps
             while dist.lockstep(run.episodes < t.episodes_per_train and not self.stopped and not t.stop_training,
                                 round_steps):
+                clock = time.perf_counter()
                 self._collect_chunk()
+                clock = self._phase("collect", clock)
                 round_steps = self._update_learners()
+                clock = self._phase("update", clock)
                 due = run.episodes >= run.next_test or run.episodes >= t.episodes_per_train or t.stop_training
                 if due and dist.is_chief:
                     self._periodic_test()
+                    self._phase("test", clock)
                 recent = self.recent_returns()
                 train_reward = t._metric(recent, self.learn) if len(recent) and not self.baseline_on else None
                 recorder.chunk(run.episodes, train_reward)
@@ -79,6 +85,11 @@ class RunLoop:
         finally:
             bar.close()
         run.training_time = time.perf_counter() - self.started
+
+    def _phase(self, name: str, since: float) -> float:
+        now = time.perf_counter()
+        self.phase_seconds[name] += now - since
+        return now
 
     def _collect_chunk(self) -> None:
         run, collector = self.run, self.collector
@@ -169,6 +180,7 @@ class RunLoop:
         out = run_summary(self.run, stopped=self.stopped, tested_against_baseline=bool(self.baseline_on),
                           last_test=self.last_test)
         out["stopped_by_stop_training"] = bool(self.trainer.stop_training)
+        out["time_split"] = {f"{k}_s": round(v, 3) for k, v in self.phase_seconds.items()}
         self.callbacks.fire("on_train_end", self.trainer, out)
         self.trainer.distributed.barrier()  # every rank returns once rank 0 has saved
         if plot and self.run.history and chief:

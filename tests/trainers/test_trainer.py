@@ -1,3 +1,5 @@
+import time
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -68,6 +70,27 @@ def test_hooks_fire_in_order_with_the_documented_arguments():
     for key in ("reward_metric_stats", "num_collected_steps", "num_collected_episodes", "num_gradient_steps",
                 "training_time", "best_reward"):
         assert key in stats
+
+
+class SlowLearner(CountingLearner):
+    def update(self, batch_size):
+        time.sleep(0.02)
+        return super().update(batch_size)
+
+
+def test_time_split_puts_each_phase_where_it_was_spent():
+    # train_fn runs in the collect phase, update() in the update phase, test_fn in the test phase
+    tests = []
+    trainer = small_trainer(train_fn=lambda eps, steps: time.sleep(0.01),
+                            test_fn=lambda eps, steps: (tests.append(eps), time.sleep(0.05)))
+    agent = SlowLearner(trainer.action_space("player_1"), trainer.observation_space("player_1"))
+    stats = trainer.train([agent, agent], learning_mask=[1, 1], plot=False, progress=False)
+    split = stats["time_split"]
+    assert set(split) == {"collect_s", "update_s", "test_s"}
+    assert split["update_s"] >= 0.02 * agent.update_calls
+    assert 0.05 * len(tests) <= split["test_s"] < 0.05 * len(tests) + 0.02 * agent.update_calls
+    assert split["collect_s"] >= 0.01 * agent.update_calls
+    assert sum(split.values()) <= stats["training_time"] + 1e-3
 
 
 def test_update_freq_counts_env_steps_and_shared_agent_stores_each_seat_once():
