@@ -1,29 +1,38 @@
 """Pool trainer (actors=N) vs the synchronous trainer: wall-clock to a target score, env steps/s.
 
-    python bench/bench_pool.py [--target-cartpole 195] [--target-ttt 0.6] [--max-episodes 3000]
-                               [--actors 2] [--seed 0] [--tiny] [--no-ray] [--ray-address ADDR]
+    python bench/bench_pool.py [--target-cartpole 195] [--target-ttt 0.0] [--max-episodes 3000]
+                               [--actors 2] [--seeds 0] [--only cartpole,ttt,collect] [--tiny]
+                               [--no-ray] [--ray-address ADDR]
 
-(a) CartPole-v1 DQN and (b) tic-tac-toe self-play DQN with an opponent pool (``OpponentPool``:
-half the games against itself, the rest against its frozen snapshots, a new one every 200 games,
-drawn by prioritized fictitious self-play; in pool mode the actors run this matchmaker on the
-published snapshots): each is trained with the same seed, agent and budget by the synchronous
-trainer and by the pool trainer (``actors``), and stopped when its periodic test reaches the target
-(``stop_fn``; tic-tac-toe: the mean return of greedy games against a random legal-move player in
-each seat, win 1, draw 0, loss -1). Reported are the wall-clock seconds, episodes and the last test
-metric of each, and the speed-up; for tic-tac-toe also the final quality of both learners: the
-library's ``strength`` (win + draw/2 over 100 greedy games per seat) against a random and a
-win-or-block player (which wins when it can and blocks an immediate loss); the wall time each run spent
-collecting, updating and testing (``time_split``), and for the synchronous run the most a pool could
-gain at the same replay ratio: its whole time over its update and test time. Then the env
-steps per second of the pool with 1 and with 2 actors on CartPole (a DQN learner that does not
-learn: ``learning_starts`` beyond the run, so the numbers measure collection through the pool),
-for actor processes and for Ray actors (``pool={"backend": "ray"}``; Ray is started once, locally
-or at ``--ray-address``, before those rows, so its start-up is not in them; ``--no-ray`` skips them).
-``--tiny`` runs every part for a few seconds (a smoke test of the script, not a measurement).
+(a) CartPole-v1 DQN and (b) tic-tac-toe self-play DQN with an opponent pool (``OpponentPool``: half
+the games against itself, the rest against its frozen snapshots, a new one every 200 games, drawn by
+prioritized fictitious self-play; in pool mode the actors run this matchmaker on the published
+snapshots): each is trained with the same seed, agent and budget by the synchronous trainer and by
+the pool trainer (``actors``), and stopped when its periodic test reaches the target (``stop_fn``;
+tic-tac-toe: the mean return of greedy games against ``--ttt-opponent`` in each seat, win 1, draw 0,
+loss -1: by default the win-or-block player, so the target asks for play that does not lose to it,
+not only for beating a random player; 100 games per seat every 200 training games, since a handful
+of games cannot tell a learner that stopped losing from a lucky one). Reported are the wall-clock
+seconds, episodes and the last test metric of each, and the speed-up (also per env step); for tic-
+tac-toe also the final quality of both learners: the library's ``strength`` (win + draw/2 over 100
+greedy games per seat) against a random and a win-or-block player (which wins when it can and blocks
+an immediate loss); the wall time each run spent collecting, updating and testing (``time_split``),
+and for the synchronous run the most a pool could gain at the same replay ratio: its whole time over
+its update and test time. Then the env steps per second of the pool with 1 and with 2 actors on
+CartPole (a DQN learner that does not learn: ``learning_starts`` beyond the run, so the numbers
+measure collection through the pool), for actor processes and for Ray actors (``pool={"backend":
+"ray"}``; Ray is started once, locally or at ``--ray-address``, before those rows, so its start-up
+is not in them; ``--no-ray`` skips them).
+
+Each seed of ``--seeds`` runs both trainers; the last line of a case is the median speed-up over the
+seeds. The learner runs with the library's default threads (in pool mode ``learner_threads="auto"``
+leaves the actors their cores). ``--tiny`` runs every part for a few seconds (a smoke test of the
+script, not a measurement).
 """
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 import warnings
 
@@ -61,13 +70,15 @@ def cartpole_seats(hidden, learning_starts):
     return seats
 
 
-def ttt_seats(snapshot_every):
+def ttt_seats(snapshot_every, opponent):
+    """Self-play DQN with an opponent pool; the periodic tests play ``opponent`` in each seat."""
     def seats(trainer):
         agent = DQN(trainer.observation_space("player_1"), trainer.action_space("player_1"), hidden_sizes=(64, 64),
                     learning_starts=200, target_update=200, seed=0)
         league = OpponentPool(agent, trainer.spec, snapshot_every=snapshot_every, sampling="prioritized",
                               self_play_fraction=0.5, eval_episodes=10, seed=0)
-        return [agent, agent], {"matchmaker": league, "callbacks": [league]}
+        baseline = WinOrBlockPlayer("tictactoe", seed=103) if opponent == "win-or-block" else "auto"
+        return [agent, agent], {"matchmaker": league, "callbacks": [league], "baseline": baseline}
     return seats
 
 
@@ -84,10 +95,13 @@ def ttt_quality(games):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--target-cartpole", type=float, default=195.0)
-    parser.add_argument("--target-ttt", type=float, default=0.6)
+    parser.add_argument("--target-ttt", type=float, default=0.0)
+    parser.add_argument("--ttt-opponent", default="win-or-block", choices=["win-or-block", "random"],
+                        help="the periodic tests' opponent in the tic-tac-toe case")
     parser.add_argument("--max-episodes", type=int, default=3000)
     parser.add_argument("--actors", type=int, default=2)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeds", default="0", help="comma-separated seeds, each run by both trainers")
+    parser.add_argument("--only", default="cartpole,ttt,collect", help="comma-separated parts to run")
     parser.add_argument("--tiny", action="store_true")
     parser.add_argument("--no-ray", action="store_true", help="skip the Ray actor rows")
     parser.add_argument("--ray-address", default=None, help="a Ray cluster to join (default: a local Ray)")
@@ -95,27 +109,55 @@ def main() -> None:
     episodes = 20 if args.tiny else args.max_episodes
     common = dict(num_train_envs=4, num_test_envs=4, update_freq=64, test_freq=10 if args.tiny else 50,
                   episodes_per_test=4 if args.tiny else 10)
-    cases = [("CartPole-v1 DQN", "CartPole-v1", cartpole_seats((64, 64), 500), args.target_cartpole, None),
-             ("tic-tac-toe self-play DQN", tictactoe_v3.env, ttt_seats(10 if args.tiny else 200), args.target_ttt,
-              ttt_quality(4 if args.tiny else 100))]
-    for name, env, seats, target, quality in cases:
-        rows = {}
-        for label, actors in (("synchronous", None), (f"pool, {args.actors} actors", args.actors)):
-            rows[label] = run(env, seats, target, episodes, actors, args.seed, quality=quality, **common)
-            s, n, metric, steps, measured = rows[label]
-            print(f"{name:28s} {label:18s} {s:8.1f} s  {n:6d} episodes  {steps:8d} env steps  "
-                  f"last test {metric:8.3f}  (target {target})", flush=True)
-            if measured is not None:
-                print(f"{name:28s} {label:18s} final strength (win + draw/2 per seat): {measured}", flush=True)
-            split = run.split
-            print(f"{name:28s} {label:18s} time split: collect {split['collect_s']:.1f} s, update "
-                  f"{split['update_s']:.1f} s, test {split['test_s']:.1f} s", flush=True)
-            if actors is None:  # the learner keeps updating and testing: moving collection out saves at most this
-                ceiling = sum(split.values()) / max(1e-9, split["update_s"] + split["test_s"])
-                print(f"{name:28s} {label:18s} ceiling of a pool at this replay ratio (all collection "
-                      f"overlapped): {ceiling:.2f}x", flush=True)
-        sync, pool = rows["synchronous"][0], rows[f"pool, {args.actors} actors"][0]
-        print(f"{name:28s} speed-up to the target: {sync / pool:.2f}x", flush=True)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    only = set(args.only.split(","))
+    cases = [("CartPole-v1 DQN", "CartPole-v1", cartpole_seats((64, 64), 500), args.target_cartpole, None, "cartpole"),
+             ("tic-tac-toe self-play DQN", tictactoe_v3.env, ttt_seats(10 if args.tiny else 200, args.ttt_opponent),
+              args.target_ttt, ttt_quality(4 if args.tiny else 100), "ttt")]
+    for name, env, seats, target, quality, part in cases:
+        if part not in only:
+            continue
+        settings = common if part != "ttt" or args.tiny else {**common, "test_freq": 200, "episodes_per_test": 200}
+        results = [one_case(name, env, seats, target, quality, episodes, args.actors, seed, settings)
+                   for seed in seeds]
+        speedups = [x for x in results if x == x] or [float("nan")]  # seeds whose runs both reached the target
+        listed = ", ".join(f"{x:.2f}x" for x in results)
+        print(f"{name:28s} speed-ups to the target over seeds {seeds}: {listed}; median of the seeds that reached "
+              f"it {statistics.median(speedups):.2f}x", flush=True)
+    if "collect" in only:
+        collection(args, common)
+
+
+def one_case(name, env, seats, target, quality, episodes, actors, seed, common) -> float:
+    """Both trainers on one seed; prints their rows and returns the pool's speed-up to the target."""
+    name = f"{name} (seed {seed})"
+    seconds, per_step, reached = {}, {}, True
+    for label, n_actors in (("synchronous", None), (f"pool, {actors} actors", actors)):
+        s, n, metric, steps, measured = run(env, seats, target, episodes, n_actors, seed, quality=quality, **common)
+        seconds[n_actors], per_step[n_actors] = s, s / max(1, steps)
+        reached = reached and metric >= target
+        print(f"{name:28s} {label:18s} {s:8.1f} s  {n:6d} episodes  {steps:8d} env steps  "
+              f"last test {metric:8.3f}  (target {target})", flush=True)
+        if measured is not None:
+            print(f"{name:28s} {label:18s} final strength (win + draw/2 per seat): {measured}", flush=True)
+        split = run.split
+        print(f"{name:28s} {label:18s} time split: collect {split['collect_s']:.1f} s, update "
+              f"{split['update_s']:.1f} s, test {split['test_s']:.1f} s", flush=True)
+        if n_actors is None:  # the learner keeps updating and testing: moving collection out saves at most this
+            ceiling = sum(split.values()) / max(1e-9, split["update_s"] + split["test_s"])
+            print(f"{name:28s} {label:18s} ceiling of a pool at this replay ratio (all collection "
+                  f"overlapped): {ceiling:.2f}x", flush=True)
+    if not reached:  # a run that stopped at its episode budget says nothing about the time to the target
+        print(f"{name:28s} speed-up to the target: not measured (a run ended its budget below the target)")
+        return float("nan")
+    speedup = seconds[None] / seconds[actors]
+    print(f"{name:28s} speed-up to the target: {speedup:.2f}x (per env step: "
+          f"{per_step[None] / per_step[actors]:.2f}x)", flush=True)
+    return speedup
+
+
+def collection(args, common) -> None:
+    """Env steps per second through the pool with 1 and 2 actors (processes, then Ray)."""
     steps_budget = 30 if args.tiny else 400
     backends = [("processes", None)] + ([] if args.no_ray else [("Ray", {"backend": "ray"})])
     for backend, pool in backends:
@@ -125,12 +167,13 @@ def main() -> None:
         try:
             for actors in (1, 2):
                 s, n, _, steps, _ = run("CartPole-v1", cartpole_seats((64, 64), 10**9), float("inf"), steps_budget,
-                                     actors, args.seed, pool, **{**common, "test_freq": 10**6, "episodes_per_test": 1})
+                                     actors, 0, pool, **{**common, "test_freq": 10**6, "episodes_per_test": 1})
                 print(f"CartPole collection through the pool ({backend}), {actors} actor(s): {steps / s:9.0f} env "
                       f"steps/s ({steps} steps, {n} episodes, {s:.1f} s incl. actor start-up)", flush=True)
         finally:
             if pool is not None:
                 ray.shutdown()
+
 
 if __name__ == "__main__":
     main()

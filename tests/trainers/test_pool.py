@@ -91,11 +91,45 @@ def test_keyboard_interrupt_stops_the_actors_and_frees_the_shards(no_leftovers):
     (dict(actors=None, pool=dict(window_size=3)), ValueError, "pool options need actors=N"),
     (dict(actors=8), ValueError, "exceeds num_train_envs=4"),
     (dict(pool=dict(clearing_freq=2)), ValueError, "clearing_freq needs window_size_"),
+    (dict(pool=dict(learner_threads=0)), ValueError, "learner_threads must be 'auto', None or a positive"),
+    (dict(pool=dict(learner_threads="all")), ValueError, "learner_threads must be 'auto', None or a positive"),
 ])
 def test_refused_settings(kwargs, error, match, no_leftovers):
     with pytest.raises(error, match=match):
         trainer = cartpole_trainer(**kwargs)
         trainer.train([dqn(trainer)], learning_mask=[1], plot=False, progress=False)
+
+
+def test_the_learner_leaves_the_actors_their_cores_and_gets_its_threads_back(no_leftovers):
+    from marl_note.trainers.callbacks import LambdaCallback
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)  # as on a 2-core machine, where torch starts with 2 intra-op threads
+    try:
+        seen = []
+        trainer = cartpole_trainer(episodes_per_train=6, pool=dict(learner_threads=1))
+        stats = trainer.train([dqn(trainer)], learning_mask=[1], plot=False, progress=False,
+                              callbacks=[LambdaCallback(on_update_end=lambda *a: seen.append(torch.get_num_threads()))])
+        assert seen and set(seen) == {1} and stats["pool"]["learner_threads"] == 1
+        assert torch.get_num_threads() == 2  # restored when the actors stopped
+        trainer = cartpole_trainer(episodes_per_train=6, pool=dict(learner_threads=None))
+        stats = trainer.train([dqn(trainer)], learning_mask=[1], plot=False, progress=False)
+        assert stats["pool"]["learner_threads"] is None and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_auto_learner_threads_leave_one_core_per_local_actor(monkeypatch):
+    from marl_note.trainers.pool import options
+
+    monkeypatch.setattr(options, "usable_cores", lambda: 16)
+    assert options.PoolOptions(actors=2).learner_thread_cap() == 14
+    assert options.PoolOptions(actors=20).learner_thread_cap() == 1
+    assert options.PoolOptions(actors=2, learner_threads=3).learner_thread_cap() == 3
+    assert options.PoolOptions(actors=2, learner_threads=None).learner_thread_cap() is None
+    if options.importlib.util.find_spec("ray") is not None:  # actors on a cluster use its cores, not ours
+        remote = options.PoolOptions(actors=2, backend="ray", address="ray://head:10001")
+        assert remote.learner_thread_cap() is None
 
 
 def test_facade_maps_the_original_shard_options(no_leftovers):

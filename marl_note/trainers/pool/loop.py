@@ -7,7 +7,8 @@ replay (``observe``: n-step, prioritized replay, augmentation and the exploratio
 as in the synchronous trainer), the learners update, and a learner that took ``sync_every``
 gradient steps since its last publication publishes its acting state to the actors. The policy
 lag (the learner's gradient steps minus the weight version its actors last acted with) is
-recorded as ``policy_lag`` with each learner's update metrics.
+recorded as ``policy_lag`` with each learner's update metrics. While the actors run, the learner's
+PyTorch threads are capped (``learner_threads``, :mod:`marl_note.agents.threads`).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from marl_note.agents.threads import limit_framework_threads
 from marl_note.trainers.collector import CollectStats
 from marl_note.trainers.pool.league import check_matchmaker
 from marl_note.trainers.pool.pool import Pool
@@ -58,12 +60,16 @@ class PoolRunLoop(RunLoop):
                                matchmaker=matchmaker)
 
     def loop(self, progress: bool) -> None:
+        assert self.pool is not None
+        cap = self.pool.options.learner_thread_cap()  # the actors' cores are not the learner's
+        restore_threads = limit_framework_threads(cap) if cap is not None else None
         try:
             super().loop(progress)
         finally:
             self._final = self.pool_stats()
-            assert self.pool is not None
             self.pool.close()
+            if restore_threads is not None:
+                restore_threads()
 
     def _collect_chunk(self) -> None:
         t, run, pool = self.trainer, self.run, self.pool
@@ -126,6 +132,7 @@ class PoolRunLoop(RunLoop):
                 "evicted": self.pool.evicted(), "actor_frameworks": sorted(self.pool.frameworks),
                 "published_versions": list(self.pool.published),
                 "league_versions": self.pool.league_versions.tolist(),
+                "learner_threads": self.pool.options.learner_thread_cap(),
                 "mean_policy_lag": self.lag_sum / self.lag_count if self.lag_count else float("nan")}
 
     def summarise(self, plot: bool) -> dict[str, Any]:

@@ -17,6 +17,11 @@ The shard options keep the original library's names:
 cluster to join, None: a local Ray). Ray has no shards, so the eviction and ``random`` options
 are refused with it.
 
+``learner_threads``: PyTorch intra-op threads of the learner while the actors run: ``"auto"``
+(default) leaves a core to each actor on this machine, ``max(1, usable cores - actors)`` (Ray
+with an ``address``: unchanged, the actors run elsewhere); an integer caps them at that; None
+leaves them alone. Restored when the run ends (:mod:`marl_note.agents.threads`).
+
 Example:
     >>> PoolOptions(actors=2, sync_every=4, window_size=100).window_size
     100
@@ -34,10 +39,12 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from marl_note.agents.threads import usable_cores
+
 __all__ = ["PoolOptions", "SHARD_OPTIONS"]
 
 SHARD_OPTIONS = ("window_size", "clearing_freq", "window_size_", "random", "num_store", "shard_capacity",
-                 "actor_timeout", "backend", "address")
+                 "actor_timeout", "backend", "address", "learner_threads")
 BACKENDS = ("process", "ray")
 
 
@@ -67,6 +74,7 @@ class PoolOptions:
     actor_timeout: float = 60.0
     backend: str = "process"
     address: str | None = None
+    learner_threads: int | str | None = "auto"
 
     def __post_init__(self) -> None:
         _count("actors", self.actors, allow_none=False)
@@ -87,6 +95,9 @@ class PoolOptions:
         t = self.actor_timeout
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
             raise ValueError(f"actor_timeout must be a positive number of seconds, got {t!r}")
+        n = self.learner_threads
+        if n is not None and n != "auto" and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise ValueError(f"learner_threads must be 'auto', None or a positive integer, got {n!r}")
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {list(BACKENDS)}, got {self.backend!r}")
         if self.address is not None and (self.backend != "ray" or not isinstance(self.address, str)):
@@ -101,6 +112,14 @@ class PoolOptions:
             if shard_only:
                 raise ValueError(f"{shard_only} act on shared-memory shards, which backend='ray' does not have "
                                  f"(its transitions go through Ray's object store)")
+
+    def learner_thread_cap(self) -> int | None:
+        """The learner's intra-op thread cap for this run (None: leave the framework's threads alone)."""
+        if self.learner_threads is None or (self.learner_threads == "auto" and self.address is not None):
+            return None
+        if self.learner_threads == "auto":
+            return max(1, usable_cores() - self.actors)
+        return int(self.learner_threads)
 
     @classmethod
     def build(cls, actors: Any, sync_every: Any, options: Any) -> PoolOptions:
