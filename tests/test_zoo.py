@@ -26,7 +26,7 @@ SUITE = ["CartPole-v1", "Acrobot-v1", "MountainCar-v0", "LunarLander-v3", "Pendu
          "connect_four_v3", "texas_holdem_v4", "pistonball_v6", "knights_archers_zombies_v11", "pursuit_v5",
          "simple_spread_v3", "simple_tag_v3"]
 # optional packages an env needs: (module, what installs it)
-NEEDS = {"LunarLander-v3": ("Box2D", "gymnasium[box2d]"), "texas_holdem_v4": ("rlcard", "pettingzoo[classic]"),
+NEEDS = {"LunarLander-v3": ("Box2D", "marl_note[zoo]"), "texas_holdem_v4": ("rlcard", "marl_note[zoo]"),
          "pistonball_v6": ("pymunk", "pettingzoo[butterfly]"),
          "knights_archers_zombies_v11": ("pymunk", "pettingzoo[butterfly]"),
          "simple_spread_v3": ("mpe2", "mpe2"), "simple_tag_v3": ("mpe2", "mpe2")}

@@ -6,7 +6,8 @@ Classic games are built with their turn-based ``env()``; MPE, butterfly and sisl
 ``parallel_env()`` (every agent acts each step, what MADDPG learns from). Names are listed from
 the installed packages without importing any env module, so an unknown name is answered with
 close matches at once, and an env whose package needs something not installed (butterfly needs
-pymunk) is reported with the command that installs it.
+pymunk; the zoo's LunarLander-v3 needs Box2D and texas_holdem_v4 rlcard, both in ``marl_note[zoo]``)
+is reported with the command that installs it, when the name is resolved, before anything is built.
 
 Example:
     >>> choice = resolve_env("classic/tictactoe_v3")
@@ -33,7 +34,7 @@ from typing import Any
 
 from marl_note.cli.common import CLIError
 
-__all__ = ["EnvChoice", "FAMILIES", "known_envs", "resolve_env"]
+__all__ = ["EnvChoice", "FAMILIES", "OPTIONAL_PACKAGES", "known_envs", "resolve_env"]
 
 # family -> (package holding one module per env, the factory each module provides, what installs it)
 FAMILIES: dict[str, tuple[str, str, str]] = {
@@ -41,6 +42,12 @@ FAMILIES: dict[str, tuple[str, str, str]] = {
     "mpe": ("mpe2", "parallel_env", "pip install mpe2"),
     "butterfly": ("pettingzoo.butterfly", "parallel_env", "pip install 'pettingzoo[butterfly]'"),
     "sisl": ("pettingzoo.sisl", "parallel_env", "pip install 'pettingzoo[sisl]'"),
+}
+# a module an env imports that marl_note declares as an optional extra -> what installs it
+# (Box2D: Gymnasium's box2d envs, LunarLander-v3 ...; rlcard: PettingZoo's card games, texas_holdem_v4 ...)
+OPTIONAL_PACKAGES: dict[str, str] = {
+    "Box2D": "pip install 'marl_note[zoo]' (or pip install 'gymnasium[box2d]')",
+    "rlcard": "pip install 'marl_note[zoo]' (or pip install rlcard)",
 }
 _ENV_MODULE = re.compile(r"[a-z][a-z0-9_]*_v\d+")
 
@@ -129,6 +136,7 @@ def resolve_env(name: str, kwargs: Mapping[str, Any] | None = None) -> EnvChoice
         module = importlib.import_module(f"{package}.{short}")
     except ImportError as exc:
         missing = getattr(exc, "name", None) or str(exc)
+        install = OPTIONAL_PACKAGES.get(missing.partition(".")[0], install)
         raise CLIError(f"env {short} ({family}) needs the package {missing!r}, which is not installed: "
                        f"{install}") from None
     factory = getattr(module, factory_name, None)
@@ -143,7 +151,22 @@ def _check_gym_dependencies(env_id: str, kwargs: Mapping[str, Any]) -> None:
 
     try:
         gym.make(env_id, **kwargs).close()
-    except gym.error.DependencyNotInstalled as exc:
+    except (gym.error.DependencyNotInstalled, ImportError) as exc:
+        missing = _missing_module(exc)
+        if missing in OPTIONAL_PACKAGES:
+            raise CLIError(f"env {env_id} needs the package {missing!r}, which is not installed: "
+                           f"{OPTIONAL_PACKAGES[missing]}") from None
+        if isinstance(exc, ImportError):
+            raise CLIError(f"env {env_id} cannot be built ({exc})") from None
         raise CLIError(f"env {env_id} needs a package that is not installed: {exc}") from None
-    except ImportError as exc:
-        raise CLIError(f"env {env_id} cannot be built ({exc})") from None
+
+
+def _missing_module(exc: BaseException) -> str | None:
+    """The top-level module whose import failed behind ``exc`` (Gymnasium raises its own error from the ImportError)."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        name = getattr(cause, "name", None) if isinstance(cause, ImportError) else None
+        if name:
+            return str(name).partition(".")[0]
+        cause = cause.__cause__ or cause.__context__
+    return None

@@ -16,15 +16,16 @@ Example:
 """
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from marl_note.cli.agents import build_learners, check_algorithm, import_backend, plan_seats, seat_agents
-from marl_note.cli.common import setup_errors
+from marl_note.cli.common import CLIError, setup_errors
 from marl_note.cli.envs import EnvChoice, resolve_env
 from marl_note.cli.zoo import Recipe, RecipeError
 
@@ -246,8 +247,17 @@ def prepare(recipe: Recipe, seed: int | None = None, backend: str = "torch", pro
     return RecipeRun(recipe, seed, backend, trainer, plan, learners, seats)
 
 
-def _recipe_errors(recipe: Recipe) -> Any:
-    return setup_errors(f"recipe {recipe.path}")
+@contextlib.contextmanager
+def _recipe_errors(recipe: Recipe) -> Iterator[None]:
+    """setup_errors naming the recipe, raised as a RecipeError (a missing env package included)."""
+    what = f"recipe {recipe.path}"
+    try:
+        with setup_errors(what):
+            yield
+    except RecipeError:
+        raise
+    except CLIError as exc:  # from setup_errors (already named) or from resolve_env
+        raise RecipeError(str(exc) if str(exc).startswith(what) else f"{what}: {exc}") from exc
 
 
 def train_recipe(recipe: Recipe | str, seed: int | None = None, backend: str = "torch", *,
