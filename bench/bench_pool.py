@@ -66,7 +66,7 @@ def run(env, seats, target, episodes, actors, seed, pool=None, quality=None, **s
 def cartpole_seats(hidden, learning_starts):
     def seats(trainer):
         return [DQN(trainer.observation_space("agent_0"), trainer.action_space("agent_0"), hidden_sizes=hidden,
-                    learning_starts=learning_starts, target_update=200, seed=0)], {}
+                    learning_starts=learning_starts, target_update=200, seed=trainer.seed)], {}
     return seats
 
 
@@ -74,9 +74,9 @@ def ttt_seats(snapshot_every, opponent):
     """Self-play DQN with an opponent pool; the periodic tests play ``opponent`` in each seat."""
     def seats(trainer):
         agent = DQN(trainer.observation_space("player_1"), trainer.action_space("player_1"), hidden_sizes=(64, 64),
-                    learning_starts=200, target_update=200, seed=0)
+                    learning_starts=200, target_update=200, seed=trainer.seed)
         league = OpponentPool(agent, trainer.spec, snapshot_every=snapshot_every, sampling="prioritized",
-                              self_play_fraction=0.5, eval_episodes=10, seed=0)
+                              self_play_fraction=0.5, eval_episodes=10, seed=trainer.seed)
         baseline = WinOrBlockPlayer("tictactoe", seed=103) if opponent == "win-or-block" else "auto"
         return [agent, agent], {"matchmaker": league, "callbacks": [league], "baseline": baseline}
     return seats
