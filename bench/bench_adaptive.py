@@ -7,9 +7,12 @@
    test return reaches the task's target (or the episode / wall budget runs out). Printed: env
    steps and wall time to the target per run, the median and best of the fixed runs, and the
    adaptive run's ratios to them. A figure per task (``--out``): the adaptive batch size and the
-   measured B_simple over training.
-2. CartPole-v1 DQN: ``LRFinder`` (loss metric) suggests a rate; fixed-rate runs over a grid of
-   rates show which solve CartPole, and whether the suggestion lies inside that range.
+   measured B_simple over training. With several seeds, each configuration's median over the seeds
+   is compared too (a single run to a target is a noisy draw: the same batch size takes 2-5x more
+   or fewer env steps on another seed).
+2. CartPole-v1 DQN (``--lr-tasks``: also ``acrobot-dqn``): ``LRFinder`` (loss metric) suggests a
+   rate (the centre of the loss valley); fixed-rate runs over a grid of rates show which solve the
+   task, and whether the suggestion lies inside that range.
 
 Real numbers (long: an hour or more on 2 cores):
     python bench/bench_adaptive.py --seeds 0,1,2 --out runs/bench_adaptive
@@ -111,6 +114,7 @@ def compare(runs: list[dict[str, Any]], key: str) -> str:
 def batch_benchmark(tasks: list[str], mod: Any, seeds: list[int], sizes: tuple[int, ...], max_episodes: int,
                     max_minutes: float, out_dir: str) -> None:
     for task in tasks:
+        by_seed = []
         for seed in seeds:
             runs = []
             for batch in (*sizes, None):
@@ -122,34 +126,50 @@ def batch_benchmark(tasks: list[str], mod: Any, seeds: list[int], sizes: tuple[i
                 runs.append(run)
             print(f"{task} seed {seed}: {compare(runs, 'env_steps')}")
             print(f"{task} seed {seed}: {compare(runs, 'wall_s')}", flush=True)
+            by_seed.append(runs)
+        if len(seeds) > 1:  # one run per seed is a noisy draw: compare each configuration's median over seeds
+            medians = [{"batch": run["batch"], "solved": True,
+                        **{key: statistics.median(r[key] if r["solved"] else float("inf")
+                                                  for r in (runs[i] for runs in by_seed))
+                           for key in ("env_steps", "wall_s")}}
+                       for i, run in enumerate(by_seed[0])]
+            print(f"{task} medians over seeds {seeds}: " + ", ".join(
+                f"{m['batch']}: {m['env_steps']:.0f} env steps / {m['wall_s']:.1f} s" for m in medians))
+            print(f"{task} over seeds: {compare(medians, 'env_steps')}")
+            print(f"{task} over seeds: {compare(medians, 'wall_s')}", flush=True)
 
 
-def lr_benchmark(mod: Any, seed: int, rates: np.ndarray, finder_num: int, finder_episodes: int, max_episodes: int,
-                 max_minutes: float, out_dir: str) -> None:
-    """LRFinder's suggestion on CartPole DQN against the fixed rates that solve it."""
-    finder = LRFinder(lambda trainer: mod.DQN(trainer.observation_space("agent_0"), trainer.action_space("agent_0"),
-                                              seed=seed, **QUICK["agent"].get("DQN", {})))
-    result = finder.find("CartPole-v1", start_lr=1e-5, end_lr=1.0, num=finder_num, num_train_envs=16,
-                         update_freq=100, episodes_per_train=finder_episodes, seed=seed)
+def lr_benchmark(task: str, mod: Any, seed: int, rates: np.ndarray, finder_num: int, finder_episodes: int,
+                 max_episodes: int, max_minutes: float, out_dir: str) -> None:
+    """LRFinder's suggestion on a DQN task against the fixed rates that solve it."""
+    env_id, algo, _, trainer_kw, base_kw = TASKS[task]
+    finder = LRFinder(lambda trainer: getattr(mod, algo)(trainer.observation_space("agent_0"),
+                                                         trainer.action_space("agent_0"), seed=seed,
+                                                         **{**base_kw, **QUICK["agent"].get(algo, {})}))
+    settings = {k: v for k, v in {**trainer_kw, **QUICK["trainer"]}.items() if k != "test_freq"}
+    result = finder.find(env_id, start_lr=1e-5, end_lr=1.0, num=finder_num, episodes_per_train=finder_episodes,
+                         seed=seed, **settings)
     try:
-        suggestion = result.suggestion()
+        suggestion, valley = result.suggestion(), result.valley()
     except ValueError as exc:  # too few points (the smoke run)
-        print(f"LRFinder on CartPole-v1 DQN: {result!r}; no suggestion: {exc}")
+        print(f"LRFinder on {task}: {result!r}; no suggestion: {exc}")
         return
-    print(f"LRFinder on CartPole-v1 DQN: {result!r}; suggestion {suggestion:.3g}; plot "
-          f"{result.plot(os.path.join(out_dir, 'lr_finder_cartpole_dqn.png'))}")
+    span = "none" if valley is None else f"{valley[0]:.3g} .. {valley[1]:.3g}"
+    plot = result.plot(os.path.join(out_dir, f"lr_finder_{task}.png"))
+    print(f"LRFinder on {task}: {result!r}; valley {span}; suggestion {suggestion:.3g} (steepest point "
+          f"{result.suggestion(method='steepest'):.3g}); plot {plot}")
     solving = []
     for lr in rates:
-        run = one_run("cartpole-dqn", mod, seed, 64, max_episodes, max_minutes, {"lr": float(lr)})
-        print(f"  fixed lr {lr:.3g}: {run}", flush=True)
+        run = one_run(task, mod, seed, 64, max_episodes, max_minutes, {"lr": float(lr)})
+        print(f"  {task} fixed lr {lr:.3g}: {run}", flush=True)
         if run["solved"]:
             solving.append(float(lr))
     if solving:
         inside = min(solving) <= suggestion <= max(solving)
-        print(f"fixed rates that solve CartPole: {min(solving):.3g} .. {max(solving):.3g} ({len(solving)} of "
+        print(f"{task}: fixed rates that solve it: {min(solving):.3g} .. {max(solving):.3g} ({len(solving)} of "
               f"{len(rates)}); the suggestion {suggestion:.3g} is {'inside' if inside else 'outside'}")
     else:
-        print("no fixed rate solved CartPole within the budget")
+        print(f"{task}: no fixed rate solved it within the budget")
 
 
 def main() -> None:
@@ -161,6 +181,7 @@ def main() -> None:
     parser.add_argument("--max-minutes", type=float, default=15.0, help="wall-time budget of each run")
     parser.add_argument("--out", default="runs/bench_adaptive", help="directory of the plots")
     parser.add_argument("--batches", default=",".join(map(str, FIXED)), help="the fixed batch sizes compared")
+    parser.add_argument("--lr-tasks", default="cartpole-dqn", help="DQN tasks of the LRFinder check (lr)")
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny budgets, two batch sizes, one seed")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -181,7 +202,8 @@ def main() -> None:
         raise SystemExit(f"unknown task(s) {unknown}; choose from {', '.join(TASKS)}, lr")
     batch_benchmark(tasks, mod, seeds, sizes, episodes, minutes, args.out)
     if "lr" in args.only.split(","):
-        lr_benchmark(mod, seeds[0], rates, finder_num, finder_episodes, episodes, minutes, args.out)
+        for task in args.lr_tasks.split(","):
+            lr_benchmark(task, mod, seeds[0], rates, finder_num, finder_episodes, episodes, minutes, args.out)
 
 
 if __name__ == "__main__":

@@ -6,8 +6,10 @@ Example:
     >>> lrs = np.geomspace(1e-4, 1e-1, 7)
     >>> result = LRFinderResult("loss", lrs, np.array([1.0, 0.9, 0.6, 0.3, 0.25, 0.4, 2.0]), smoothing=0.0,
     ...                         stop_reason="done", optimizers=("optimizer",), loss_key="loss")
-    >>> f"{result.suggestion():.0e}"  # the steepest fall of the loss
-    '1e-03'
+    >>> [f"{lr:.0e}" for lr in result.valley()]  # the loss is within half its drop of its best here
+    ['1e-03', '3e-02']
+    >>> f"{result.suggestion():.1e}", f"{result.suggestion(method='steepest'):.0e}"  # the valley's centre
+    ('5.6e-03', '1e-03')
 """
 from __future__ import annotations
 
@@ -100,22 +102,61 @@ class LRFinderResult:
         return (f"LRFinderResult(metric={self.metric!r}, points={len(self)}, lrs={span}, "
                 f"stop_reason={self.stop_reason!r}, optimizers={list(self.optimizers)})")
 
-    def suggestion(self, skip_start: int = 0, skip_end: int = 0) -> float:
-        """The learning rate where the smoothed curve improves fastest per point (the steepest fall of
-        the loss, the steepest rise of the return), ignoring ``skip_start`` / ``skip_end`` points at
-        the ends and any non-finite point. The lrs grow geometrically, so per point is per log lr.
+    def suggestion(self, skip_start: int = 0, skip_end: int = 0, method: str = "valley") -> float:
+        """A learning rate read off the smoothed curve, ignoring ``skip_start`` / ``skip_end`` points at
+        the ends and any non-finite point.
 
-        Raises ValueError when fewer than 3 points remain.
+        ``method="valley"`` (default): the centre, on the log scale, of the valley of the curve: the
+        rates around the best smoothed value (lowest loss, highest return) whose value lies within
+        half of the improvement the search made before its best (the valley's full width at half
+        depth, like the width of a dip in a spectrum). Its left end is where the rate starts to
+        matter, its right end where the updates start to hurt, so its centre keeps the same
+        distance, in factors of the rate, from both. ``method="steepest"``: the rate at which the
+        curve improves fastest per point (per log lr: the rates grow geometrically), the classic
+        range-test reading; it sits at the valley's left edge and tends to suggest too little (on
+        CartPole DQN 1e-4, which does not solve it in 3000 episodes; ``bench/bench_adaptive.py``).
+        A curve that never improved has no valley: the steepest point is returned.
+
+        Raises ValueError when fewer than 3 points remain or ``method`` is unknown.
         """
+        if method not in ("valley", "steepest"):
+            raise ValueError(f"method must be 'valley' or 'steepest', got {method!r}")
+        keep, curve = self._kept(skip_start, skip_end)
+        lrs = self.lrs[keep]
+        if method == "valley":
+            span = self.valley(skip_start, skip_end)
+            if span is not None:
+                return float(math.sqrt(span[0] * span[1]))
+        slope = np.gradient(curve)
+        best = int(np.argmin(slope) if self.metric == "loss" else np.argmax(slope))
+        return float(lrs[best])
+
+    def valley(self, skip_start: int = 0, skip_end: int = 0) -> tuple[float, float] | None:
+        """``(lowest, highest)`` learning rate of the valley :meth:`suggestion` centres on; None when
+        the curve never improved on its first point."""
+        keep, curve = self._kept(skip_start, skip_end)
+        cost = curve if self.metric == "loss" else -curve
+        best = int(np.argmin(cost))
+        depth = float(cost[:best + 1].max() - cost[best])
+        if not depth > 0:
+            return None
+        half = cost[best] + depth / 2
+        left = right = best
+        while left > 0 and cost[left - 1] <= half:
+            left -= 1
+        while right < len(cost) - 1 and cost[right + 1] <= half:
+            right += 1
+        lrs = self.lrs[keep]
+        return float(lrs[left]), float(lrs[right])
+
+    def _kept(self, skip_start: int, skip_end: int) -> tuple[np.ndarray, np.ndarray]:
+        """The indices of the points a suggestion reads and their smoothed curve."""
         finite = np.flatnonzero(np.isfinite(self.values))
         keep = finite[(finite >= skip_start) & (finite < len(self) - skip_end)]
         if len(keep) < 3:
             raise ValueError(f"a suggestion needs at least 3 finite points after skipping, this search has "
                              f"{len(keep)} (of {len(self)}); search with a larger num or a wider lr range")
-        curve = smooth(self.values[keep], self.smoothing)
-        slope = np.gradient(curve)
-        best = int(np.argmin(slope) if self.metric == "loss" else np.argmax(slope))
-        return float(self.lrs[keep][best])
+        return keep, smooth(self.values[keep], self.smoothing)
 
     get_best_lr = suggestion  # the original library's name
 
@@ -130,6 +171,9 @@ class LRFinderResult:
         try:
             lr = self.suggestion()
             ax.axvline(lr, color="C3", linestyle="--", label=f"suggestion {lr:.2g}")
+            span = self.valley()
+            if span is not None:
+                ax.axvspan(*span, color="C3", alpha=0.08, label="valley (within half the drop of the best)")
         except ValueError:
             pass
         ax.set_xscale("log")

@@ -342,3 +342,34 @@ def test_original_example_optfinder_torch():
 
 def test_original_example_optfinder_tf():
     original_example_optfinder("tf")
+
+
+# ------------------------------------------------------------------ reading a suggestion off the curve
+
+def curve(values, metric="loss"):
+    from marl_note.trainers.finder_results import LRFinderResult
+
+    return LRFinderResult(metric, np.geomspace(1e-5, 1e-1, len(values)), np.asarray(values, float), smoothing=0.0,
+                          stop_reason="done", optimizers=("optimizer",))
+
+
+def test_the_suggestion_is_the_log_centre_of_the_valley_at_half_depth():
+    # falls from 1.0 to 0.2 (depth 0.8, half depth at 0.6), flat, then climbs: the valley is points 3..7
+    result = curve([1.0, 0.95, 0.8, 0.55, 0.3, 0.2, 0.25, 0.4, 0.9, 2.0])
+    lo, hi = result.valley()
+    assert (lo, hi) == (result.lrs[3], result.lrs[7])
+    assert result.suggestion() == pytest.approx(math.sqrt(lo * hi))
+    # the classic reading is the steepest fall (between points 3 and 4), at the valley's left edge
+    assert result.suggestion(method="steepest") == result.lrs[3] < result.suggestion()
+    # a return curve (higher is better) reads the same valley upside down
+    returns = curve([-v for v in result.values], metric="return")
+    assert returns.valley() == (lo, hi) and returns.suggestion() == pytest.approx(result.suggestion())
+
+
+def test_a_curve_that_never_improved_falls_back_to_the_steepest_point_and_bad_methods_are_refused():
+    rising = curve([0.1, 0.2, 0.4, 0.8, 1.6])
+    assert rising.valley() is None and rising.suggestion() == rising.suggestion(method="steepest")
+    with pytest.raises(ValueError, match="method must be 'valley' or 'steepest'"):
+        rising.suggestion(method="middle")
+    with pytest.raises(ValueError, match="at least 3 finite points"):
+        curve([1.0, float("nan"), float("nan"), 0.5]).suggestion()
