@@ -8,7 +8,7 @@
 Both use a plain batched loop over ``--envs`` environments (goal-dict observations stacked
 key-wise), one ``update()`` per vector step.
 
-Run:  python bench/bench_her.py [--backend torch] [--only point,bits] [--bits 10,20,30,40]
+Run:  python bench/bench_her.py [--backend torch] [--only point,bits] [--bits 10,20,30,40] [--her-only]
 """
 from __future__ import annotations
 
@@ -120,13 +120,15 @@ def main():
     parser.add_argument("--bit-steps", type=int, default=None, help="env steps per bit-flipping run "
                         "(default 4000 * n_bits)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--her-only", action="store_true", help="skip the runs without HER (they stay at 0 "
+                        "beyond ~15 bits and take the whole budget)")
     args = parser.parse_args()
     mod = backend(args.backend)
     print(f"# {platform.platform()} | {platform.processor() or platform.machine()} | {os.cpu_count()} cpus | "
           f"python {platform.python_version()} | backend {args.backend} | load {os.getloadavg()[0]:.2f}")
     only = args.only.split(",")
     if "point" in only:
-        for her in (True, False):
+        for her in (True,) if args.her_only else (True, False):
             r = point_reach(mod, her, args.point_steps, args.seed)
             print(f"PointReach DDPG{'+HER' if her else '     '}: success {r['success']:.2f}  "
                   f"env_steps {r['env_steps']}  gradient_steps {r['gradient_steps']}  wall {r['wall_s']:.0f}s",
@@ -134,7 +136,7 @@ def main():
     if "bits" in only:
         for n in [int(b) for b in args.bits.split(",")]:
             steps = args.bit_steps or 4000 * n
-            for her in (True, False):
+            for her in (True,) if args.her_only else (True, False):
                 r = bit_flipping(mod, n, her, steps, args.seed)
                 curve = " ".join(f"{s // 1000}k:{v:.2f}" for s, v in r["history"])
                 print(f"BitFlipping n={n:2d} DQN{'+HER' if her else '     '}: success {r['success']:.2f}  "
