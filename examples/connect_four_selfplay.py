@@ -74,7 +74,7 @@ class TakesWins:
 
 def train(episodes: int = 15000, seed: int = 0, snapshot_every: int = 2000, fixed_fraction: float = 0.7,
           plot: str | None = None, progress: bool = True, final_games: int = 200, replay_ratio: float = 0.5,
-          select_games: int = 50) -> dict:
+          select_games: int = 50, torso: str = "mlp") -> dict:
     """Train, restore the best weights, and measure them; returns the figures the script prints and
     the kept ``learner``."""
     torch.set_num_threads(1)  # these small MLPs train fastest on one thread of a 2-core machine
@@ -85,7 +85,7 @@ def train(episodes: int = 15000, seed: int = 0, snapshot_every: int = 2000, fixe
     obs_space, act_space = trainer.observation_space("player_0"), trainer.action_space("player_0")
     # gamma 0.9 rewards quick wins; lr 1e-4 with a slow target copy keeps Q below the +-1 rewards
     # (lr 1e-3 / target_update 100 let Q at the empty board climb past 1 and play got worse)
-    learner = DQN(obs_space, act_space, seed=seed, hidden_sizes=(256, 256), lr=1e-4, gamma=0.9,
+    learner = DQN(obs_space, act_space, seed=seed, hidden_sizes=(256, 256), torso=torso, lr=1e-4, gamma=0.9,
                   buffer_size=200_000, learning_starts=2000, target_update=1000, num_steps=3,
                   augment=mirror, replay_ratio=replay_ratio)
     random_player = RandomAgent(act_space, seed=seed)
@@ -120,10 +120,12 @@ def main() -> None:
     parser.add_argument("--fixed-fraction", type=float, default=0.7)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--final-games", type=int, default=200, help="final games per seat and opponent")
+    parser.add_argument("--torso", choices=("mlp", "conv"), default="mlp",
+                        help="the Q-network's torso: an MLP on the flat board, or 3x3 convolutions over it")
     parser.add_argument("--plot", default="runs/connect_four_selfplay.png")
     args = parser.parse_args()
     out = train(args.episodes, args.seed, args.snapshot_every, args.fixed_fraction, args.plot,
-                final_games=args.final_games)
+                final_games=args.final_games, torso=args.torso)
     worst, mean = out["best_score"]
     print(f"{out['games']} games, {out['env_steps']} env steps, {out['gradient_steps']} gradient steps, "
           f"{out['seconds']:.0f} s (kept the weights of episode {out['best_episode']}: selection score "
