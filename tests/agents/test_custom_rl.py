@@ -267,8 +267,12 @@ def test_tf_several_optimizers_and_saving(tmp_path):
         loss1 = tf.reduce_mean(tf.square(lin(s, b_vars)))
     for w, v, g in zip(agent.a.weights, a_vars, tape.gradient(loss0, a_vars)):  # SGD on loss 0, a only
         np.testing.assert_allclose(w.numpy(), (v - 0.1 * g).numpy(), rtol=1e-5, atol=1e-6)
-    for w, v, g in zip(agent.b.weights, b_vars, tape.gradient(loss1, b_vars)):  # first Adam step on loss 1: ~lr*sign
-        np.testing.assert_allclose(w.numpy(), (v - 0.1 * tf.sign(g)).numpy(), rtol=1e-3, atol=1e-4)
+    # the first Adam step on loss 1: lr * g / (|g| + eps / sqrt(1 - beta_2)), close to lr * sign(g) only
+    # where |g| is far above that eps (the unseeded Dense weights here sometimes give a gradient near it)
+    adam = agent.optimizers[1]
+    eps = float(adam.epsilon) / np.sqrt(1.0 - float(adam.beta_2))
+    for w, v, g in zip(agent.b.weights, b_vars, tape.gradient(loss1, b_vars)):
+        np.testing.assert_allclose(w.numpy(), (v - 0.1 * g / (tf.abs(g) + eps)).numpy(), rtol=1e-4, atol=1e-6)
     agent.update(batch_size=8)  # a traced step after the eager first one
     again = TFTwo.restore(agent.save(tmp_path / "two", include_replay=True))
     sa, sb = agent.state_dict(), again.state_dict()
