@@ -124,7 +124,7 @@ class LRFinderResult:
         keep, curve = self._kept(skip_start, skip_end)
         lrs = self.lrs[keep]
         if method == "valley":
-            span = self.valley(skip_start, skip_end)
+            span = self._valley(lrs, curve)
             if span is not None:
                 return float(math.sqrt(span[0] * span[1]))
         slope = np.gradient(curve)
@@ -135,6 +135,9 @@ class LRFinderResult:
         """``(lowest, highest)`` learning rate of the valley :meth:`suggestion` centres on; None when
         the curve never improved on its first point."""
         keep, curve = self._kept(skip_start, skip_end)
+        return self._valley(self.lrs[keep], curve)
+
+    def _valley(self, lrs: np.ndarray, curve: np.ndarray) -> tuple[float, float] | None:
         cost = curve if self.metric == "loss" else -curve
         best = int(np.argmin(cost))
         depth = float(cost[:best + 1].max() - cost[best])
@@ -146,7 +149,6 @@ class LRFinderResult:
             left -= 1
         while right < len(cost) - 1 and cost[right + 1] <= half:
             right += 1
-        lrs = self.lrs[keep]
         return float(lrs[left]), float(lrs[right])
 
     def _kept(self, skip_start: int, skip_end: int) -> tuple[np.ndarray, np.ndarray]:
