@@ -71,6 +71,7 @@ class PPOConfig:
     n_steps: int = 2048
     max_grad_norm: float | None = 0.5
     normalize_advantage: bool = True
+    deterministic_eval: bool = True
     target_kl: float | None = None
     log_std_init: float = 0.0
     PR: bool = False
@@ -87,7 +88,7 @@ class PPOConfig:
         put(self, "hidden_sizes", check_hidden_sizes(self.hidden_sizes))
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"unknown activation {self.activation!r}; choose one of {list(ACTIVATIONS)}")
-        for name in ("shared", "normalize_advantage", "PR"):
+        for name in ("shared", "normalize_advantage", "deterministic_eval", "PR"):
             put(self, name, bool(getattr(self, name)))
         put(self, "lr", positive_float("lr", self.lr, "the Adam learning rate"))
         put(self, "gamma", unit_interval("gamma", self.gamma, "the discount"))
@@ -126,6 +127,10 @@ class PPOCore(AgentCore):
     Discrete actions use a masked categorical (illegal logits are ``-inf``; exploring samples,
     ``explore=False`` takes the best legal logit). Box actions use a diagonal Gaussian with a
     state-independent log-std; ``act`` returns the raw sample (the caller clips to the bounds).
+    ``deterministic_eval=False`` samples from the policy in ``explore=False`` calls too (tests and
+    evaluation play the stochastic policy that PPO learned, as Tianshou's PPO does by default):
+    for Gaussian actions clipped to their bounds, and in multi-agent games where a deterministic
+    policy gets stuck, the mean or arg-max action can play much worse than the policy itself.
     ``update(batch_size)`` does nothing until ``n_steps`` transitions are stored, then runs
     ``n_epochs`` passes of minibatches of ``batch_size`` over all of them and clears the rollout;
     ``target_kl`` stops after an epoch whose mean approximate KL exceeds ``1.5 * target_kl``.
@@ -161,7 +166,7 @@ class PPOCore(AgentCore):
                  lr: float = 3e-4, gamma: float = 0.99, gae_lambda: float = 0.95, clip_range: float = 0.2,
                  ent_coef: float = 0.0, vf_coef: float = 0.5, n_epochs: int = 10, n_steps: int = 2048,
                  max_grad_norm: float | None = 0.5, normalize_advantage: bool = True,
-                 target_kl: float | None = None, log_std_init: float = 0.0,
+                 deterministic_eval: bool = True, target_kl: float | None = None, log_std_init: float = 0.0,
                  seed: int | None = None, device: Any = "cpu", compile: bool = False,
                  PR: bool = False, alpha: float = 0.6, beta: float = 0.4, initial_TD: float = 1.0,
                  lambda_: float = 0.5, initial_ratio: float = 1.0, numpy_acting: bool = True,
@@ -171,7 +176,8 @@ class PPOCore(AgentCore):
         self.cfg = PPOConfig(hidden_sizes=hidden_sizes, activation=activation, shared=shared, lr=lr, gamma=gamma,
                              gae_lambda=gae_lambda, clip_range=clip_range, ent_coef=ent_coef, vf_coef=vf_coef,
                              n_epochs=n_epochs, n_steps=n_steps, max_grad_norm=max_grad_norm,
-                             normalize_advantage=normalize_advantage, target_kl=target_kl,
+                             normalize_advantage=normalize_advantage, deterministic_eval=deterministic_eval,
+                             target_kl=target_kl,
                              log_std_init=log_std_init, PR=PR, alpha=alpha, beta=beta, initial_TD=initial_TD,
                              lambda_=lambda_, initial_ratio=initial_ratio, torso=torso, conv_layers=conv_layers)
         self.encoder = ObsEncoder(observation_space, self.cfg.torso, self.cfg.conv_layers)
@@ -215,6 +221,7 @@ class PPOCore(AgentCore):
     def act(self, obs: np.ndarray, mask: np.ndarray | None = None, explore: bool = False) -> np.ndarray:
         x, policy = self.encoder(obs), self.numpy_policy()  # the numpy copy unless numpy_acting=False
         out = (self.nets.policy(x) if policy is None else policy.forward("pi", x)).astype(np.float64)
+        explore = explore or not self.cfg.deterministic_eval
         if self.continuous:
             if explore:
                 log_std = self.nets.log_std() if policy is None else policy.weights["net.log_std"]

@@ -113,6 +113,28 @@ def test_log_prob_matches_reference(PPO):
     np.testing.assert_allclose(agent.log_prob(obs, act), ref_free, rtol=1e-4, atol=1e-4)
 
 
+def test_deterministic_eval_false_samples_when_not_exploring(PPO, tmp_path):
+    """explore=False: the arg-max / mean by default; with deterministic_eval=False, draws from the policy (legal
+    moves only), and the option survives save/restore."""
+    obs = np.repeat(np.random.default_rng(4).normal(size=(1, 3)).astype(np.float32), 4000, axis=0)
+    greedy = PPO(OBS, ACT, seed=4, **SMALL)
+    assert len(np.unique(greedy.act(obs))) == 1
+    agent = PPO(OBS, ACT, seed=4, deterministic_eval=False, **SMALL)
+    mask = np.ones((4000, 4), bool)
+    mask[:, 0] = False
+    a = agent.act(obs, mask)
+    assert mask[np.arange(4000), a].all() and len(np.unique(a)) == 3  # near-uniform logits at init
+    box = PPO(OBS, BOX, seed=4, deterministic_eval=False, log_std_init=np.log(0.5), **SMALL)
+    sample = box.act(obs)
+    np.testing.assert_allclose(sample.std(0), 0.5, atol=0.03)
+    np.testing.assert_allclose(sample.mean(0), PPO(OBS, BOX, seed=4, **SMALL).act(obs[:1])[0], atol=0.03)
+    box.save(str(tmp_path / "ppo"))
+    back = type(box).restore(str(tmp_path / "ppo"))
+    assert back.deterministic_eval is False and back.act(obs[:500]).std(0).min() > 0.4
+    with pytest.raises(TypeError):
+        PPO(OBS, ACT, deterministic_eval=False, nonsense=1)
+
+
 def test_gaussian_box_actions(PPO):
     agent = PPO(OBS, BOX, seed=3, log_std_init=np.log(0.5), **SMALL)
     obs = np.repeat(np.random.default_rng(3).normal(size=(1, 3)).astype(np.float32), 20_000, axis=0)
