@@ -63,13 +63,31 @@ def run_seed(r: Recipe, seed: int, backend: str, episodes: int) -> dict:
         stats = run.train()
         minutes = (time.perf_counter() - started) / 60
         final, rnd = run.score(episodes), run.random_score(episodes)
+        arg_max = _deterministic_score(run, episodes)
     finally:
         run.close()
     return {"seed": seed, "score": final["score"], "random": rnd["score"], "final": final, "random_detail": rnd,
+            "deterministic_score": arg_max,
             "env_steps": stats["num_collected_steps"], "gradient_steps": stats["num_gradient_steps"],
             "minutes": round(minutes, 2), "stopped_by": stats.get("stopped_by_budget")
             or ("stop_reward" if stats.get("stopped_by_stop_fn") else "episodes"),
             "board_game": "per_seat" in final}
+
+
+def _deterministic_score(run, episodes: int) -> float | None:
+    """For a recipe whose PPO learners test the sampled policy (``deterministic_eval = false``): the same
+    measurement with their arg-max / mean action, shown beside it (None for every other recipe)."""
+    sampled = [a for a in run.learners.values()
+               if getattr(getattr(a, "cfg", None), "deterministic_eval", True) is False]
+    if not sampled:
+        return None
+    for agent in sampled:
+        agent.cfg = dataclasses.replace(agent.cfg, deterministic_eval=True)
+    try:
+        return float(run.score(episodes)["score"])
+    finally:
+        for agent in sampled:
+            agent.cfg = dataclasses.replace(agent.cfg, deterministic_eval=False)
 
 
 def _spread(values: list[float]) -> tuple[float, float]:
@@ -82,6 +100,8 @@ def summarize(name: str, r: Recipe, runs: list[dict]) -> dict:
            "std": std, "random": statistics.fmean([x["random"] for x in runs]), "target": r.target,
            "env_steps": round(statistics.fmean([x["env_steps"] for x in runs])),
            "minutes": round(statistics.fmean([x["minutes"] for x in runs]), 2), "runs": runs}
+    if runs[0]["deterministic_score"] is not None:
+        out["deterministic_mean"] = statistics.fmean([x["deterministic_score"] for x in runs])
     if runs[0]["board_game"]:
         seats = list(runs[0]["final"]["per_seat"])
         out["per_seat"] = {s: {k: round(statistics.fmean([x["final"]["per_seat"][s][k] for x in runs]), 4)
@@ -107,6 +127,8 @@ def markdown(rows: list[dict]) -> str:
             rnd = ", ".join(f"{s} win {v['win']:.0%}" for s, v in row["random_per_seat"].items())
         else:
             score, rnd = f"{row['mean']:.1f} +- {row['std']:.1f}", f"{row['random']:.1f}"
+        if "deterministic_mean" in row:
+            score += f" (sampled policy; arg-max/mean action: {row['deterministic_mean']:.1f})"
         pub = RL_ZOO.get(row["env"])
         published = f"{pub[1]:.1f} +- {pub[2]:.1f} ({pub[0]}, {pub[3]} steps)" if pub else ""
         target = "" if row["target"] is None else f"{row['target']:g} ({'met' if row['meets_target'] else 'not met'})"
@@ -126,6 +148,11 @@ def result_table(row: dict, backend: str, command: str) -> dict:
               if "per_seat" in row else "mean greedy return over the scored seats", "mean": round(row["mean"], 4),
               "std": round(row["std"], 4), "random": round(row["random"], 4), "env_steps": row["env_steps"],
               "minutes": row["minutes"], "command": command}
+    if "deterministic_mean" in row:
+        result["deterministic_mean"] = round(row["deterministic_mean"], 4)
+        result["metric"] += "; tests play the sampled policy (deterministic_eval = false), deterministic_mean: the " \
+                            "arg-max / mean action's score"
+
     if "per_seat" in row:
         result["per_seat"], result["random_per_seat"] = row["per_seat"], row["random_per_seat"]
     return result

@@ -56,7 +56,7 @@ def test_each_recipe_builds_its_env_and_agents_and_trains_a_tiny_budget(name):
     run = prepare(r, seed=0)
     try:
         stats = run.train()
-        assert stats["recipe"] == f"{name} v1" and stats["stopped_by_budget"] == "env_steps"
+        assert stats["recipe"] == f"{name} v{r.version}" and stats["stopped_by_budget"] == "env_steps"
         assert 150 <= stats["num_collected_steps"] < 150 + 2 * 500  # one more chunk at most
         score = run.score(episodes=1)
         assert ("per_seat" in score) == run.board_game and score["score"] == score["score"]
@@ -180,6 +180,31 @@ def test_bench_suite_smoke_runs(tmp_path):
     assert "| CartPole-v1 | dqn | 0 |" in proc.stdout and "500.0 +- 0.0 (dqn, 50k steps)" in proc.stdout
     rows = json.loads((tmp_path / "suite.json").read_text())["rows"]
     assert rows[0]["env"] == "CartPole-v1" and rows[0]["env_steps"] >= 200 and "random" in rows[0]
+
+
+def test_bench_suite_shows_the_arg_max_score_beside_a_sampled_policy_score():
+    """pursuit's recipe tests the sampled PPO policy; the bench scores it both ways and leaves the agent as it was."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import bench_suite
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    r = recipe("pursuit_v5")
+    assert r.agent["deterministic_eval"] is False
+    r = dataclasses.replace(r, env_kwargs={**r.env_kwargs, "max_cycles": 10},
+                            trainer={**r.trainer, "num_envs": 2, "test_episodes": 1, "update_freq": 50,
+                                     "processes": None}).with_budget(env_steps=50, minutes=None)
+    out = bench_suite.run_seed(r, 0, "torch", episodes=2)
+    assert isinstance(out["deterministic_score"], float) and out["score"] == out["score"]
+    row = bench_suite.summarize("pursuit_v5", r, [out])
+    assert "arg-max/mean action" in bench_suite.markdown([row])
+    assert bench_suite.result_table(row, "torch", "cmd")["deterministic_mean"] == round(out["deterministic_score"], 4)
+    run = prepare(r, seed=0)  # and the recipe builds learners that sample when not exploring
+    try:
+        learner = next(iter(run.learners.values()))
+        assert learner.cfg.deterministic_eval is False
+    finally:
+        run.close()
 
 
 @pytest.mark.skipif(importlib.util.find_spec("mpe2") is None, reason="simple_spread_v3 needs mpe2: pip install mpe2")

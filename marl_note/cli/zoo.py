@@ -75,7 +75,7 @@ _BUDGET = {"env_steps": "positive", "episodes": "positive", "minutes": "positive
 _RESULT = {"status": (str,), "date": (str,), "machine": (str,), "seeds": (list,), "metric": (str,),
            "mean": (int, float), "std": (int, float), "random": (int, float), "per_seat": (dict,),
            "random_per_seat": (dict,), "env_steps": (int,), "minutes": (int, float), "backend": (str,),
-           "command": (str,), "note": (str,)}
+           "command": (str,), "note": (str,), "deterministic_mean": (int, float)}
 _RESULT_STATUS = ("measured", "not measured")
 
 
