@@ -121,7 +121,7 @@ def test_a_good_user_recipe_loads_and_a_measured_result_is_written_back(tmp_path
 
 def test_train_recipe_from_python_takes_budget_and_agent_overrides():
     stats = train_recipe("CartPole-v1", seed=1, env_steps=100, minutes=None, agent_kwargs={"learning_starts": 64})
-    assert stats["recipe"] == "CartPole-v1 v1" and stats["num_gradient_steps"] > 0  # past learning_starts 64
+    assert stats["recipe"] == recipe("CartPole-v1").label and stats["num_gradient_steps"] > 0  # past learning_starts 64
     with pytest.raises(RecipeError, match="no zoo recipe for 'CartPole-v2'; did you mean CartPole-v1"):
         train_recipe("CartPole-v2")
 
@@ -131,9 +131,10 @@ def test_cli_train_without_algo_uses_the_recipe_and_explicit_flags_override_it(t
     assert main(["train", "--env", "CartPole-v1", "--env-steps", "100", "--num-envs", "2", "--agent-arg", "lr=0.01",
                  "--out", str(out), "--quiet"]) == 0
     text = capsys.readouterr().out
-    assert "training dqn (torch) on CartPole-v1 (zoo recipe CartPole-v1 v1)" in text and "on 2 envs" in text
+    label = recipe("CartPole-v1").label
+    assert f"training dqn (torch) on CartPole-v1 (zoo recipe {label})" in text and "on 2 envs" in text
     record = json.loads((out / "marl_note_run.json").read_text())
-    assert record["recipe"] == "CartPole-v1 v1" and record["algo"] == "dqn"
+    assert record["recipe"] == label and record["algo"] == "dqn"
     config = json.loads((out / "agent_0" / "manifest.json").read_text())["config"]
     assert config["hidden_sizes"] == {"$tuple": [256, 256]} and config["lr"] == 0.01  # the recipe's net, the flag's lr
     assert main(["evaluate", "--checkpoint", str(out), "--episodes", "2"]) == 0

@@ -11,8 +11,8 @@ against a random player. :func:`train_recipe` does all of it in one call.
 Example:
     >>> from marl_note.cli.zoo import recipe
     >>> stats = train_recipe(recipe("CartPole-v1"), env_steps=300, minutes=None, seed=0)
-    >>> stats["recipe"], stats["num_collected_steps"] >= 300
-    ('CartPole-v1 v1', True)
+    >>> stats["recipe"] == recipe("CartPole-v1").label, stats["num_collected_steps"] >= 300
+    (True, True)
 """
 from __future__ import annotations
 
