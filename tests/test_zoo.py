@@ -157,6 +157,47 @@ def test_cli_with_algo_uses_no_recipe_and_unknown_recipes_are_refused(tmp_path, 
     assert not (tmp_path / "x").exists()
 
 
+def test_a_recipe_on_another_env_keeps_its_settings_and_leaves_its_env_specifics_behind():
+    tag = recipe("simple_tag_v3")
+    moved = tag.on_env("simple_speaker_listener_v4", {"max_cycles": 10})
+    assert (moved.algo, moved.seats, moved.wrappers, moved.agent, moved.budget) == (
+        tag.algo, tag.seats, tag.wrappers, tag.agent, tag.budget)
+    assert moved.score_seats is None and tag.score_seats  # adversary seats are no seats of the new env
+    assert moved.env_kwargs == {"max_cycles": 10} and moved.result == {"status": "not measured"}
+    assert moved.label == f"{tag.label} on simple_speaker_listener_v4"
+    cart = recipe("CartPole-v1")
+    assert cart.trainer["stop_reward"] == 500.0 and "stop_reward" not in cart.on_env("Acrobot-v1").trainer
+    with pytest.raises(RecipeError, match="on_env needs an env name"):
+        cart.on_env("")
+    # a Tuple-observation env the recipe never saw trains with the recipe's DQN (real Gymnasium env)
+    stats = train_recipe(cart.on_env("Blackjack-v1"), seed=0, env_steps=300, minutes=None,
+                         agent_kwargs={"learning_starts": 64})
+    assert stats["recipe"] == "CartPole-v1 v2 on Blackjack-v1" and stats["num_gradient_steps"] > 0
+
+
+def test_cli_trains_a_recipe_by_name_on_another_env(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["train", "--recipe", "CartPole-v1", "--env", "FrozenLake-v1", "--env-steps", "200",
+                 "--num-envs", "2", "--out", str(out), "--quiet"]) == 0
+    label = recipe("CartPole-v1").label
+    assert f"on FrozenLake-v1 (zoo recipe {label} on FrozenLake-v1)" in capsys.readouterr().out
+    record = json.loads((out / "marl_note_run.json").read_text())
+    assert record["env"] == "FrozenLake-v1" and record["recipe"] == f"{label} on FrozenLake-v1"
+    assert main(["train", "--recipe", "FrozenLake-v9", "--out", str(tmp_path / "x")]) == 2
+    assert "no zoo recipe for 'FrozenLake-v9'" in capsys.readouterr().err
+
+
+def test_bench_transfer_smoke_runs(tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_transfer.py"), "--smoke", "--pairs",
+                           "Blackjack-v1", "--json", str(tmp_path / "t.json")], capture_output=True, text=True,
+                          timeout=240, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    assert "| CartPole-v1 v2 on Blackjack-v1 | DQN on a Tuple observation" in proc.stdout.replace(
+        recipe("CartPole-v1").label, "CartPole-v1 v2")
+    row = json.loads((tmp_path / "t.json").read_text())["rows"][0]
+    assert row["env"] == "Blackjack-v1" and row["env_steps"] >= 200 and isinstance(row["generalises"], bool)
+
+
 def test_zoo_command_lists_every_recipe(capsys):
     assert main(["zoo"]) == 0
     listing = capsys.readouterr().out

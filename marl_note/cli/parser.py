@@ -47,7 +47,9 @@ Agent options: --agent-arg KEY=VALUE, e.g. --agent-arg 'hidden_sizes=[128, 128]'
 zoo recipes: without --algo, train uses the zoo's recipe for --env (python -m marl_note zoo lists them;
 --recipe FILE takes your own TOML file): its algorithm, seats, wrappers, agent and trainer options and
 budget (--env-steps, --minutes, --episodes: whichever ends first). Flags given explicitly override the
-recipe's values (--agent-arg and --env-arg key by key). With --algo no recipe is used.
+recipe's values (--agent-arg and --env-arg key by key). With --algo no recipe is used. --recipe NAME|FILE
+with another --env trains that recipe's settings on --env (its env arguments, stop reward and result
+stay with its own env).
 
 output: --out DIR (default runs/ENV-ALGO) gets one checkpoint per distinct agent (agent.save()) and
 marl_note_run.json; it must be new, empty or an earlier run directory. The summary plays the trained
@@ -91,8 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     _env_options(train, required=False)
     train.add_argument("--algo", choices=["dqn", "ppo", "ddpg", "sac", "maddpg", "alphazero"],
                        help="the algorithm; without it the zoo's recipe for --env is used")
-    train.add_argument("--recipe", metavar="FILE",
-                       help="train with this recipe file (TOML; python -m marl_note zoo NAME shows one)")
+    train.add_argument("--recipe", metavar="NAME|FILE",
+                       help="train with this recipe: a zoo recipe's name or a TOML file (python -m marl_note zoo "
+                            "NAME shows one); with another --env, its settings on that env")
     train.add_argument("--list-recipes", action="store_true", help="list the zoo's recipes and exit")
     train.add_argument("--env-steps", type=_positive, metavar="N", help="stop after N env steps (default: none)")
     train.add_argument("--minutes", type=float, metavar="M", help="stop after M minutes of training (default: none)")

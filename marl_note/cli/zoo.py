@@ -130,10 +130,11 @@ class Recipe:
     target: float | None = None
     description: str = ""
     source: str = ""
+    origin: str = ""  # set by on_env: the label of the recipe whose settings these are
 
     @property
     def label(self) -> str:
-        return f"{self.name} v{self.version}"
+        return f"{self.origin} on {self.env}" if self.origin else f"{self.name} v{self.version}"
 
     def with_budget(self, **budget: Any) -> Recipe:
         """A copy with these budget entries replaced (None removes one)."""
@@ -141,6 +142,26 @@ class Recipe:
         merged = {k: v for k, v in merged.items() if v is not None}
         _check_budget(merged, self.path)
         return dataclasses.replace(self, budget=merged)
+
+    def on_env(self, env: str, env_kwargs: Mapping[str, Any] | None = None) -> Recipe:
+        """This recipe's settings (algorithm, agent, wrappers, trainer, budget, seeds) on another env.
+
+        What belongs to the recipe's own env does not carry over: its factory arguments (give
+        ``env_kwargs``), its ``stop_reward`` and ``target`` (scores of that env), its ``score_seats``
+        (seat names of that env) and its ``[result]`` (``status = "not measured"``). The copy is
+        labelled ``"<recipe label> on <env>"``.
+
+        Example:
+            >>> r = recipe("texas_holdem_v4").on_env("leduc_holdem_v4")
+            >>> r.env, r.algo, r.label, r.result["status"]
+            ('leduc_holdem_v4', 'dqn', 'texas_holdem_v4 v1 on leduc_holdem_v4', 'not measured')
+        """
+        if not isinstance(env, str) or not env:
+            raise RecipeError(f"{self.path}: on_env needs an env name, got {env!r}")
+        trainer = {k: v for k, v in self.trainer.items() if k != "stop_reward"}
+        return dataclasses.replace(self, name=f"{self.name} on {env}", origin=self.origin or self.label, env=env,
+                                   env_kwargs=dict(env_kwargs or {}), trainer=trainer, target=None,
+                                   score_seats=None, result={"status": "not measured"})
 
     def agent_kwargs(self) -> dict[str, Any]:
         """The agent's constructor arguments: lists as tuples, an exploration ``policy`` table built."""

@@ -13,10 +13,14 @@ Example:
     >>> args = build_parser().parse_args(["train", "--env", "tictactoe_v3", "--algo", "ppo"])
     >>> apply_recipe(args) is None, args.episodes  # --algo given: no recipe, the usual defaults
     (True, 5000)
+    >>> args = build_parser().parse_args(["train", "--recipe", "tictactoe_v3", "--env", "connect_four_v3"])
+    >>> apply_recipe(args).label, args.env, args.algo  # a recipe's settings on another env
+    ('tictactoe_v3 v1 on connect_four_v3', 'connect_four_v3', 'dqn')
 """
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 from marl_note.cli.common import CLIError
@@ -33,10 +37,9 @@ def apply_recipe(args: Any) -> Recipe | None:
     """Fill ``train``'s options in ``args`` (in place) from the recipe it names; returns that recipe or None."""
     chosen = None
     if args.recipe is not None:
-        chosen = load_recipe(args.recipe)
-        if args.env is not None and args.env != chosen.env:
-            raise CLIError(f"--env {args.env} differs from the env of --recipe {args.recipe} ({chosen.env}); "
-                           f"give one of them")
+        chosen = _find_recipe(args.recipe)
+        if args.env is not None and args.env != chosen.env:  # the recipe's settings on another env
+            chosen = chosen.on_env(args.env)
     elif args.env is None:
         raise CLIError("--env is required (or --recipe FILE; python -m marl_note zoo lists the zoo's recipes)")
     elif args.algo is None:
@@ -65,6 +68,13 @@ def apply_recipe(args: Any) -> Recipe | None:
         if getattr(args, key) is None:
             setattr(args, key, value)
     return chosen
+
+
+def _find_recipe(name_or_file: str) -> Recipe:
+    """``--recipe``: a TOML file, else the name of a shipped recipe."""
+    if name_or_file.endswith(".toml") or os.sep in name_or_file or os.path.exists(name_or_file):
+        return load_recipe(name_or_file)
+    return recipe(name_or_file)
 
 
 def budget_text(args: Any) -> str:
