@@ -115,6 +115,19 @@ def summarize(name: str, r: Recipe, runs: list[dict]) -> dict:
     return out
 
 
+def score_cells(row: dict, digits: int, arg_max: str) -> tuple[str, str]:
+    """A row's score and random-baseline cells: per-seat win rates for board games, else mean +- std; the
+    arg-max score of a sampled-policy recipe follows ``arg_max``."""
+    if "per_seat" in row:
+        score = ", ".join(f"{s} win {v['win']:.0%}" for s, v in row["per_seat"].items())
+        rnd = ", ".join(f"{s} win {v['win']:.0%}" for s, v in row["random_per_seat"].items())
+    else:
+        score, rnd = f"{row['mean']:.{digits}f} +- {row['std']:.{digits}f}", f"{row['random']:.{digits}f}"
+    if "deterministic_mean" in row:
+        score += f" ({arg_max} {row['deterministic_mean']:.{digits}f})"
+    return score, rnd
+
+
 def markdown(rows: list[dict]) -> str:
     lines = ["| env | algo | seeds | final greedy score (mean +- std) | random | RL Zoo (published) | target | "
              "env steps | minutes |", "|---|---|---|---|---|---|---|---|---|"]
@@ -122,13 +135,7 @@ def markdown(rows: list[dict]) -> str:
         if "skipped" in row:
             lines.append(f"| {row['env']} | | | skipped: {row['skipped']} | | | | | |")
             continue
-        if "per_seat" in row:
-            score = ", ".join(f"{s} win {v['win']:.0%}" for s, v in row["per_seat"].items())
-            rnd = ", ".join(f"{s} win {v['win']:.0%}" for s, v in row["random_per_seat"].items())
-        else:
-            score, rnd = f"{row['mean']:.1f} +- {row['std']:.1f}", f"{row['random']:.1f}"
-        if "deterministic_mean" in row:
-            score += f" (sampled policy; arg-max/mean action: {row['deterministic_mean']:.1f})"
+        score, rnd = score_cells(row, 1, "sampled policy; arg-max/mean action:")
         pub = RL_ZOO.get(row["env"])
         published = f"{pub[1]:.1f} +- {pub[2]:.1f} ({pub[0]}, {pub[3]} steps)" if pub else ""
         target = "" if row["target"] is None else f"{row['target']:g} ({'met' if row['meets_target'] else 'not met'})"

@@ -24,7 +24,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench_suite import machine, run_seed, smoke_recipe, summarize  # noqa: E402
+from bench_suite import machine, run_seed, score_cells, smoke_recipe, summarize  # noqa: E402
 
 from marl_note.cli.common import CLIError  # noqa: E402
 from marl_note.cli.zoo import recipe  # noqa: E402
@@ -110,13 +110,7 @@ def markdown(rows: list[dict]) -> str:
         if "skipped" in row:
             lines.append(f"| {row['recipe']} | | | skipped: {row['skipped']} | | | | |")
             continue
-        if "per_seat" in row:
-            score = ", ".join(f"{s} win {v['win']:.0%}" for s, v in row["per_seat"].items())
-            rnd = ", ".join(f"{s} win {v['win']:.0%}" for s, v in row["random_per_seat"].items())
-        else:
-            score, rnd = f"{row['mean']:.2f} +- {row['std']:.2f}", f"{row['random']:.2f}"
-        if "deterministic_mean" in row:
-            score += f" (sampled; arg-max {row['deterministic_mean']:.2f})"
+        score, rnd = score_cells(row, 2, "sampled; arg-max")
         lines.append(f"| {row['recipe']} | {row['why']} | {','.join(map(str, row['seeds']))} | {score} | {rnd} | "
                      f"{'yes' if row['generalises'] else 'no'} | {row['env_steps']} | {row['minutes']} |")
     return "\n".join(lines)
