@@ -5,8 +5,11 @@ recipe's settings (algorithm, agent options, wrappers, trainer options, budget) 
 the same family that the recipe was never tuned on (:meth:`marl_note.cli.zoo.Recipe.on_env`: the
 recipe's env arguments, stop reward, target and scored seats stay behind), then scores the trained
 agents against random players measured in the same run, exactly as ``bench_suite.py`` does. A pair
-"generalises" when it clearly beats random: its score is above the random score by more than both
-spreads (for board games: more wins than a random player in every seat).
+"generalises" when it clearly beats random: its score is above the random score by more than two
+standard errors of the noisier of the two (for board games: more wins than a random player in every
+seat). For Gymnasium envs the table also says whether the score reaches the env's registered
+``reward_threshold``: beating random is a floor, and a policy can beat random without solving the
+task (SAC that learns to stand still on MountainCarContinuous scores 0 against random's -33).
 
 Writes ``--json`` (default bench_transfer.json) and prints a markdown table.
 
@@ -57,6 +60,16 @@ def beats_random(row: dict) -> bool:
     return row["mean"] - row["random"] > 2 * spread / max(episodes, 1) ** 0.5  # two standard errors
 
 
+def reward_threshold(env: str) -> float | None:
+    """Gymnasium's ``reward_threshold`` for a Gymnasium id (the score its registry calls solved), else None."""
+    import gymnasium
+
+    try:
+        return gymnasium.spec(env).reward_threshold
+    except gymnasium.error.Error:  # a PettingZoo name
+        return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", help="comma-separated sibling envs of PAIRS (default: every pair)")
@@ -92,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append({"env": key, "recipe": r.label, "skipped": str(exc)})
             continue
         row = summarize(key, r, runs)
-        row["why"], row["generalises"] = why, beats_random(row)
+        row["why"], row["generalises"], row["threshold"] = why, beats_random(row), reward_threshold(env)
         rows.append(row)
         print(f"{r.label}: {row['mean']:.3f} +- {row['std']:.3f} (random {row['random']:.3f}), "
               f"{row['env_steps']} env steps, {row['minutes']} min", flush=True)
@@ -104,15 +117,19 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def markdown(rows: list[dict]) -> str:
-    lines = ["| recipe's settings on | what is new | seeds | score | random | beats random | env steps | minutes |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| recipe | on env | what is new | seeds | score | random | beats random | solved (Gymnasium's "
+             "reward_threshold) | env steps | minutes |", "|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
+        origin = row["recipe"].rsplit(" on ", 1)[0]
         if "skipped" in row:
-            lines.append(f"| {row['recipe']} | | | skipped: {row['skipped']} | | | | |")
+            lines.append(f"| {origin} | {row['env']} | | | skipped: {row['skipped']} | | | | | |")
             continue
         score, rnd = score_cells(row, 2, "sampled; arg-max")
-        lines.append(f"| {row['recipe']} | {row['why']} | {','.join(map(str, row['seeds']))} | {score} | {rnd} | "
-                     f"{'yes' if row['generalises'] else 'no'} | {row['env_steps']} | {row['minutes']} |")
+        seeds = ",".join(map(str, row["seeds"]))
+        threshold = row.get("threshold")
+        solved = "" if threshold is None else f"{'yes' if row['mean'] >= threshold else 'no'} ({threshold:g})"
+        lines.append(f"| {origin} | {row['env']} | {row['why']} | {seeds} | {score} | {rnd} | "
+                     f"{'yes' if row['generalises'] else 'no'} | {solved} | {row['env_steps']} | {row['minutes']} |")
     return "\n".join(lines)
 
 
