@@ -32,8 +32,9 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from marl_note.cli.common import CLIError  # noqa: E402
-from marl_note.cli.zoo import Recipe, recipe, recipe_names, write_result  # noqa: E402
+from marl_note.cli.zoo import Recipe, recipe, recipe_names  # noqa: E402
 from marl_note.cli.zoo_run import prepare  # noqa: E402
+from marl_note.cli.zoo_write import write_result  # noqa: E402
 
 # RL Baselines3 Zoo's published scores: algo, mean_reward, std_reward, n_timesteps of training, from
 # https://github.com/DLR-RM/rl-baselines3-zoo/blob/master/benchmark.md ("Performance of trained agents":

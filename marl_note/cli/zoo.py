@@ -34,8 +34,6 @@ import dataclasses
 import difflib
 import importlib
 import inspect
-import json
-import math
 import os
 import re
 import sys
@@ -50,8 +48,7 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10: the same parser, as the tomli package
     import tomli as tomllib
 
-__all__ = ["RECIPE_DIR", "Recipe", "RecipeError", "check_recipe", "load_recipe", "recipe", "recipe_names", "recipes",
-           "write_result"]
+__all__ = ["RECIPE_DIR", "Recipe", "RecipeError", "check_recipe", "load_recipe", "recipe", "recipe_names", "recipes"]
 
 RECIPE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "recipes")
 SEAT_MODES = ("independent", "self-play", "joint")
@@ -80,11 +77,16 @@ _RESULT_STATUS = ("measured", "not measured")
 
 
 def __getattr__(name: str) -> Any:
-    """``train_recipe`` and ``prepare`` (defined in :mod:`marl_note.cli.zoo_run`) are importable from here too."""
+    """``train_recipe`` and ``prepare`` (defined in :mod:`marl_note.cli.zoo_run`) and ``write_result``
+    (:mod:`marl_note.cli.zoo_write`) are importable from here too."""
     if name in ("train_recipe", "prepare"):
         from marl_note.cli import zoo_run
 
         return getattr(zoo_run, name)
+    if name == "write_result":
+        from marl_note.cli import zoo_write
+
+        return zoo_write.write_result
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -354,45 +356,3 @@ def _check_result(result: Mapping[str, Any], path: str) -> None:
         missing = [k for k in ("date", "machine", "seeds", "metric") if k not in result]
         if missing:
             raise RecipeError(f"{path}: [result] a measured score states its {', '.join(missing)}")
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return repr(value) if math.isfinite(value) else str(value)  # TOML spells inf, -inf, nan
-    if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    if isinstance(value, Mapping):
-        return "{ " + ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items()) + " }"
-    raise TypeError(f"a recipe result holds no {type(value).__name__} ({value!r})")
-
-
-def _toml_key(key: str) -> str:
-    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key)
-
-
-def write_result(path: str | os.PathLike, result: Mapping[str, Any]) -> Recipe:
-    """Replace the ``[result]`` table (the last table of a recipe file) with ``result``; returns the recipe re-read.
-
-    Comments and everything above ``[result]`` are kept; the file is written atomically, and only
-    after the new text has been checked as a recipe.
-    """
-    from marl_note.atomic_files import write_atomically
-
-    path = os.fspath(path)
-    with open(path, encoding="utf-8") as f:
-        lines = f.read().splitlines()
-    starts = [k for k, line in enumerate(lines) if re.fullmatch(r"\s*\[result\]\s*(#.*)?", line)]
-    later = [line for line in lines[starts[0] + 1:] if re.match(r"\s*\[", line)] if starts else []
-    if len(starts) != 1 or later:
-        raise RecipeError(f"{path}: [result] must be the file's last table to be rewritten")
-    text = "\n".join(lines[:starts[0]] + ["[result]"] + [f"{_toml_key(k)} = {_toml_value(v)}"
-                                                         for k, v in result.items()]) + "\n"
-    check_recipe(tomllib.loads(text), path)
-    write_atomically(path, lambda f: f.write(text.encode("utf-8")))
-    return load_recipe(path)
