@@ -38,7 +38,7 @@ PAIRS = [
     ("CartPole-v1", "FrozenLake-v1", {}, "DQN on a Discrete observation, slippery, sparse reward"),
     ("LunarLander-v3", "LunarLander-v3", {"continuous": True}, "PPO with Box actions instead of Discrete"),
     ("Pendulum-v1", "MountainCarContinuous-v0", {}, "SAC with a sparse goal reward"),
-    ("texas_holdem_v4", "leduc_holdem_v4", {}, "DQN self-play on another rlcard poker"),
+    ("texas_holdem_v4", "leduc_holdem_v4", {}, "PPO self-play on another rlcard poker"),
     ("simple_spread_v3", "simple_reference_v3", {}, "shared PPO, cooperative MPE with communication"),
     ("simple_tag_v3", "simple_speaker_listener_v4", {}, "shared PPO over unlike seats (3 vs 11 features)"),
     ("pursuit_v5", "multiwalker_v9", {}, "shared PPO, sisl with Box actions, walkers fall"),
