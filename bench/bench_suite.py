@@ -158,8 +158,10 @@ def result_table(row: dict, backend: str, command: str) -> dict:
               "minutes": row["minutes"], "command": command}
     if "deterministic_mean" in row:
         result["deterministic_mean"] = round(row["deterministic_mean"], 4)
-        result["metric"] = ("mean return of the sampled policy (deterministic_eval = false) over the scored seats; "
-                            "deterministic_mean: the same with the arg-max / mean action")
+        result["metric"] = ("return of the sampled policy (deterministic_eval = false) vs a random player, mean over "
+                            "seats; per_seat: win/draw/loss" if "per_seat" in row else
+                            "mean return of the sampled policy (deterministic_eval = false) over the scored seats"
+                            ) + "; deterministic_mean: the same with the arg-max / mean action"
 
     if "per_seat" in row:
         result["per_seat"], result["random_per_seat"] = row["per_seat"], row["random_per_seat"]
