@@ -154,9 +154,10 @@ class Recipe:
         labelled ``"<recipe label> on <env>"``.
 
         Example:
-            >>> r = recipe("texas_holdem_v4").on_env("leduc_holdem_v4")
-            >>> r.env, r.algo, r.label, r.result["status"]
-            ('leduc_holdem_v4', 'dqn', 'texas_holdem_v4 v1 on leduc_holdem_v4', 'not measured')
+            >>> cartpole = recipe("CartPole-v1")
+            >>> r = cartpole.on_env("FrozenLake-v1")
+            >>> r.env, r.algo, r.label == f"{cartpole.label} on FrozenLake-v1", r.result["status"]
+            ('FrozenLake-v1', 'dqn', True, 'not measured')
         """
         if not isinstance(env, str) or not env:
             raise RecipeError(f"{self.path}: on_env needs an env name, got {env!r}")

@@ -21,10 +21,10 @@ class Spy:
 
 
 def league_run(pool_options=None):
-    """Train 40 tic-tac-toe games with 2 actors against a prioritized opponent pool (a quarter self-play);
+    """Train 80 tic-tac-toe games with 2 actors against a prioritized opponent pool (a quarter self-play);
     tests run only at the end, so the scores before it come from the actors' games."""
     trainer = DecentralizedTrainer(tictactoe_v3.env, num_train_envs=2, num_test_envs=1, update_freq=20,
-                                   episodes_per_train=40, test_freq=1000, episodes_per_test=2, seed=0, actors=2,
+                                   episodes_per_train=80, test_freq=1000, episodes_per_test=2, seed=0, actors=2,
                                    pool=pool_options)
     agent = DQN(trainer.observation_space("player_1"), trainer.action_space("player_1"), hidden_sizes=(16,),
                 learning_starts=32, seed=0)
