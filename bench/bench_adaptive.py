@@ -2,8 +2,9 @@
 (not part of the test suite).
 
 1. For each task (CartPole-v1 with DQN and with PPO, Acrobot-v1 with DQN) and seed: one run per
-   fixed batch size in {32, 64, 128, 256, 512} and one with the adaptive batch size
-   (``adabatch()`` with its defaults, bounded to [32, 512], starting at 64), each until the mean
+   fixed batch size in {32, 64, 128, 256, 512} and one per adaptive objective (``--objectives``:
+   ``adabatch()`` with its defaults, ``objective="time"``, and/or ``"steps"``, bounded to [32, 512],
+   starting at 64), each until the mean
    test return reaches the task's target (or the episode / wall budget runs out). Printed: env
    steps and wall time to the target per run, the median and best of the fixed runs, and the
    adaptive run's ratios to them. A figure per task (``--out``): the adaptive batch size and the
@@ -58,7 +59,7 @@ QUICK: dict[str, dict[str, Any]] = {"trainer": {}, "agent": {}}
 
 
 def one_run(task: str, mod: Any, seed: int, batch: int | None, max_episodes: int, max_minutes: float,
-            agent_kw: dict[str, Any] | None = None) -> dict[str, Any]:
+            agent_kw: dict[str, Any] | None = None, objective: str = "time") -> dict[str, Any]:
     """One training run to the task's target; ``batch=None``: the adaptive batch size from 64."""
     env_id, algo, target, trainer_kw, base_kw = TASKS[task]
     trainer_kw = {**trainer_kw, **QUICK["trainer"]}
@@ -70,15 +71,15 @@ def one_run(task: str, mod: Any, seed: int, batch: int | None, max_episodes: int
                                    **trainer_kw)
     agent = getattr(mod, algo)(trainer.observation_space("agent_0"), trainer.action_space("agent_0"), seed=seed,
                                **{**base_kw, **(agent_kw or {})})
-    callbacks = [] if batch is not None else [adabatch({"min": 32, "max": 512}, seed=seed)]
+    callbacks = [] if batch is not None else [adabatch({"min": 32, "max": 512}, seed=seed, objective=objective)]
     stats = trainer.train([agent], learning_mask=[1], callbacks=callbacks, plot=False, progress=False)
     trainer.close()
-    out = {"batch": batch or "adaptive", "solved": stats["best_reward"] >= target,
+    out = {"batch": batch or f"adaptive-{objective}", "solved": stats["best_reward"] >= target,
            "env_steps": stats["num_collected_steps"], "wall_s": round(stats["training_time"], 1),
            "best": stats["best_reward"]}
     if callbacks:
         cb = callbacks[0]
-        out["history"] = {k: cb.history[k].values() for k in ("batch_size", "b_simple")}
+        out["history"] = {k: cb.history[k].values() for k in ("batch_size", "batch_target", "b_simple")}
         out["final_batch"] = trainer.batch_size
     return out
 
@@ -88,13 +89,13 @@ def plot_history(task: str, seed: int, history: dict[str, list], out_dir: str) -
 
     fig = Figure(figsize=(7, 3.5))
     ax = fig.add_subplot()
-    for name, style in (("batch_size", "-"), ("b_simple", ":")):
+    for name, style in (("batch_size", "-"), ("batch_target", "--"), ("b_simple", ":")):
         pts = np.asarray(history[name], float).reshape(-1, 2)
         if len(pts):
             ax.plot(pts[:, 0], pts[:, 1], style, label=name)
     ax.set_yscale("log")
     ax.set_xlabel("training episodes")
-    ax.set_title(f"{task}, seed {seed}: adaptive batch size and B_simple")
+    ax.set_title(f"{task}, seed {seed}: adaptive batch size, its target and B_simple")
     ax.legend()
     path = os.path.join(out_dir, f"adaptive_{task}_seed{seed}.png")
     fig.savefig(path, dpi=100)
@@ -102,27 +103,32 @@ def plot_history(task: str, seed: int, history: dict[str, list], out_dir: str) -
 
 
 def compare(runs: list[dict[str, Any]], key: str) -> str:
-    """The adaptive run's ``key`` against the median and the best of the fixed runs (unsolved: inf)."""
+    """Each adaptive run's ``key`` against the median and the best of the fixed runs (unsolved: inf)."""
     value = {r["batch"]: (r[key] if r["solved"] else float("inf")) for r in runs}
-    fixed = [v for b, v in value.items() if b != "adaptive"]
-    median, best, ada = statistics.median(fixed), min(fixed), value["adaptive"]
-    verdict = "<= median" if ada <= median else "> median"
-    ratio = ada / best if np.isfinite(best) and best > 0 else float("nan")
-    return f"{key}: adaptive {ada}, fixed median {median}, best {best}; {verdict}, {ratio:.2f}x the best"
+    fixed = [v for b, v in value.items() if isinstance(b, int)]
+    median, best = statistics.median(fixed), min(fixed)
+    parts = []
+    for name, ada in value.items():
+        if isinstance(name, int):
+            continue
+        verdict = "<= median" if ada <= median else "> median"
+        ratio = ada / best if np.isfinite(best) and best > 0 else float("nan")
+        parts.append(f"{name} {ada} ({verdict}, {ratio:.2f}x the best)")
+    return f"{key}: fixed median {median}, best {best}; " + "; ".join(parts)
 
 
 def batch_benchmark(tasks: list[str], mod: Any, seeds: list[int], sizes: tuple[int, ...], max_episodes: int,
-                    max_minutes: float, out_dir: str) -> None:
+                    max_minutes: float, out_dir: str, objectives: tuple[str, ...] = ("time",)) -> None:
     for task in tasks:
         by_seed = []
         for seed in seeds:
             runs = []
-            for batch in (*sizes, None):
-                run = one_run(task, mod, seed, batch, max_episodes, max_minutes)
+            for batch, objective in (*((b, "") for b in sizes), *((None, o) for o in objectives)):
+                run = one_run(task, mod, seed, batch, max_episodes, max_minutes, objective=objective or "time")
                 history = run.pop("history", None)
                 print(f"  {task} seed {seed}: {run}", flush=True)
                 if history is not None:
-                    print(f"    plot: {plot_history(task, seed, history, out_dir)}")
+                    print(f"    plot: {plot_history(f'{task}-{objective}', seed, history, out_dir)}")
                 runs.append(run)
             print(f"{task} seed {seed}: {compare(runs, 'env_steps')}")
             print(f"{task} seed {seed}: {compare(runs, 'wall_s')}", flush=True)
@@ -181,6 +187,8 @@ def main() -> None:
     parser.add_argument("--max-minutes", type=float, default=15.0, help="wall-time budget of each run")
     parser.add_argument("--out", default="runs/bench_adaptive", help="directory of the plots")
     parser.add_argument("--batches", default=",".join(map(str, FIXED)), help="the fixed batch sizes compared")
+    parser.add_argument("--objectives", default="time",
+                        help="the adaptive batch rule's objectives compared (time, steps; comma-separated)")
     parser.add_argument("--lr-tasks", default="cartpole-dqn", help="DQN tasks of the LRFinder check (lr)")
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny budgets, two batch sizes, one seed")
     args = parser.parse_args()
@@ -200,7 +208,11 @@ def main() -> None:
     unknown = [t for t in tasks if t not in TASKS]
     if unknown:
         raise SystemExit(f"unknown task(s) {unknown}; choose from {', '.join(TASKS)}, lr")
-    batch_benchmark(tasks, mod, seeds, sizes, episodes, minutes, args.out)
+    objectives = tuple(o for o in args.objectives.split(",") if o)
+    bad = [o for o in objectives if o not in ("time", "steps")]
+    if bad or not objectives:
+        raise SystemExit(f"unknown objective(s) {bad or args.objectives!r}; choose from time, steps")
+    batch_benchmark(tasks, mod, seeds, sizes, episodes, minutes, args.out, objectives)
     if "lr" in args.only.split(","):
         for task in args.lr_tasks.split(","):
             lr_benchmark(task, mod, seeds[0], rates, finder_num, finder_episodes, episodes, minutes, args.out)

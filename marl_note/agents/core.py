@@ -26,6 +26,7 @@ Example:
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -78,6 +79,8 @@ class AgentCore(Workflow, Saving, Adjustable):
         self.nets: Any = None
         self._numpy_policy: NumpyPolicy | None = None  # set by _publish_numpy (numpy_acting=True)
         self.noise_scale = GradientNoiseScale()  # fed by gradient_noise_scale(); not part of state_dict()
+        # (b_small, seconds, b_big, seconds) of the last measurement's two gradient passes (adaptive batch cost)
+        self.noise_seconds: tuple[int, float, int, float] | None = None
 
     # -- the numpy acting copy ---------------------------------------------------------------------
     def _publish_numpy(self, numpy_acting: bool, nets: Mapping[str, tuple[str, str]], activation: str,
@@ -215,7 +218,12 @@ class AgentCore(Workflow, Saving, Adjustable):
         if not 0 < small < big:
             raise ValueError(f"gradient_noise_scale needs a non-empty batch_small smaller than batch_big, "
                              f"got {small} and {big} rows")
-        return self.noise_scale.update(self.grad_sq_norm(batch_small), small, self.grad_sq_norm(batch_big), big)
+        clock = time.perf_counter()
+        g_small = self.grad_sq_norm(batch_small)
+        mid = time.perf_counter()
+        g_big = self.grad_sq_norm(batch_big)
+        self.noise_seconds = (small, mid - clock, big, time.perf_counter() - mid)  # the passes' cost, timed
+        return self.noise_scale.update(g_small, small, g_big, big)
 
     def noise_batch(self, size: int, rng: np.random.Generator) -> Any:
         """``size`` rows drawn uniformly (with replacement, by ``rng``) from the agent's replay, or None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -339,8 +340,12 @@ class PPOCore(AgentCore):
         rng = np.random.default_rng() if rng is None else rng
         arrays = self._rollout_arrays(self.rollout.get())
         n = len(arrays[0])
-        small = self._minibatch_grad_sq(arrays, rng.choice(n, int(b_small), replace=False))
-        big = self._minibatch_grad_sq(arrays, rng.choice(n, int(b_big), replace=False))
+        rows_small, rows_big = rng.choice(n, int(b_small), replace=False), rng.choice(n, int(b_big), replace=False)
+        clock = time.perf_counter()
+        small = self._minibatch_grad_sq(arrays, rows_small)
+        mid = time.perf_counter()
+        big = self._minibatch_grad_sq(arrays, rows_big)
+        self.noise_seconds = (int(b_small), mid - clock, int(b_big), time.perf_counter() - mid)
         return self.noise_scale.update(small, int(b_small), big, int(b_big))
 
     # -- minibatches -------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ def adjust(target_ess: float = 0.5, target_noise: float = 1.0, num_samples: int 
            gamma_params: Mapping[str, float] | None = None, clip_params: Mapping[str, float] | None = None,
            beta_params: Mapping[str, float] | None = None, update_freq_params: Mapping[str, float] | None = None,
            lr_rule: str = "sqrt", every: int = 4, agent: Any = None, seed: int | None = 0,
-           window_params: Mapping[str, float] | None = None) -> Adaptive:
+           window_params: Mapping[str, float] | None = None, objective: str = "time") -> Adaptive:
     """The adaptive callback for the knobs whose ``<knob>_params`` dict is given (``{}``: the defaults).
 
     ``target_ess`` is the set point of prioritized replay's effective sample size as a fraction of
@@ -36,6 +36,9 @@ def adjust(target_ess: float = 0.5, target_noise: float = 1.0, num_samples: int 
     ``B_simple / batch_size``; ``num_samples`` rows (and ``num_samples // 8``) measure the noise
     scale every ``every`` collection chunks (a measurement costs about ``num_samples * 9 / 8`` rows
     of forward and backward passes), ``smooth`` is the estimator's moving-average weight.
+    ``objective`` is the batch rule's aim: ``"time"`` the batch of least wall time to a loss given the
+    noise scale and what a step costs, ``"steps"`` the batch whose noise is ``target_noise``
+    (:class:`~marl_note.trainers.adaptive.rules.BatchRule`).
     ``lr_rule`` scales the learning rates with the batch size (``linear``, ``sqrt``, ``none``). A
     params dict has the keys ``rate``, ``min``, ``max``, ``smooth``, ``scale``, ``align``
     (:func:`rules.check_params`).
@@ -52,7 +55,7 @@ def adjust(target_ess: float = 0.5, target_noise: float = 1.0, num_samples: int 
              "gamma": gamma_params, "clip_range": clip_params, "update_freq": update_freq_params,
              "window_size": window_params}
     knobs = {name: KnobRule(name, params) for name, params in given.items() if params is not None}
-    batch = None if batch_params is None else BatchRule(batch_params, lr_rule)
+    batch = None if batch_params is None else BatchRule(batch_params, lr_rule, objective)
     if batch is None and not knobs:
         raise ValueError("adjust() was given no <knob>_params: pass batch_params={} (or another knob's dict) "
                          "for each knob to adapt")
@@ -62,7 +65,7 @@ def adjust(target_ess: float = 0.5, target_noise: float = 1.0, num_samples: int 
 
 def adabatch(batch_params: Mapping[str, float] | None = None, target_noise: float = 1.0, num_samples: int = 512,
              smooth: float = 0.95, lr_rule: str = "sqrt", every: int = 4, agent: Any = None,
-             seed: int | None = 0) -> Adaptive:
+             seed: int | None = 0, objective: str = "time") -> Adaptive:
     """Adaptive batch size only: :func:`adjust` with ``batch_params`` (default ``{}``) and no other knob.
 
     Example:
@@ -71,4 +74,4 @@ def adabatch(batch_params: Mapping[str, float] | None = None, target_noise: floa
     """
     return adjust(target_noise=target_noise, num_samples=num_samples, smooth=smooth,
                   batch_params={} if batch_params is None else batch_params, lr_rule=lr_rule, every=every,
-                  agent=agent, seed=seed)
+                  agent=agent, seed=seed, objective=objective)

@@ -16,6 +16,7 @@ them again when it starts).
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,13 +24,14 @@ import numpy as np
 
 from marl_note.agents.noise_scale import GradientNoiseScale
 from marl_note.rng import rng_from_array, rng_to_array
+from marl_note.trainers.adaptive.cost import StepCost
 from marl_note.trainers.adaptive.rules import BatchRule, KnobRule
 from marl_note.trainers.series import Series
 from marl_note.validation import positive_int
 
 __all__ = ["Adaptive"]
 
-_HISTORY = ("batch_size", "b_simple", "noise", "ess")
+_HISTORY = ("batch_size", "batch_target", "b_simple", "noise", "ess")
 
 
 def _fraction(name: str, value: Any) -> float:
@@ -76,6 +78,7 @@ class Adaptive:
                              f"got {self.num_samples}")
         self.every = positive_int("every", every, "chunks between measurements")
         self.estimator = GradientNoiseScale(smooth)
+        self.cost = StepCost()  # seconds of a gradient step, for the batch rule's "time" objective
         self.agent = agent
         self.rng = np.random.default_rng(seed)
         self.rounds = 0
@@ -84,6 +87,10 @@ class Adaptive:
         self.history = {name: Series(f"adaptive/{name}", "callbacks") for name in (*_HISTORY, *self.knobs)}
         self._per_ess: float | None = None
         self._trainer: Any = None
+        # the timing of the current round: when the last phase we time ended, the update seconds, steps, batch
+        self._mark: float | None = None
+        self._round = {"update_s": 0.0, "steps": 0, "batch": 0}
+        self._batch_from = 0.0
 
     # -- events ------------------------------------------------------------------------------------
     def on_train_begin(self, trainer: Any) -> None:
@@ -106,10 +113,12 @@ class Adaptive:
         if "window_size" in self.knobs:
             self._bound_window(agent)
         agent.noise_scale = self.estimator
+        self._mark = None
         if self.values:  # a resumed run: set what the saved run had reached
             self._apply(dict(self.values))
 
     def on_collect_end(self, trainer: Any, stats: Any, episodes: int) -> None:
+        self._time_round(stats)
         self.rounds += 1
         if self.rounds % self.every:
             return
@@ -117,8 +126,12 @@ class Adaptive:
         b_simple = math.nan
         if self._ready(agent):
             big = min(self.num_samples, len(agent.rollout)) if hasattr(agent, "rollout") else self.num_samples
+            agent.noise_seconds = None
             measured = agent.measure_noise_scale(max(2, big // 8), big, self.rng)
             b_simple = math.nan if measured is None else float(measured)
+            timed = getattr(agent, "noise_seconds", None)
+            if measured is not None and timed is not None:
+                self.cost.add_probe(*timed)
         batch = int(trainer.batch_size)
         noise = None if math.isnan(b_simple) else b_simple / batch
         ess = self._ess(agent)
@@ -130,21 +143,45 @@ class Adaptive:
         if "window_size" in self.knobs and span:
             current["window_size"] = min(current["window_size"], span)  # the window in effect
         proposal = dict(current)
+        target = math.nan
         if self.batch is not None and not math.isnan(b_simple):
+            target = self.batch.target(b_simple, self.target_noise, self.cost)
             proposal["batch_size"] = float(self.batch.propose(batch, b_simple=b_simple,
-                                                              target_noise=self.target_noise))
+                                                              target_noise=self.target_noise, cost=self.cost))
         for name, rule in self.knobs.items():
             proposal[name] = rule.propose(current[name], noise=noise, target_noise=self.target_noise, ess=ess,
                                           target_ess=self.target_ess)
         if "window_size" in self.knobs and proposal["window_size"] >= span:  # every stored item: open it
             proposal["window_size"] = self.knobs["window_size"].params["max"]
         self._apply(proposal)
-        self.last = {"b_simple": b_simple, "noise": math.nan if noise is None else noise,
+        self.last = {"b_simple": b_simple, "batch_target": target, "noise": math.nan if noise is None else noise,
                      "ess": math.nan if ess is None else ess, **self.values}
         for name, series in self.history.items():
             series.add(episodes, self.last.get(name, math.nan))
 
+    # the cost of a gradient step: every learner's update is timed (the batch size is the trainer's, shared
+    # by its learners), and the collection between the end of the last update or test and on_collect_end
+    def on_batch_begin(self, trainer: Any, batch: int, logs: dict[str, Any]) -> None:
+        self._batch_from = time.perf_counter()
+        self._round["batch"] = int(trainer.batch_size)
+
+    def on_update_end(self, trainer: Any, metrics: Any, episodes: int) -> None:
+        self._mark = time.perf_counter()
+
+    def on_test_end(self, trainer: Any, result: Any, episodes: int) -> None:
+        self._mark = time.perf_counter()
+
+    def _time_round(self, stats: Any) -> None:
+        now, r = time.perf_counter(), self._round
+        if self._mark is not None and r["steps"]:
+            self.cost.add_round(batch=int(r["batch"]), update_s=float(r["update_s"]), gradient_steps=int(r["steps"]),
+                                collect_s=now - self._mark, env_steps=int(getattr(stats, "env_steps", 0)),
+                                on_policy=hasattr(self.agent, "rollout"))
+        self._round = {"update_s": 0.0, "steps": 0, "batch": 0}
+
     def on_batch_end(self, trainer: Any, batch: int, logs: dict[str, Any]) -> None:
+        self._round["update_s"] += time.perf_counter() - self._batch_from
+        self._round["steps"] += int(logs.get("gradient_steps", 0) or 0)
         if "per_ess" in logs and hasattr(self.agent, "rollout"):
             self._per_ess = float(logs["per_ess"]) / max(1, int(self.agent.cfg.n_steps))
         logs.update({f"adaptive/{k}": v for k, v in self.last.items()})
@@ -218,6 +255,7 @@ class Adaptive:
         out.update({f"value.{k}": np.asarray(v, np.float64) for k, v in self.values.items()})
         out.update({f"history.{k}": np.asarray(s.values(), np.float64).reshape(-1, 2)
                     for k, s in self.history.items()})
+        out.update(self.cost.state_dict())
         out["rounds"], out["rng"] = np.asarray(self.rounds, np.int64), rng_to_array(self.rng)
         out["b_simple"] = np.asarray(self.estimator.b_simple, np.float64)
         return out
@@ -240,9 +278,12 @@ class Adaptive:
             raise ValueError(f"adaptive state holds non-finite values: {values}")
         rng = np.random.default_rng()
         rng_from_array(rng, state["rng"])
+        cost = StepCost(self.cost.smooth)
+        cost.load_state_dict(state)
         for rule, part in parts:
             rule.load_state_dict(part)
         self.estimator, self.values, self.rounds, self.rng = estimator, values, int(np.asarray(state["rounds"])), rng
+        self.cost = cost
         for name, series in self.history.items():
             series.points.clear()
             for e, v in np.asarray(state.get(f"history.{name}", np.zeros((0, 2)))).reshape(-1, 2):

@@ -203,41 +203,67 @@ class KnobRule:
 
 
 class BatchRule:
-    """The batch size towards ``scale * B_simple / target_noise`` (the size at which the batch's gradient
-    noise equals ``target_noise``): the log of that target is smoothed (``smooth``), the batch moves
-    ``rate`` of the log distance per round, then into ``[min, max]`` and onto a multiple of ``align``
-    (e.g. the replica count). ``lr_rule`` scales the learning rate with the batch: ``"linear"``
-    (``lr * B_new / B_old``, Goyal et al. 2017), ``"sqrt"`` (``lr * sqrt(B_new / B_old)``, the
-    rule that keeps the update's noise constant for Adam-like steps) or ``"none"``.
+    """The batch size towards a target set by the noise scale ``B = scale * B_simple / target_noise``.
+
+    ``objective="time"`` (the default) aims at the batch of least wall time to a given loss,
+    ``sqrt(B * a / c)`` with a gradient step of ``B`` rows costing ``a + c * B`` seconds (env time
+    included; :class:`~marl_note.trainers.adaptive.cost.StepCost` measures them): McCandlish et
+    al.'s steps ``1 + B_noise / B`` times the cost of a step. ``objective="steps"`` aims at ``B``
+    itself, where the batch's gradient noise equals ``target_noise`` (the trade of steps against
+    samples, ignoring what a step costs). The log of the target is smoothed (``smooth``), the batch
+    moves ``rate`` of the log distance per round, then into ``[min, max]`` and onto a multiple of
+    ``align`` (e.g. the replica count). ``lr_rule`` scales the learning rate with the batch:
+    ``"linear"`` (``lr * B_new / B_old``, Goyal et al. 2017), ``"sqrt"`` (``lr * sqrt(B_new /
+    B_old)``, the rule that keeps the update's noise constant for Adam-like steps) or ``"none"``.
 
     Example:
-        >>> rule = BatchRule({"rate": 1.0, "smooth": 0.0, "min": 16, "max": 1024, "align": 8})
+        >>> rule = BatchRule({"rate": 1.0, "smooth": 0.0, "min": 16, "max": 1024, "align": 8}, objective="steps")
         >>> rule.propose(64, b_simple=250.0, target_noise=1.0)  # 250 -> the nearest multiple of 8
         248
+        >>> from marl_note.trainers.adaptive.cost import StepCost
+        >>> cost = StepCost(smooth=0.0)
+        >>> cost.add_probe(64, 0.001, 512, 0.001 + 448 * 4e-6)  # 0.744 ms + 4 us a row
+        >>> cost.add_round(batch=64, update_s=1.0, gradient_steps=1000, collect_s=0.256, env_steps=1000,
+        ...                on_policy=False)  # 0.256 ms of env time a step: a = 1 ms, c = 4 us
+        >>> BatchRule({"rate": 1.0, "smooth": 0.0}).propose(64, b_simple=400.0, target_noise=1.0, cost=cost)
+        316
         >>> rule.lr_factor(64, 256), BatchRule(lr_rule="linear").lr_factor(64, 256)  # sqrt is the default
         (2.0, 4.0)
     """
 
     LR_RULES = ("linear", "sqrt", "none")
+    OBJECTIVES = ("time", "steps")
 
-    def __init__(self, params: Any = None, lr_rule: str = "sqrt"):
+    def __init__(self, params: Any = None, lr_rule: str = "sqrt", objective: str = "time"):
         self.params = check_params("batch", params, {"min": 16, "max": 4096, "align": 1, "smooth": 0.5,
                                                      "rate": 0.5})
         if self.params["min"] < 1:
             raise ValueError(f"batch_params['min'] must be at least 1, got {self.params['min']}")
         if lr_rule not in self.LR_RULES:
             raise ValueError(f"lr_rule must be one of {self.LR_RULES}, got {lr_rule!r}")
-        self.lr_rule = lr_rule
+        if objective not in self.OBJECTIVES:
+            raise ValueError(f"objective must be one of {self.OBJECTIVES}, got {objective!r}")
+        self.lr_rule, self.objective = lr_rule, objective
         self._target = _Smoothed(self.params["smooth"])
 
-    def propose(self, batch: int, *, b_simple: float, target_noise: float) -> int:
-        """The next batch size; unchanged without a measurement (``nan``), towards ``min`` when no noise
-        is measurable (``B_simple = 0``), towards ``max`` when the noise hides the gradient (``inf``)."""
+    def target(self, b_simple: float, target_noise: float, cost: Any = None) -> float:
+        """The batch this round aims at (before smoothing and bounds): ``nan`` without a measurement
+        (or, for ``objective="time"``, without a cost estimate)."""
         if math.isnan(b_simple):
+            return math.nan
+        b_noise = self.params["scale"] * min(max(b_simple, _FLOOR), 1.0 / _FLOOR) / target_noise
+        if self.objective == "steps":
+            return b_noise
+        return math.nan if cost is None else float(cost.best_batch(b_noise))
+
+    def propose(self, batch: int, *, b_simple: float, target_noise: float, cost: Any = None) -> int:
+        """The next batch size; unchanged without a target (see :meth:`target`), towards ``min`` when no
+        noise is measurable (``B_simple = 0``), towards ``max`` when the noise hides the gradient (``inf``)."""
+        target = self.target(b_simple, target_noise, cost)
+        if math.isnan(target):
             return int(batch)
-        b_simple = min(max(b_simple, _FLOOR), 1.0 / _FLOOR)
         p = self.params
-        log_target = self._target.add(math.log(p["scale"] * b_simple / target_noise))
+        log_target = self._target.add(math.log(min(max(target, _FLOOR), 1.0 / _FLOOR)))
         new = math.exp(math.log(batch) + p["rate"] * (log_target - math.log(batch)))
         return int(_align(new, {**p, "align": max(p["align"], 1.0)}))
 
