@@ -207,3 +207,27 @@ def test_pool_with_self_play_and_a_fixed_minority_trains_and_scores_its_opponent
     assert {"learner", "win-or-block"} <= set(tags) and any(t.startswith("snapshot_") for t in tags)
     assert learner.updates > 0 and "elo" in stats
     assert set(pool.scores) == set(pool.names)  # every opponent was scored
+
+
+def test_ppo_self_play_against_its_frozen_snapshots_and_a_fixed_minority():
+    """PPO learns in the same pool as DQN: its snapshots are frozen copies that the pool seats and scores."""
+    from marl_note.agents import WinOrBlockPlayer
+    from marl_note.agents.torch import PPO
+
+    trainer = _trainer(episodes_per_train=120, test_freq=60)
+    learner = PPO(trainer.observation_space("player_1"), trainer.action_space("player_1"), seed=0, n_steps=128,
+                  n_epochs=2, hidden_sizes=(32,))
+    pool = OpponentPool(learner, trainer.spec, snapshot_every=30, eval_episodes=2, sampling="prioritized",
+                        self_play_fraction=0.3, fixed_fraction=0.2, seed=0)
+    pool.add(WinOrBlockPlayer("tictactoe", seed=1), name="win-or-block")
+    first = snapshot(learner, "before")
+    obs = np.random.default_rng(0).integers(0, 2, (64, 3, 3, 2)).astype(np.int8)
+    before = first.act(obs)
+    stats = trainer.train([learner, learner], learning_mask=[1, 1], plot=False, progress=False,
+                          matchmaker=pool, callbacks=[pool])
+    assert learner.updates > 0 and "elo" in stats and any(n.startswith("snapshot_") for n in pool.names)
+    assert set(pool.scores) == set(pool.names)
+    assert np.array_equal(first.act(obs), before)  # training moved the learner, not its snapshot
+    moved = [k for k, v in learner.state_dict().items()
+             if k.startswith("net.pi.") and not np.array_equal(v, first.agent.state_dict()[k])]
+    assert moved
