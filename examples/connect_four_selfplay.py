@@ -15,7 +15,13 @@ them scores best are saved (atomically) and restored at the end. Those selection
 seeds than the final measurement: ``--final-games`` fresh games per seat against a random player,
 the win-or-block player and alpha-beta depth 2.
 
-Run:  python examples/connect_four_selfplay.py [--episodes N] [--seed S]
+``--algo ppo`` trains PPO self-play instead (its conv or MLP actor-critic, an entropy bonus, the
+same pool and selection). ``--opponents search`` replaces the random player among the fixed
+opponents by two search players, win-or-block and alpha-beta of depth 1, beside the takes-wins
+player (the selection and final games use other seeds of those players, so a win rate against
+win-or-block then measures a player it trained against). ``--minutes`` bounds the training time.
+
+Run:  python examples/connect_four_selfplay.py [--episodes N] [--seed S] [--algo ppo --torso conv]
 """
 from __future__ import annotations
 
@@ -30,7 +36,7 @@ import torch
 from pettingzoo.classic import connect_four_v3
 
 from marl_note.agents import AlphaBetaPlayer, RandomAgent, WinOrBlockPlayer
-from marl_note.agents.torch import DQN
+from marl_note.agents.torch import DQN, PPO
 from marl_note.trainers import DecentralizedTrainer, KeepStrongest, OpponentPool, strength
 from marl_note.types import Transitions
 
@@ -72,28 +78,49 @@ class TakesWins:
         return np.asarray(actions, np.int64)
 
 
-def train(episodes: int = 15000, seed: int = 0, snapshot_every: int = 2000, fixed_fraction: float = 0.7,
-          plot: str | None = None, progress: bool = True, final_games: int = 200, replay_ratio: float = 0.5,
-          select_games: int = 50, torso: str = "mlp") -> dict:
-    """Train, restore the best weights, and measure them; returns the figures the script prints and
-    the kept ``learner``."""
-    torch.set_num_threads(1)  # these small MLPs train fastest on one thread of a 2-core machine
-    trainer = DecentralizedTrainer(connect_four_v3.env, num_train_envs=16, num_test_envs=16, batch_size=128,
-                                   update_freq=128, test_freq=1000, episodes_per_train=episodes,
-                                   episodes_per_test=50, seed=seed, plot_path=plot,
-                                   reward_metric=lambda r: float(r[:, 0].mean()))
-    obs_space, act_space = trainer.observation_space("player_0"), trainer.action_space("player_0")
+def make_learner(algo: str, obs_space, act_space, seed: int, torso: str, replay_ratio: float):
+    """The learner of ``--algo``: the DQN this recipe was tuned with, or PPO with an entropy bonus."""
+    if algo == "ppo":
+        return PPO(obs_space, act_space, seed=seed, hidden_sizes=(256, 256), torso=torso, ent_coef=0.01,
+                   n_steps=4096, n_epochs=4, lr=3e-4)
+    if algo != "dqn":
+        raise ValueError(f"algo must be 'dqn' or 'ppo', got {algo!r}")
     # gamma 0.9 rewards quick wins; lr 1e-4 with a slow target copy keeps Q below the +-1 rewards
     # (lr 1e-3 / target_update 100 let Q at the empty board climb past 1 and play got worse)
-    learner = DQN(obs_space, act_space, seed=seed, hidden_sizes=(256, 256), torso=torso, lr=1e-4, gamma=0.9,
-                  buffer_size=200_000, learning_starts=2000, target_update=1000, num_steps=3,
-                  augment=mirror, replay_ratio=replay_ratio)
+    return DQN(obs_space, act_space, seed=seed, hidden_sizes=(256, 256), torso=torso, lr=1e-4, gamma=0.9,
+               buffer_size=200_000, learning_starts=2000, target_update=1000, num_steps=3,
+               augment=mirror, replay_ratio=replay_ratio)
+
+
+def train(episodes: int = 15000, seed: int = 0, snapshot_every: int = 2000, fixed_fraction: float = 0.7,
+          plot: str | None = None, progress: bool = True, final_games: int = 200, replay_ratio: float = 0.5,
+          select_games: int = 50, torso: str = "mlp", algo: str = "dqn", opponents: str = "weak",
+          self_play_fraction: float = 0.0, minutes: float | None = None) -> dict:
+    """Train, restore the best weights, and measure them; returns the figures the script prints and
+    the kept ``learner``."""
+    if opponents not in ("weak", "search"):
+        raise ValueError(f"opponents must be 'weak' or 'search', got {opponents!r}")
+    torch.set_num_threads(1)  # these small networks train fastest on one thread of a 2-core machine
+    start = time.perf_counter()
+    batch = 256 if algo == "ppo" else 128
+    trainer = DecentralizedTrainer(connect_four_v3.env, num_train_envs=16, num_test_envs=16, batch_size=batch,
+                                   update_freq=batch, test_freq=1000, episodes_per_train=episodes,
+                                   episodes_per_test=50, seed=seed, plot_path=plot,
+                                   reward_metric=lambda r: float(r[:, 0].mean()),
+                                   stop_fn=None if minutes is None else
+                                   lambda mean, episode: time.perf_counter() - start > 60 * minutes)
+    obs_space, act_space = trainer.observation_space("player_0"), trainer.action_space("player_0")
+    learner = make_learner(algo, obs_space, act_space, seed, torso, replay_ratio)
     random_player = RandomAgent(act_space, seed=seed)
     pool = OpponentPool(learner, trainer.spec, snapshot_every=snapshot_every, eval_episodes=16,
-                        sampling="prioritized", fixed_fraction=fixed_fraction, seed=seed)
-    pool.add(random_player, name="random")
+                        sampling="prioritized", fixed_fraction=fixed_fraction, self_play_fraction=self_play_fraction,
+                        seed=seed)
+    if opponents == "weak":
+        pool.add(random_player, name="random")
     pool.add(TakesWins(act_space, seed=seed + 1), name="takes_wins")
-    start = time.perf_counter()
+    if opponents == "search":
+        pool.add(WinOrBlockPlayer(seed=seed + 5), name="win-or-block")
+        pool.add(AlphaBetaPlayer(1, seed=seed + 6), name="alpha-beta d1")
     with tempfile.TemporaryDirectory() as tmp:
         # selection games: their own players and seeds, not those of the final measurement
         best = KeepStrongest(learner, {"win-or-block": WinOrBlockPlayer(seed=seed + 20),
@@ -122,10 +149,17 @@ def main() -> None:
     parser.add_argument("--final-games", type=int, default=200, help="final games per seat and opponent")
     parser.add_argument("--torso", choices=("mlp", "conv"), default="mlp",
                         help="the Q-network's torso: an MLP on the flat board, or 3x3 convolutions over it")
+    parser.add_argument("--algo", choices=("dqn", "ppo"), default="dqn")
+    parser.add_argument("--opponents", choices=("weak", "search"), default="weak",
+                        help="fixed opponents: random + takes-wins, or takes-wins + win-or-block + alpha-beta d1")
+    parser.add_argument("--self-play-fraction", type=float, default=0.0,
+                        help="share of games with the learner in both seats")
+    parser.add_argument("--minutes", type=float, default=None, help="training wall-time budget")
     parser.add_argument("--plot", default="runs/connect_four_selfplay.png")
     args = parser.parse_args()
     out = train(args.episodes, args.seed, args.snapshot_every, args.fixed_fraction, args.plot,
-                final_games=args.final_games, torso=args.torso)
+                final_games=args.final_games, torso=args.torso, algo=args.algo, opponents=args.opponents,
+                self_play_fraction=args.self_play_fraction, minutes=args.minutes)
     worst, mean = out["best_score"]
     print(f"{out['games']} games, {out['env_steps']} env steps, {out['gradient_steps']} gradient steps, "
           f"{out['seconds']:.0f} s (kept the weights of episode {out['best_episode']}: selection score "

@@ -43,6 +43,19 @@ def test_connect_four_recipe_runs_end_to_end_on_a_tiny_budget():
     assert {"learner", "random", "takes_wins"} <= set(out["elo"])
 
 
+def test_connect_four_ppo_with_search_opponents_runs_end_to_end_and_bad_choices_are_refused():
+    c4 = load("connect_four_selfplay")
+    out = c4.train(episodes=400, seed=0, snapshot_every=200, progress=False, final_games=2, select_games=2,
+                   algo="ppo", opponents="search", fixed_fraction=0.5, self_play_fraction=0.2)  # 2 rollouts of 4096
+    assert type(out["learner"]).__name__ == "PPO" and out["learner"].updates > 0
+    assert {"learner", "takes_wins", "win-or-block", "alpha-beta d1"} <= set(out["elo"])
+    assert "random" not in out["elo"]  # the search opponents replace the random one in the pool
+    with pytest.raises(ValueError, match="algo must be"):
+        c4.train(episodes=4, algo="sac")
+    with pytest.raises(ValueError, match="opponents must be"):
+        c4.train(episodes=4, opponents="strong")
+
+
 def test_mirror_reflects_boards_actions_and_masks():
     from marl_note.types import Transitions
     c4 = load("connect_four_selfplay")
