@@ -105,12 +105,38 @@ class RunLoop:
         run.recent_returns = (run.recent_returns + [r.tolist() for r in stats.returns])[-100:]
         collector.flush()
         self.callbacks.fire("on_collect_end", self.trainer, stats, run.episodes)
+        if self.trainer.distributed.distributed:
+            self._sync_settings()
         first_chunk = run.env_steps == stats.env_steps
         if first_chunk and run.episodes >= self.trainer.episodes_per_train > 1:
             warnings.warn(f"the first collection chunk (update_freq={chunk_env_steps} env steps) already "
                           f"finished {run.episodes} episodes, the whole budget of episodes_per_train="
                           f"{self.trainer.episodes_per_train}: the agents are updated once per chunk, so this run "
                           f"updates them only once. Lower update_freq.", stacklevel=4)
+
+    def _sync_settings(self) -> None:
+        """Every rank takes rank 0's batch size, ``update_freq``, learning rates and hyperparameters: callbacks
+        (the adaptive batch, schedules) run on rank 0 alone, and ranks that differed in any of them would
+        no longer take equal steps (or the same number of them)."""
+        t = self.trainer
+        assert self.collector is not None  # set by _prepare
+        learners = self.collector.learners
+        settings = [(dict(getattr(ln, "learning_rates", dict)()), dict(getattr(ln, "hyperparameters", dict)()))
+                    for ln in learners]
+        mine: dict[str, Any] = {"batch_size": int(t.batch_size), "update_freq": int(t.update_freq),
+                                "learners": settings}
+        chief = t.distributed.broadcast(mine)
+        if chief == mine:
+            return
+        t.batch_size, t.update_freq = chief["batch_size"], chief["update_freq"]
+        for agent, (rates, knobs), (my_rates, my_knobs) in zip(learners, chief["learners"], settings):
+            learner: Any = agent  # they had those settings, so they take them
+            for opt, lr in rates.items():
+                if my_rates.get(opt) != lr:
+                    learner.set_learning_rate(lr, opt)
+            for name, value in knobs.items():
+                if my_knobs.get(name) != value:
+                    learner.set_hyperparameter(name, value)
 
     def _update_learners(self) -> int:
         """One update round; returns its gradient steps (each learner samples this rank's share of the batch)."""

@@ -127,6 +127,21 @@ def _dqn(seed: int):
     return DQN(env.observation_space, env.action_space, hidden_sizes=(16,), learning_starts=16, seed=seed)
 
 
+def _adaptive_run(ctx: DistributedContext) -> dict:
+    """A short run with the adaptive batch: callbacks run on rank 0 alone, so the batch size and the learning
+    rate it sets reach rank 1 only through the run loop's settings broadcast."""
+    from marl_note.trainers.adaptive import adabatch
+
+    trainer = _trainer(ctx, episodes=14, batch_size=16)
+    agent = _dqn(seed=0)
+    lr0 = agent.learning_rates()
+    cb = adabatch({"min": 4, "max": 64, "align": 2, "rate": 1.0, "smooth": 0.0}, num_samples=64, every=1)
+    trainer.train([agent], learning_mask=[1], callbacks=[cb], plot=False, progress=False)
+    trainer.close()
+    return {"rounds": cb.rounds, "batch": trainer.batch_size, "lr0": lr0, "lr": agent.learning_rates(),
+            "weights": agent.nets.state_dict()}
+
+
 def _rank(tmp: str, resume_from: str, results: str) -> None:
     """Every check in one launch (starting ranks that import torch costs many seconds on a loaded machine):
     one update, a resumed training run (results pickled to ``results``), then rank 1 dies in a second run."""
@@ -144,10 +159,12 @@ def _rank(tmp: str, resume_from: str, results: str) -> None:
         stats = trainer.train([agent], learning_mask=[1], plot=False, progress=False,
                               checkpoint_path=os.path.join(tmp, f"run_rank{ctx.rank}"), resume_from=resume_from)
         trainer.close()
+        adaptive = _adaptive_run(ctx)
         with open(os.path.join(results, f"rank{ctx.rank}.pkl"), "wb") as f:
             pickle.dump({"one_update": one_update, "every_algorithm": every_algorithm, "set": set_then_update,
                          "weights": agent.nets.state_dict(), "updates": agent.updates,
-                         "tests": len(stats["test_history"]), "episodes": stats["num_collected_episodes"]}, f)
+                         "tests": len(stats["test_history"]), "episodes": stats["num_collected_episodes"],
+                         "adaptive": adaptive}, f)
         calls = []
 
         def train_fn(episodes, steps):
@@ -240,6 +257,16 @@ def test_two_rank_training_stays_in_lockstep_and_rank_0_checkpoints_restore_in_o
     assert run.updates == r0["updates"] == restored.updates
     for key, value in r0["weights"].items():
         np.testing.assert_array_equal(restored.nets.state_dict()[key], value, err_msg=key)
+
+
+def test_adaptive_batch_applies_rank_0s_values_on_every_rank(two_ranks):
+    _, _, (r0, r1), _ = two_ranks
+    a0, a1 = r0["adaptive"], r1["adaptive"]
+    assert a0["rounds"] > 3 and a1["rounds"] == 0  # the callback ran on rank 0 alone
+    assert a0["batch"] == a1["batch"] != 16 and a0["batch"] % 2 == 0
+    assert a0["lr"] == a1["lr"] != a0["lr0"]  # the rate rule scaled it on rank 0, and rank 1 took it
+    for key, value in a0["weights"].items():  # one batch size and rate: the ranks' steps stayed equal
+        np.testing.assert_array_equal(a1["weights"][key], value, err_msg=key)
 
 
 def test_a_killed_rank_ends_the_run_with_its_exit_code_and_leaves_no_process(two_ranks):

@@ -153,7 +153,7 @@ class Adaptive:
                                           target_ess=self.target_ess)
         if "window_size" in self.knobs and proposal["window_size"] >= span:  # every stored item: open it
             proposal["window_size"] = self.knobs["window_size"].params["max"]
-        self._apply(proposal)
+        self._apply(proposal)  # distributed: callbacks run on rank 0, and the run loop sends its settings on
         self.last = {"b_simple": b_simple, "batch_target": target, "noise": math.nan if noise is None else noise,
                      "ess": math.nan if ess is None else ess, **self.values}
         for name, series in self.history.items():
