@@ -8,7 +8,9 @@ agent state changed) and prioritized replay's effective sample size, asks each r
 trainer's ``batch_size`` (the learning rates through ``agent.set_learning_rate``), ``update_freq``
 as the trainer's, every other knob through ``agent.set_hyperparameter``. The replay's sampling
 window (``window_size``) is proposed from the window in effect (at most the stored items), and a
-proposal that reaches every stored item opens it to its bound, so new data keep joining it. The values of the round
+proposal that reaches every stored item opens it to its bound, so new data keep joining it. The callback also
+times each update round and the collection before it (:class:`~marl_note.trainers.adaptive.cost.StepCost`),
+what the batch rule's ``"time"`` objective weighs the noise scale against. The values of the round
 join each update's metrics (``adaptive/<name>``, which logging callbacks listed after it see),
 are drawn by ``plot_series()`` and travel in run checkpoints (``state_dict``; a resumed run sets
 them again when it starts).
