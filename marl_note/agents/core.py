@@ -218,12 +218,19 @@ class AgentCore(Workflow, Saving, Adjustable):
         if not 0 < small < big:
             raise ValueError(f"gradient_noise_scale needs a non-empty batch_small smaller than batch_big, "
                              f"got {small} and {big} rows")
-        clock = time.perf_counter()
-        g_small = self.grad_sq_norm(batch_small)
-        mid = time.perf_counter()
-        g_big = self.grad_sq_norm(batch_big)
-        self.noise_seconds = (small, mid - clock, big, time.perf_counter() - mid)  # the passes' cost, timed
+        g_small, g_big = self._timed_pair(lambda: self.grad_sq_norm(batch_small), small,
+                                          lambda: self.grad_sq_norm(batch_big), big)
         return self.noise_scale.update(g_small, small, g_big, big)
+
+    def _timed_pair(self, small: Any, b_small: int, big: Any, b_big: int) -> tuple[float, float]:
+        """Run the two gradient passes of a noise measurement (``small()``, ``big()``) and record their
+        seconds in ``noise_seconds`` (what the adaptive batch weighs a row's cost with)."""
+        clock = time.perf_counter()
+        g_small = small()
+        mid = time.perf_counter()
+        g_big = big()
+        self.noise_seconds = (int(b_small), mid - clock, int(b_big), time.perf_counter() - mid)
+        return g_small, g_big
 
     def noise_batch(self, size: int, rng: np.random.Generator) -> Any:
         """``size`` rows drawn uniformly (with replacement, by ``rng``) from the agent's replay, or None

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -341,11 +340,8 @@ class PPOCore(AgentCore):
         arrays = self._rollout_arrays(self.rollout.get())
         n = len(arrays[0])
         rows_small, rows_big = rng.choice(n, int(b_small), replace=False), rng.choice(n, int(b_big), replace=False)
-        clock = time.perf_counter()
-        small = self._minibatch_grad_sq(arrays, rows_small)
-        mid = time.perf_counter()
-        big = self._minibatch_grad_sq(arrays, rows_big)
-        self.noise_seconds = (int(b_small), mid - clock, int(b_big), time.perf_counter() - mid)
+        small, big = self._timed_pair(lambda: self._minibatch_grad_sq(arrays, rows_small), int(b_small),
+                                      lambda: self._minibatch_grad_sq(arrays, rows_big), int(b_big))
         return self.noise_scale.update(small, int(b_small), big, int(b_big))
 
     # -- minibatches -------------------------------------------------------------------------------

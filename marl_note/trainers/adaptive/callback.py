@@ -147,9 +147,9 @@ class Adaptive:
         proposal = dict(current)
         target = math.nan
         if self.batch is not None and not math.isnan(b_simple):
-            target = self.batch.target(b_simple, self.target_noise, self.cost)
             proposal["batch_size"] = float(self.batch.propose(batch, b_simple=b_simple,
                                                               target_noise=self.target_noise, cost=self.cost))
+            target = self.batch.last_target
         for name, rule in self.knobs.items():
             proposal[name] = rule.propose(current[name], noise=noise, target_noise=self.target_noise, ess=ess,
                                           target_ess=self.target_ess)

@@ -245,6 +245,7 @@ class BatchRule:
             raise ValueError(f"objective must be one of {self.OBJECTIVES}, got {objective!r}")
         self.lr_rule, self.objective = lr_rule, objective
         self._target = _Smoothed(self.params["smooth"])
+        self.last_target = math.nan  # the target of the last propose (before smoothing and bounds)
 
     def target(self, b_simple: float, target_noise: float, cost: Any = None) -> float:
         """The batch this round aims at (before smoothing and bounds): ``nan`` without a measurement
@@ -259,7 +260,7 @@ class BatchRule:
     def propose(self, batch: int, *, b_simple: float, target_noise: float, cost: Any = None) -> int:
         """The next batch size; unchanged without a target (see :meth:`target`), towards ``min`` when no
         noise is measurable (``B_simple = 0``), towards ``max`` when the noise hides the gradient (``inf``)."""
-        target = self.target(b_simple, target_noise, cost)
+        target = self.last_target = self.target(b_simple, target_noise, cost)
         if math.isnan(target):
             return int(batch)
         p = self.params
