@@ -134,6 +134,9 @@ def construct(target: type, info: Mapping[str, Any], overrides: Mapping[str, Any
             raise CheckpointError(f"{where}: recorded config has arguments {unknown} that "
                                   f"{target.__name__}.__init__ does not take (tampered manifest or another version)")
     kwargs.update({k: info[k] for k in info["space_params"] if k in params or takes_any})
+    fit_device = getattr(getattr(target, "Networks", None), "restorable_device", None)
+    if "device" in kwargs and "device" not in overrides and fit_device is not None:
+        kwargs["device"] = fit_device(kwargs["device"], where)  # a GPU checkpoint on a machine without one
     kwargs.update(overrides)
     unrecorded = {k: v.name for k, v in kwargs.items() if isinstance(v, Unrecorded)}
     if unrecorded:

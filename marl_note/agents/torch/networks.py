@@ -16,6 +16,7 @@ Example:
 """
 from __future__ import annotations
 
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -98,6 +99,25 @@ class TorchNetworks:
     """
 
     numpy_conv_acting = False  # conv torsos act in torch: faster than numpy at the default layer sizes
+
+    @staticmethod
+    def restorable_device(device: Any, where: str = "the checkpoint") -> Any:
+        """The device a checkpoint recorded, or the CPU (with a warning) where this machine has no such
+        accelerator: a GPU-trained agent restores on a machine without one (``restore(path, device=...)``
+        chooses another). Called by ``restore`` when no ``device`` is given."""
+        try:
+            wanted = torch.device(device)
+        except (RuntimeError, TypeError):
+            return device  # the constructor names what is wrong with it
+        if wanted.type == "cuda" and not torch.cuda.is_available():
+            missing = "CUDA"
+        elif wanted.type == "mps" and not torch.backends.mps.is_available():
+            missing = "MPS"
+        else:
+            return device
+        warnings.warn(f"{where} was saved on device {str(wanted)!r} and this machine has no {missing} device: "
+                      f"restoring on the CPU (pass device=... to restore() to choose)", RuntimeWarning, stacklevel=4)
+        return "cpu"
 
     def __init__(self, device: Any = "cpu", compile: bool = False):
         self.device = torch.device(device)
