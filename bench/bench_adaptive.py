@@ -15,7 +15,7 @@
    rate (the centre of the loss valley); fixed-rate runs over a grid of rates show which solve the
    task, and whether the suggestion lies inside that range.
 
-Real numbers (long: an hour or more on 2 cores):
+Real numbers (long: an hour or more on 2 cores; `--workers N` runs N at a time on N idle cores):
     python bench/bench_adaptive.py --seeds 0,1,2 --out runs/bench_adaptive
 Smoke run (a minute; budgets far too small to solve anything):
     python bench/bench_adaptive.py --quick --out /tmp/bench_adaptive
@@ -117,19 +117,41 @@ def compare(runs: list[dict[str, Any]], key: str) -> str:
     return f"{key}: fixed median {median}, best {best}; " + "; ".join(parts)
 
 
-def batch_benchmark(tasks: list[str], mod: Any, seeds: list[int], sizes: tuple[int, ...], max_episodes: int,
-                    max_minutes: float, out_dir: str, objectives: tuple[str, ...] = ("time",)) -> None:
+def _job(args: tuple) -> dict[str, Any]:
+    """One run of the batch benchmark in a worker process (``--workers``): the backend by name, and the
+    smoke settings passed along (a spawned process starts with this module's defaults)."""
+    task, backend_name, seed, batch, objective, max_episodes, max_minutes, quick = args
+    QUICK.update(quick)
+    run = one_run(task, backend(backend_name), seed, batch, max_episodes, max_minutes, objective=objective or "time")
+    return {**run, "task": task, "seed": seed, "objective": objective}
+
+
+def batch_benchmark(tasks: list[str], backend_name: str, seeds: list[int], sizes: tuple[int, ...], max_episodes: int,
+                    max_minutes: float, out_dir: str, objectives: tuple[str, ...] = ("time",),
+                    workers: int = 1) -> None:
+    """Every (task, seed, configuration) run, ``workers`` at a time in processes of one torch thread each
+    (on a machine with that many idle cores; the configurations then share the machine alike), and the
+    comparisons per seed and over seeds."""
+    configs = (*((b, "") for b in sizes), *((None, o) for o in objectives))
+    jobs = [(task, backend_name, seed, batch, objective, max_episodes, max_minutes, dict(QUICK))
+            for task in tasks for seed in seeds for batch, objective in configs]
+    if workers > 1:
+        import multiprocessing
+
+        with multiprocessing.get_context("spawn").Pool(workers) as pool:
+            results = pool.map(_job, jobs, chunksize=1)
+    else:
+        results = [_job(job) for job in jobs]
     for task in tasks:
         by_seed = []
         for seed in seeds:
-            runs = []
-            for batch, objective in (*((b, "") for b in sizes), *((None, o) for o in objectives)):
-                run = one_run(task, mod, seed, batch, max_episodes, max_minutes, objective=objective or "time")
-                history = run.pop("history", None)
+            runs = [{k: v for k, v in r.items() if k not in ("task", "seed", "objective", "history")}
+                    for r in results if r["task"] == task and r["seed"] == seed]
+            for run, full in zip(runs, (r for r in results if r["task"] == task and r["seed"] == seed)):
+                history, objective = full.get("history"), full["objective"]
                 print(f"  {task} seed {seed}: {run}", flush=True)
                 if history is not None:
                     print(f"    plot: {plot_history(f'{task}-{objective}', seed, history, out_dir)}")
-                runs.append(run)
             print(f"{task} seed {seed}: {compare(runs, 'env_steps')}")
             print(f"{task} seed {seed}: {compare(runs, 'wall_s')}", flush=True)
             by_seed.append(runs)
@@ -178,11 +200,20 @@ def lr_benchmark(task: str, mod: Any, seed: int, rates: np.ndarray, finder_num: 
         print(f"{task}: no fixed rate solved it within the budget")
 
 
+def seed_list(text: str) -> list[int]:
+    """``"0,1,2"`` or a range ``"0-7"`` (or both: ``"0-3,9"``)."""
+    seeds: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        seeds.extend(range(int(lo), int(hi) + 1) if hi else [int(lo)])
+    return seeds
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backend", default="torch", choices=["torch", "tf"])
     parser.add_argument("--only", default="cartpole-dqn,cartpole-ppo,acrobot-dqn,lr")
-    parser.add_argument("--seeds", default="0")
+    parser.add_argument("--seeds", default="0", help="comma-separated seeds or ranges: 0,1,2 or 0-7")
     parser.add_argument("--max-episodes", type=int, default=3000)
     parser.add_argument("--max-minutes", type=float, default=15.0, help="wall-time budget of each run")
     parser.add_argument("--out", default="runs/bench_adaptive", help="directory of the plots")
@@ -191,10 +222,14 @@ def main() -> None:
                         help="the adaptive batch rule's objectives compared (time, steps; comma-separated)")
     parser.add_argument("--lr-tasks", default="cartpole-dqn", help="DQN tasks of the LRFinder check (lr)")
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny budgets, two batch sizes, one seed")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="batch runs at a time, each a process of one torch thread (up to the idle cores)")
     args = parser.parse_args()
+    if args.workers < 1:
+        raise SystemExit(f"--workers must be at least 1, got {args.workers}")
     os.makedirs(args.out, exist_ok=True)
     mod = backend(args.backend)
-    seeds = [int(s) for s in args.seeds.split(",")]
+    seeds = seed_list(args.seeds)
     sizes, episodes, minutes = tuple(int(b) for b in args.batches.split(",")), args.max_episodes, args.max_minutes
     rates, finder_num, finder_episodes = np.geomspace(1e-4, 1e-1, 7), 60, 400
     if args.quick:
@@ -212,7 +247,7 @@ def main() -> None:
     bad = [o for o in objectives if o not in ("time", "steps")]
     if bad or not objectives:
         raise SystemExit(f"unknown objective(s) {bad or args.objectives!r}; choose from time, steps")
-    batch_benchmark(tasks, mod, seeds, sizes, episodes, minutes, args.out, objectives)
+    batch_benchmark(tasks, args.backend, seeds, sizes, episodes, minutes, args.out, objectives, args.workers)
     if "lr" in args.only.split(","):
         for task in args.lr_tasks.split(","):
             lr_benchmark(task, mod, seeds[0], rates, finder_num, finder_episodes, episodes, minutes, args.out)

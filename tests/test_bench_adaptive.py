@@ -1,0 +1,35 @@
+"""bench/bench_adaptive.py's smoke run, serial and with runs in worker processes (``--workers``)."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+pytest.importorskip("torch")
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_smoke_run_reports_every_configuration(tmp_path, workers):
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_adaptive.py"), "--quick", "--only",
+                           "cartpole-ppo,acrobot-dqn", "--objectives", "time,steps", "--workers", str(workers),
+                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for task in ("cartpole-ppo", "acrobot-dqn"):
+        lines = [line for line in proc.stdout.splitlines() if line.startswith(f"  {task} seed 0: {{")]
+        # the two quick fixed batches and both objectives, in that order, whichever process ran them
+        assert [line.split("'batch': ")[1].split(",")[0] for line in lines] == [
+            "32", "64", "'adaptive-time'", "'adaptive-steps'"], lines
+        assert (tmp_path / f"adaptive_{task}-time_seed0.png").exists()
+
+
+def test_bad_worker_count_and_seed_ranges():
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import bench_adaptive
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    assert bench_adaptive.seed_list("0-3,9") == [0, 1, 2, 3, 9]
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_adaptive.py"), "--workers", "0"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "--workers must be at least 1" in proc.stderr
