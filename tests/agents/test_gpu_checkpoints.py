@@ -53,3 +53,28 @@ def test_a_cpu_checkpoint_keeps_its_device_silently(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert DQN.restore(tmp_path / "a").nets.device.type == "cpu"
+
+
+def test_device_auto_takes_the_gpu_where_there_is_one(tmp_path):
+    """``device="auto"`` (Stable-Baselines3's name) picks CUDA where torch sees it, the CPU otherwise,
+    and a checkpoint of it restores the same way on either machine."""
+    import gymnasium as gym
+
+    from marl_note.agents.torch import DQN
+
+    agent = DQN(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), hidden_sizes=(4,), seed=0, device="auto")
+    assert agent.nets.device.type == ("cuda" if torch.cuda.is_available() else "cpu")
+    agent.save(tmp_path / "a")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert DQN.restore(tmp_path / "a").nets.device == agent.nets.device
+
+
+def test_tf_device_auto():
+    pytest.importorskip("tensorflow")
+    import tensorflow as tf
+
+    from marl_note.agents.tf.common import tf_device
+
+    assert tf_device("auto") == ("/GPU:0" if tf.config.list_physical_devices("GPU") else "/CPU:0")
+    assert (tf_device("cpu"), tf_device("cuda:1")) == ("/CPU:0", "/GPU:1")

@@ -20,8 +20,11 @@ from marl_note.agents.spaces import raise_if_nonfinite_update
 # --------------------------------------------------------------------------- devices
 
 def tf_device(device: Any) -> str:
-    """A TensorFlow device string for the torch-style names ``"cpu"``, ``"cuda"``, ``"cuda:1"``."""
+    """A TensorFlow device string for the torch-style names ``"cpu"``, ``"cuda"``, ``"cuda:1"`` and
+    ``"auto"`` (the first GPU where TensorFlow sees one, else the CPU)."""
     name = str(device)
+    if name == "auto":
+        return "/GPU:0" if tf.config.list_physical_devices("GPU") else "/CPU:0"
     if name.lower() == "cpu":
         return "/CPU:0"
     if name.lower().startswith(("cuda", "gpu")):

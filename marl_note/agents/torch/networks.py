@@ -105,6 +105,8 @@ class TorchNetworks:
         """The device a checkpoint recorded, or the CPU (with a warning) where this machine has no such
         accelerator: a GPU-trained agent restores on a machine without one (``restore(path, device=...)``
         chooses another). Called by ``restore`` when no ``device`` is given."""
+        if device == "auto":
+            return device
         try:
             wanted = torch.device(device)
         except (RuntimeError, TypeError):
@@ -120,6 +122,8 @@ class TorchNetworks:
         return "cpu"
 
     def __init__(self, device: Any = "cpu", compile: bool = False):
+        if device == "auto":  # Stable-Baselines3's name: the GPU where there is one
+            device = "cuda" if torch.cuda.is_available() else "cpu"
         self.device = torch.device(device)
         self.compile = bool(compile)
         self.modules: dict[str, nn.Module] = {}

@@ -185,3 +185,9 @@ def test_adaptive_batch_times_device_steps():
     a, c = cb.cost.coefficients()
     assert a > 0 and c >= 0 and stats["num_gradient_steps"] > 0
     assert cb.history["batch_size"].values() and np.isfinite(cb.estimator.b_simple)
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="checks CUDA's pick")
+def test_device_auto_picks_the_gpu():
+    agent = DQN(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), hidden_sizes=(8,), seed=0, device="auto")
+    assert on(agent, "cuda")
