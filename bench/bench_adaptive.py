@@ -126,6 +126,10 @@ def _job(args: tuple) -> dict[str, Any]:
     return {**run, "task": task, "seed": seed, "objective": objective}
 
 
+def _numbered_job(item: tuple[int, tuple]) -> tuple[int, dict[str, Any]]:
+    return item[0], _job(item[1])
+
+
 def batch_benchmark(tasks: list[str], backend_name: str, seeds: list[int], sizes: tuple[int, ...], max_episodes: int,
                     max_minutes: float, out_dir: str, objectives: tuple[str, ...] = ("time",),
                     workers: int = 1) -> None:
@@ -138,8 +142,13 @@ def batch_benchmark(tasks: list[str], backend_name: str, seeds: list[int], sizes
     if workers > 1:
         import multiprocessing
 
+        done: dict[int, dict[str, Any]] = {}
         with multiprocessing.get_context("spawn").Pool(workers) as pool:
-            results = pool.map(_job, jobs, chunksize=1)
+            for k, run in pool.imap_unordered(_numbered_job, enumerate(jobs)):
+                done[k] = run
+                print(f"  [{len(done)}/{len(jobs)}] {run['task']} seed {run['seed']} {run['batch']}: "
+                      f"solved {run['solved']}, {run['env_steps']} env steps, {run['wall_s']} s", flush=True)
+        results = [done[k] for k in range(len(jobs))]  # the order of the serial run (medians pair runs by it)
     else:
         results = [_job(job) for job in jobs]
     for task in tasks:

@@ -21,6 +21,8 @@ def test_smoke_run_reports_every_configuration(tmp_path, workers):
         assert [line.split("'batch': ")[1].split(",")[0] for line in lines] == [
             "32", "64", "'adaptive-time'", "'adaptive-steps'"], lines
         assert (tmp_path / f"adaptive_{task}-time_seed0.png").exists()
+    progress = [line for line in proc.stdout.splitlines() if line.startswith("  [")]
+    assert len(progress) == (8 if workers > 1 else 0)  # each finished run is reported as it ends
 
 
 def test_bad_worker_count_and_seed_ranges():
