@@ -10,7 +10,8 @@ Trains (or loads) the current recipes' learners and reports win / draw / loss in
   ``PerfectTicTacToePlayer`` (the goal: zero losses to the perfect player);
 - connect four AlphaZero (only with ``--game alphazero``): ``examples/connect_four_alphazero.py``
   trained for ``--az-minutes`` of wall time, against ``AlphaBetaPlayer`` of depth 2 and 4 (the
-  target: >= 0.80 as first player against depth 4 after 30 minutes on 2 cores).
+  target: >= 0.80 as first player against depth 4 after 30 minutes on 2 cores); then its policy
+  network alone (``agent.network_player()``, no search) against random, win-or-block and both depths.
 
 ``--games`` greedy games per seat against each opponent (default 200). ``--save-dir DIR`` keeps
 the trained learners (``DIR/connect_four``, ``DIR/tictactoe``); ``--load-dir DIR`` measures those
@@ -124,6 +125,11 @@ def alphazero(args) -> None:
     opponents = {f"alpha-beta d{d}": AlphaBetaPlayer(d, seed=args.seed + 3 + d) for d in (2, 4)}
     report(f"connect four AlphaZero ({how}), {args.games} games per seat:",
            strength(connect_four_v3.env, agent, opponents, args.games, args.seed))
+    # the same network without its search, against the opponents of the DQN/PPO learners' targets too
+    opponents = {"random": RandomAgent(agent.action_space, seed=args.seed + 1),
+                 "win-or-block": WinOrBlockPlayer(seed=args.seed + 2), **opponents}
+    report(f"its policy network alone (no search, the legal move of highest prior), {args.games} games per seat:",
+           strength(connect_four_v3.env, agent.network_player(), opponents, args.games, args.seed))
 
 
 def main() -> None:

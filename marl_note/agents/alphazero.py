@@ -32,7 +32,7 @@ import numpy as np
 from marl_note.agents.board_games.rules import CONNECT_FOUR, TIC_TAC_TOE
 from marl_note.agents.core import AgentCore
 from marl_note.agents.encoders import TORSOS, ObsEncoder, check_conv_layers
-from marl_note.agents.exploration.masked import masked_argmax
+from marl_note.agents.exploration.masked import masked_argmax, masked_softmax, sample_categorical
 from marl_note.agents.mcts import MCTS, BoardSimulator
 from marl_note.agents.networks import ACTIVATIONS, check_hidden_sizes, mlp_weights, torso_weights
 from marl_note.agents.schedule import gradient_steps, mean_metrics
@@ -46,7 +46,7 @@ from marl_note.validation import (
     unit_interval,
 )
 
-__all__ = ["AlphaZeroConfig", "AlphaZeroCore", "PositionReplay", "board_simulator_for"]
+__all__ = ["AlphaZeroConfig", "AlphaZeroCore", "NetworkPlayer", "PositionReplay", "board_simulator_for"]
 
 _MAX_TARGETS = 100_000  # searched positions waiting for their transition (oldest dropped first)
 
@@ -253,6 +253,10 @@ class AlphaZeroCore(AgentCore):
         p = np.exp(logits - logits.max(axis=1, keepdims=True))
         return p / p.sum(axis=1, keepdims=True), values
 
+    def network_player(self, seed: int | None = None) -> NetworkPlayer:
+        """The policy network alone, without the search: a :class:`NetworkPlayer` on these weights."""
+        return NetworkPlayer(self, seed=seed)
+
     # -- acting ------------------------------------------------------------------------------------
     def act(self, obs: Any, mask: np.ndarray | None = None, explore: bool = False) -> np.ndarray:
         if mask is None:
@@ -340,3 +344,37 @@ class AlphaZeroCore(AgentCore):
     def __repr__(self) -> str:
         return (f"{type(self).__name__}({self.simulator.game.name}, simulations={self.cfg.num_simulations}, "
                 f"positions={len(self.replay)}, agent_steps={self.agent_steps}, updates={self.updates})")
+
+
+class NetworkPlayer:
+    """An AlphaZero agent's policy head played without search: the legal move of highest prior
+    (``explore=True``: a move drawn from the softmax over the legal moves).
+
+    One network call a move instead of ``num_simulations``: a fast opponent for other learners, or
+    a measure of how much of the search the network has learnt (``bench/bench_strength.py --game
+    alphazero`` plays both). It reads the agent's current weights at every call, so it follows
+    training; it does not learn and stores nothing.
+
+    Example:
+        >>> import gymnasium as gym, numpy as np
+        >>> from marl_note.agents.torch import AlphaZero
+        >>> agent = AlphaZero(gym.spaces.Box(0, 1, (3, 3, 2), np.int8), gym.spaces.Discrete(9),
+        ...                   hidden_sizes=(16,), seed=0)
+        >>> player = agent.network_player()
+        >>> mask = np.zeros((1, 9), bool); mask[0, [4, 7]] = True
+        >>> int(player.act(np.zeros((1, 3, 3, 2), np.int8), mask)[0]) in (4, 7)
+        True
+    """
+
+    def __init__(self, agent: AlphaZeroCore, seed: int | None = None):
+        self.agent = agent
+        self.observation_space, self.action_space = agent.observation_space, agent.action_space
+        self.rng = np.random.default_rng(seed)
+
+    def act(self, obs: Any, mask: np.ndarray | None = None, explore: bool = False) -> np.ndarray:
+        if mask is None:
+            raise ValueError("the AlphaZero network player needs the action mask (act(obs, mask=...)); got none")
+        logits, _ = self.agent.predict(np.asarray(obs))
+        if not explore:
+            return masked_argmax(logits, mask)
+        return sample_categorical(masked_softmax(logits, mask), self.rng)

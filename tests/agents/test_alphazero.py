@@ -216,6 +216,35 @@ def test_a_short_self_play_run_through_the_trainer(AlphaZero):
     assert abs(z.sum()) <= len(z)
 
 
+def test_the_network_player_plays_the_policy_head_without_search(AlphaZero):
+    from marl_note.agents import RandomAgent
+    from marl_note.trainers import strength
+
+    agent = AlphaZero(TTT_OBS, TTT_ACT, seed=0, **SMALL)
+    player = agent.network_player(seed=1)
+    rng = np.random.default_rng(0)
+    boards = rng.integers(-1, 2, (64, 9)).astype(np.int8)
+    obs = observation(boards)
+    mask = boards == 0
+    mask[~mask.any(axis=1), 0] = True  # a legal move in every row
+    logits, _ = agent.predict(obs)
+    greedy = player.act(obs, mask)
+    np.testing.assert_array_equal(greedy, np.where(mask, logits, -np.inf).argmax(axis=1))  # no search: the head
+    drawn = np.stack([player.act(obs, mask, explore=True) for _ in range(20)])
+    assert mask[np.arange(64), drawn].all() and len(np.unique(drawn[:, 0])) > 1  # legal, and sampled
+    # the player reads the agent's weights at every call: new weights show at once
+    agent.load_state_dict({k: (-v if k.startswith("net.pi") else v) for k, v in agent.state_dict().items()})
+    assert (player.act(obs, mask) != greedy).any()
+    with pytest.raises(ValueError, match="needs the action mask"):
+        player.act(obs)
+    trainer = DecentralizedTrainer(tictactoe_v3.env, num_test_envs=2, seed=0)
+    try:  # a player for the trainer's matches like any other agent
+        table = strength(trainer, player, {"random": RandomAgent(TTT_ACT, seed=0)}, games=4)
+    finally:
+        trainer.close()
+    assert set(table["random"]) == {"player_1", "player_2"}
+
+
 # -- refusals --------------------------------------------------------------------------------------
 def test_bad_input_is_refused_with_a_clear_message(AlphaZero):
     with pytest.raises(ValueError, match="two-player, alternating, zero-sum board games"):
