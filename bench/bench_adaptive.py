@@ -154,9 +154,10 @@ def batch_benchmark(tasks: list[str], backend_name: str, seeds: list[int], sizes
     for task in tasks:
         by_seed = []
         for seed in seeds:
+            full_runs = [r for r in results if r["task"] == task and r["seed"] == seed]
             runs = [{k: v for k, v in r.items() if k not in ("task", "seed", "objective", "history")}
-                    for r in results if r["task"] == task and r["seed"] == seed]
-            for run, full in zip(runs, (r for r in results if r["task"] == task and r["seed"] == seed)):
+                    for r in full_runs]
+            for run, full in zip(runs, full_runs):
                 history, objective = full.get("history"), full["objective"]
                 print(f"  {task} seed {seed}: {run}", flush=True)
                 if history is not None:
