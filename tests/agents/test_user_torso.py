@@ -1,12 +1,13 @@
 """A user-supplied torso (a torch.nn.Module / Keras layer factory) trains, saves and restores
-without pickle: its weights go through the numpy state, the factory by its import path."""
+without pickle: its weights go through the numpy state; the checkpoint records the factory's name,
+and restore takes the factory from the caller (never importing what the file names)."""
 import gymnasium as gym
 import numpy as np
 import pytest
 
 from marl_note.agents import tf as tf_agents
 from marl_note.agents import torch as torch_agents
-from marl_note.agents.checkpoints import restore
+from marl_note.agents.checkpoints import CheckpointError, restore
 from marl_note.types import Transitions
 from tests.agents.user_torsos import keras_torso, torch_torso
 
@@ -29,7 +30,9 @@ def test_user_torso_trains_and_restores_from_its_import_path(backend, tmp_path):
     assert agent.update(batch_size=8)["gradient_steps"] == 2
     assert not np.allclose(agent.q_values(obs), before)
     path = agent.save(str(tmp_path / "agent"))
-    again = restore(path)  # no torso passed: the recorded 'module:qualname' rebuilds it
+    with pytest.raises(CheckpointError, match=r"pass it to restore: restore\(path, torso="):
+        restore(path)  # a checkpoint names its torso but never imports it: the caller passes the code
+    again = restore(path, torso=factory)
     assert again.cfg.torso == f"tests.agents.user_torsos:{factory.__name__}"
     np.testing.assert_allclose(again.q_values(obs), agent.q_values(obs), rtol=1e-6, atol=1e-6)
     again.update(batch_size=8)  # optimiser slots of the torso came back too

@@ -16,8 +16,9 @@ import io
 import json
 import os
 import re
+import sys
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import gymnasium as gym
@@ -25,13 +26,13 @@ import numpy as np
 
 from marl_note.agents.checkpoints.npz_codec import npz_arrays, npz_bytes
 from marl_note.atomic_files import create_temp, fsync_dir, keep_mode, remove_quietly, write_atomically
+from marl_note.file_reads import JSON_LIMIT, FileRefused, check_regular, read_regular
 
 FORMAT = "marl_note.checkpoint/1"
 MANIFEST = "manifest.json"
 ARRAYS = "arrays.npz"  # inside a zip, and in directories written before content-named arrays files
 _ARRAYS_NAME = re.compile(r"arrays-[0-9a-f]{16}\.npz")
 _TEMP_PREFIX = ".marl_note-ckpt-"
-_MAX_MANIFEST = 64 << 20
 
 
 class CheckpointError(ValueError):
@@ -118,7 +119,8 @@ def check_checkpoint_target(path: str | os.PathLike) -> dict[str, Any] | None:
         if os.path.isfile(path):
             try:
                 with zipfile.ZipFile(path) as z:
-                    manifest = _our_manifest(z.read(MANIFEST))
+                    if z.getinfo(MANIFEST).file_size <= JSON_LIMIT:
+                        manifest = _our_manifest(z.read(MANIFEST))
             except Exception:  # not a zip, no manifest, damaged: not recognisably ours
                 manifest = None
         if manifest is None:
@@ -133,9 +135,8 @@ def check_checkpoint_target(path: str | os.PathLike) -> dict[str, Any] | None:
         return None
     if MANIFEST in others:
         try:
-            with open(os.path.join(path, MANIFEST), "rb") as f:
-                manifest = _our_manifest(f.read(_MAX_MANIFEST + 1))
-        except OSError as exc:
+            manifest = _our_manifest(read_regular(os.path.join(path, MANIFEST), JSON_LIMIT))
+        except (OSError, FileRefused) as exc:
             raise CheckpointError(f"{path}: cannot read its {MANIFEST} ({exc})") from None
         if manifest is not None:
             return manifest
@@ -269,49 +270,114 @@ def _arrays_file(manifest: Mapping[str, Any]) -> str | None:
 
 # --------------------------------------------------------------------------- read
 
-def read_checkpoint(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+ArrayCheck = Callable[[str, tuple[int, ...], np.dtype], None]
+"""Called with each stored array's name, shape and dtype before its data is read; raises CheckpointError to refuse."""
+
+# deflate cannot expand data more than 1032-fold; a zip member claiming more is damaged or hand-made
+_DEFLATE_RATIO = 1032
+
+
+def checkpoint_sizes(path: str | os.PathLike) -> tuple[dict[str, Any], int]:
+    """``(manifest, stored bytes of the arrays)`` without reading any array: what :func:`read_checkpoint`
+    checks a config against before an agent is built (the bytes are those on disk: in a zip, compressed)."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        manifest_path = os.path.join(path, MANIFEST)
+        manifest = _parse_manifest(_read_file(manifest_path, path, JSON_LIMIT), manifest_path, in_dir=True)
+        arrays_path = os.path.join(path, _arrays_name(manifest, manifest_path))
+        try:
+            return manifest, check_regular(arrays_path)
+        except FileNotFoundError:
+            raise CheckpointError(f"{path} is not a marl_note checkpoint: missing "
+                                  f"{os.path.basename(arrays_path)!r}") from None
+        except (OSError, FileRefused) as exc:
+            raise CheckpointError(f"{arrays_path}: {exc}") from None
+    with _open_zip(path) as z:
+        manifest = _parse_manifest(_zip_member(z, MANIFEST, path, JSON_LIMIT), f"{path}:{MANIFEST}", in_dir=False)
+        return manifest, int(z.getinfo(ARRAYS).compress_size)
+
+
+def read_checkpoint(path: str | os.PathLike, check: ArrayCheck | None = None,
+                    max_bytes: int | None = None) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """Read ``(manifest, arrays)``; raise :class:`CheckpointError` naming the file and what is wrong.
 
-    Damaged files (a flipped byte, a truncated file) are detected by checksums and by checking
-    every array header against the data that follows it, before anything is allocated.
+    Only regular files are read (a FIFO, a device or a link to one is refused without blocking),
+    the manifest is at most :data:`~marl_note.file_reads.JSON_LIMIT` bytes, and a zip member may not
+    claim to expand beyond what deflate can produce. ``check`` sees every array's name, shape and
+    dtype from its header before the array's data is read or decompressed, and ``max_bytes`` caps
+    the arrays file's (uncompressed) size before it is read: a loader that knows what the agent
+    holds refuses a hostile file before it costs memory. Damaged files (a flipped byte, a truncated
+    file) are detected by checksums and by checking every array header against the data that
+    follows it, before anything is allocated.
     """
     path = os.fspath(path)
     if os.path.isdir(path):
         manifest_path = os.path.join(path, MANIFEST)
-        manifest = _parse_manifest(_read_file(manifest_path, path), manifest_path, in_dir=True)
-        name = _arrays_file(manifest)
-        if name is None:
-            raise CheckpointError(f"{manifest_path}: arrays_file {manifest.get('arrays_file')!r} is not an arrays "
-                                  f"file name of a marl_note checkpoint")
-        arrays_path = os.path.join(path, name)
-        return manifest, _parse_arrays(_read_file(arrays_path, path), manifest, arrays_path)
-    if os.path.isfile(path):
-        try:
-            with zipfile.ZipFile(path) as z:
-                names = set(z.namelist())
-                missing = [n for n in (MANIFEST, ARRAYS) if n not in names]
-                if missing:
-                    raise CheckpointError(f"{path} is not a marl_note checkpoint: missing {missing[0]!r}")
-                manifest_bytes, npz = z.read(MANIFEST), z.read(ARRAYS)
-        except CheckpointError:
-            raise
-        except OSError as exc:
-            raise CheckpointError(f"{path}: cannot read the checkpoint ({exc})") from None
-        except Exception as exc:  # BadZipFile, zlib.error, CRC mismatch, struct errors: not a readable zip
-            raise CheckpointError(f"{path} is not a readable marl_note checkpoint: not a zip file or directory, "
-                                  f"or a damaged one ({type(exc).__name__}: {exc})") from None
-        manifest = _parse_manifest(manifest_bytes, f"{path}:{MANIFEST}", in_dir=False)
-        return manifest, _parse_arrays(npz, manifest, f"{path}:{ARRAYS}")
-    raise CheckpointError(f"no checkpoint at {path}")
+        manifest = _parse_manifest(_read_file(manifest_path, path, JSON_LIMIT), manifest_path, in_dir=True)
+        arrays_path = os.path.join(path, _arrays_name(manifest, manifest_path))
+        npz = _read_file(arrays_path, path, max_bytes)
+        return manifest, _parse_arrays(npz, manifest, arrays_path, check)
+    with _open_zip(path) as z:
+        manifest = _parse_manifest(_zip_member(z, MANIFEST, path, JSON_LIMIT), f"{path}:{MANIFEST}", in_dir=False)
+        npz = _zip_member(z, ARRAYS, path, max_bytes)
+    return manifest, _parse_arrays(npz, manifest, f"{path}:{ARRAYS}", check)
 
 
-def _read_file(path: str, checkpoint: str) -> bytes:
+def _arrays_name(manifest: Mapping[str, Any], manifest_path: str) -> str:
+    name = _arrays_file(manifest)
+    if name is None:
+        raise CheckpointError(f"{manifest_path}: arrays_file {manifest.get('arrays_file')!r} is not an arrays "
+                              f"file name of a marl_note checkpoint")
+    return name
+
+
+def _open_zip(path: str) -> zipfile.ZipFile:
+    """The checkpoint zip at ``path`` (a regular file holding our two members), or a CheckpointError."""
+    if not os.path.lexists(path):
+        raise CheckpointError(f"no checkpoint at {path}")
     try:
-        with open(path, "rb") as f:
-            return f.read()
+        check_regular(path)
+        z = zipfile.ZipFile(path)
+    except FileRefused as exc:
+        raise CheckpointError(f"{exc} as a checkpoint") from None
+    except OSError as exc:
+        raise CheckpointError(f"{path}: cannot read the checkpoint ({exc})") from None
+    except Exception as exc:  # BadZipFile, struct errors: not a readable zip
+        raise CheckpointError(f"{path} is not a readable marl_note checkpoint: not a zip file or directory, "
+                              f"or a damaged one ({type(exc).__name__}: {exc})") from None
+    names = set(z.namelist())
+    missing = [n for n in (MANIFEST, ARRAYS) if n not in names]
+    if missing:
+        z.close()
+        raise CheckpointError(f"{path} is not a marl_note checkpoint: missing {missing[0]!r}")
+    return z
+
+
+def _zip_member(z: zipfile.ZipFile, name: str, path: str, limit: int | None) -> bytes:
+    """Member ``name`` of the checkpoint zip, its claimed size checked against ``limit`` and deflate's
+    ratio before a byte is decompressed (reading never yields more than the claimed size)."""
+    info = z.getinfo(name)
+    if info.file_size > _DEFLATE_RATIO * info.compress_size + 1024:
+        raise CheckpointError(f"{path}:{name} claims {info.file_size:,} bytes from {info.compress_size:,} "
+                              f"compressed, more than deflate can produce: a damaged or hand-made file")
+    if limit is not None and info.file_size > limit:
+        raise CheckpointError(f"{path}:{name} holds {info.file_size:,} bytes, more than the {limit:,} that "
+                              f"the agent loading it can hold; refusing to decompress it")
+    try:
+        return z.read(info)
+    except Exception as exc:  # zlib.error, CRC mismatch, struct errors
+        raise CheckpointError(f"{path} is not a readable marl_note checkpoint: a damaged zip "
+                              f"({type(exc).__name__}: {exc})") from None
+
+
+def _read_file(path: str, checkpoint: str, limit: int | None) -> bytes:
+    try:
+        return read_regular(path, limit if limit is not None else sys.maxsize)
     except FileNotFoundError:
         missing = os.path.basename(path)
         raise CheckpointError(f"{checkpoint} is not a marl_note checkpoint: missing {missing!r}") from None
+    except FileRefused as exc:
+        raise CheckpointError(str(exc)) from None
     except OSError as exc:
         raise CheckpointError(f"{path}: cannot read it ({exc})") from None
 
@@ -338,11 +404,12 @@ def _parse_manifest(data: bytes, where: str, in_dir: bool) -> dict[str, Any]:
     return manifest
 
 
-def _parse_arrays(npz: bytes, manifest: Mapping[str, Any], where: str) -> dict[str, np.ndarray]:
+def _parse_arrays(npz: bytes, manifest: Mapping[str, Any], where: str,
+                  check: ArrayCheck | None = None) -> dict[str, np.ndarray]:
     expected_sha = manifest.get("arrays_sha256")
     if expected_sha is not None and hashlib.sha256(npz).hexdigest() != expected_sha:
         raise CheckpointError(f"{where}: the arrays file is damaged (its checksum does not match the manifest)")
-    arrays = npz_arrays(npz, where)
+    arrays = npz_arrays(npz, where, check)
     expected = set(manifest.get("arrays", []))
     if expected != set(arrays):
         raise CheckpointError(f"{where}: arrays do not match the manifest: missing "

@@ -2,7 +2,8 @@
 
 :func:`npz_arrays` parses every ``.npy`` header itself and checks that the data that follows has
 exactly the size the header claims before any array is allocated, so a damaged or hand-made
-file cannot make the reader allocate more memory than the file holds. Every way a damaged file
+file cannot make the reader allocate more memory than the file holds; a caller's check sees each
+header (name, shape, dtype) before the data behind it is read or decompressed. Every way a damaged file
 can fail (zip, CRC, header, size) is reported as one :class:`CheckpointError` naming the file.
 
 Example:
@@ -17,8 +18,8 @@ from __future__ import annotations
 import io
 import math
 import zipfile
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import IO, Any
 
 import numpy as np
 
@@ -39,8 +40,14 @@ def npz_bytes(arrays: Mapping[str, Any]) -> bytes:
     return buf.getvalue()
 
 
-def npz_arrays(data: bytes, where: str) -> dict[str, np.ndarray]:
-    """The arrays of ``.npz`` bytes; :class:`CheckpointError` naming ``where`` for anything damaged."""
+def npz_arrays(data: bytes, where: str, check: Callable[[str, tuple[int, ...], np.dtype], None] | None = None
+               ) -> dict[str, np.ndarray]:
+    """The arrays of ``.npz`` bytes; :class:`CheckpointError` naming ``where`` for anything damaged.
+
+    Each member's ``.npy`` header is read first (a few hundred bytes, even from a compressed
+    member) and must account exactly for the member's size; ``check(name, shape, dtype)`` may
+    refuse the array then, before its data is read or decompressed.
+    """
     from marl_note.agents.checkpoints.format import CheckpointError
 
     out: dict[str, np.ndarray] = {}
@@ -53,7 +60,8 @@ def npz_arrays(data: bytes, where: str) -> dict[str, np.ndarray]:
                 key = info.filename[:-4]
                 if key in out:
                     raise CheckpointError(f"{where}: array {key!r} is stored twice")
-                out[key] = _npy_array(zf.read(info), key, where)
+                with zf.open(info) as member:
+                    out[key] = _npy_array(member, info.file_size, key, where, check)
     except CheckpointError:
         raise
     except Exception as exc:  # zipfile, zlib, struct, header parsing: the file is damaged
@@ -62,10 +70,10 @@ def npz_arrays(data: bytes, where: str) -> dict[str, np.ndarray]:
     return out
 
 
-def _npy_array(raw: bytes, key: str, where: str) -> np.ndarray:
+def _npy_array(f: IO[bytes], size: int, key: str, where: str,
+               check: Callable[[str, tuple[int, ...], np.dtype], None] | None) -> np.ndarray:
     from marl_note.agents.checkpoints.format import CheckpointError
 
-    f = io.BytesIO(raw)
     version = np.lib.format.read_magic(f)
     if version == (1, 0):
         shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
@@ -77,10 +85,18 @@ def _npy_array(raw: bytes, key: str, where: str) -> np.ndarray:
         raise CheckpointError(f"{where}: array {key!r} has dtype {dtype}, which needs pickle; refusing to load it")
     count = math.prod(shape)
     offset = f.tell()
-    if count * dtype.itemsize != len(raw) - offset:
+    if count * dtype.itemsize != size - offset:
         raise CheckpointError(f"{where}: array {key!r} is damaged: its header says {dtype} {shape} "
-                              f"({count * dtype.itemsize} bytes) but {len(raw) - offset} bytes follow")
+                              f"({count * dtype.itemsize} bytes) but {size - offset} bytes follow")
+    if check is not None:
+        try:
+            check(key, tuple(int(d) for d in shape), dtype)
+        except CheckpointError as exc:
+            raise CheckpointError(f"{where}: {exc}") from None
     if count == 0:
         return np.zeros(shape, dtype)
-    flat = np.frombuffer(raw, dtype=dtype, count=count, offset=offset)
+    raw = f.read(count * dtype.itemsize)
+    if len(raw) != count * dtype.itemsize:
+        raise CheckpointError(f"{where}: array {key!r} is truncated: {len(raw)} of {count * dtype.itemsize} bytes")
+    flat = np.frombuffer(raw, dtype=dtype, count=count)
     return flat.reshape(shape, order="F" if fortran else "C").copy()

@@ -10,8 +10,10 @@ contents under :data:`REPLAY_PREFIX`) before loading them.
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
+import math
 import os
 import warnings
 from collections.abc import Mapping
@@ -20,15 +22,16 @@ from typing import Any
 import numpy as np
 
 from marl_note.agents.checkpoints.config_codec import SPACE_PARAMS, Unrecorded, decode_config
-from marl_note.agents.checkpoints.format import CheckpointError, read_checkpoint, space_from_json
+from marl_note.agents.checkpoints.format import CheckpointError, checkpoint_sizes, read_checkpoint, space_from_json
 from marl_note.agents.checkpoints.state_check import check_agent_state, check_replay_state, load_checked
 
 __all__ = ["restore", "REPLAY_PREFIX", "BACKENDS", "REGISTRY", "backend_of", "replay_of", "check_manifest",
-           "resolve_class", "construct", "load_fresh"]
+           "resolve_class", "construct", "load_fresh", "read_arrays", "ArrayLimits", "code_arguments"]
 
 REPLAY_PREFIX = "__replay__."
 BACKENDS = ("torch", "tf")
 REGISTRY: dict[str, list[type]] = {}  # class name -> every Saving subclass of that name (filled by Saving)
+CODE_PARAMS = ("torso",)  # constructor arguments whose "module:qualname" strings name code (a user torso)
 _SMALL_STATE = 1 << 20  # configs implying fewer weights than this are built and then shape-checked
 
 
@@ -112,12 +115,17 @@ def resolve_class(cls: type, info: Mapping[str, Any], path) -> type:
 
 
 def construct(target: type, info: Mapping[str, Any], overrides: Mapping[str, Any], path,
-               arrays: Mapping[str, np.ndarray]) -> Any:
+              stored_bytes: int) -> Any:
+    """``target`` built from the recorded config and ``overrides``; nothing the file names is imported or called.
+
+    ``stored_bytes`` (the arrays' size on disk) bounds the weights the config may imply.
+    """
     where = os.fspath(path)
     try:
         kwargs = decode_config(info["config"])
     except CheckpointError as exc:
         raise CheckpointError(f"{where}: {exc}") from None
+    recorded = dict(kwargs)
     params = inspect.signature(target).parameters
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     unknown_overrides = [k for k in overrides if k not in params and not takes_any]
@@ -138,13 +146,14 @@ def construct(target: type, info: Mapping[str, Any], overrides: Mapping[str, Any
     if "device" in kwargs and "device" not in overrides and fit_device is not None:
         kwargs["device"] = fit_device(kwargs["device"], where)  # a GPU checkpoint on a machine without one
     kwargs.update(overrides)
+    _check_code_arguments(target, recorded, overrides, where)
     unrecorded = {k: v.name for k, v in kwargs.items() if isinstance(v, Unrecorded)}
     if unrecorded:
         k, name = next(iter(unrecorded.items()))
         raise CheckpointError(f"{where}: {target.__name__} was saved with {k}={name}, a function, and checkpoints "
                               f"record functions by name only (no code is stored): pass it again, e.g. "
                               f"restore(path, {', '.join(f'{a}=...' for a in unrecorded)})")
-    _check_implied_size(target, kwargs, arrays, where)
+    _check_implied_size(target, kwargs, stored_bytes, where)
     try:
         return target(**kwargs)
     except (TypeError, ValueError, MemoryError) as exc:
@@ -152,16 +161,123 @@ def construct(target: type, info: Mapping[str, Any], overrides: Mapping[str, Any
                               f"({type(exc).__name__}: {exc})") from exc
 
 
-def _check_implied_size(target: type, kwargs: Mapping[str, Any], arrays: Mapping[str, np.ndarray], where: str) -> None:
-    """Refuse a config implying far more weights than the checkpoint stores, before building anything."""
+def _check_implied_size(target: type, kwargs: Mapping[str, Any], stored_bytes: int, where: str) -> None:
+    """Refuse a config implying far more weights than the checkpoint stores, before building anything.
+
+    ``stored_bytes`` is what the arrays take on disk (compressed in a zip): real weights do not
+    compress below a byte each, so a config implying more weights than that is an edited manifest.
+    """
     implied = getattr(target, "min_state_size", None)
     implied = int(implied(kwargs)) if callable(implied) else 0
-    stored = sum(int(np.size(v)) for k, v in arrays.items() if not k.startswith(REPLAY_PREFIX))
-    if implied > max(stored, _SMALL_STATE):
+    if implied > max(stored_bytes, _SMALL_STATE):
         raise CheckpointError(f"{where}: the recorded config of {target.__name__} (hidden_sizes="
                               f"{kwargs.get('hidden_sizes')!r}) implies at least {implied:,} weights, but the "
-                              f"checkpoint stores {stored:,} numbers in all; refusing to build it "
+                              f"checkpoint stores {stored_bytes:,} bytes in all; refusing to build it "
                               f"(a damaged or edited manifest)")
+
+
+def _qualified(value: Any) -> str | None:
+    """``module:qualname`` of a function or class passed by the caller (None for anything else)."""
+    fn = value.func if isinstance(value, functools.partial) else value
+    module, name = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
+    return f"{module}:{name}" if isinstance(module, str) and isinstance(name, str) else None
+
+
+def _same_code(recorded: str, given: Any) -> bool:
+    """Whether the caller's ``given`` function is the one whose name the checkpoint recorded."""
+    if isinstance(given, str):
+        return given == recorded or given.replace(":", ".") == recorded
+    name = _qualified(given)
+    return name is not None and recorded in (name, name.replace(":", "."))
+
+
+def code_arguments(target: type, recorded: Mapping[str, Any]) -> dict[str, str]:
+    """``{argument: recorded name}`` of the recorded config's arguments that name code: functions
+    recorded by name (``augment``, ``compute_reward``, ...) and import paths in the arguments the class
+    lists in ``code_params`` (a user torso's ``"module:qualname"``)."""
+    named = {*CODE_PARAMS, *getattr(target, "code_params", ())}
+    out = {k: v.name for k, v in recorded.items() if isinstance(v, Unrecorded)}
+    out.update({k: v for k, v in recorded.items() if k in named and isinstance(v, str) and ":" in v})
+    return out
+
+
+def _check_code_arguments(target: type, recorded: Mapping[str, Any], overrides: Mapping[str, Any],
+                          where: str) -> None:
+    """Every recorded argument that names code must be passed by the caller, and be the same function.
+
+    A checkpoint is data: loading it never imports or calls anything the file names. The caller
+    passes the code (``restore(path, torso=BoardConv)``); its qualified name must match the recorded one.
+    """
+    for name, code in code_arguments(target, recorded).items():
+        if name not in overrides and isinstance(recorded[name], Unrecorded):
+            continue  # construct's own message: a function recorded by name, to be passed again
+        if name not in overrides:
+            raise CheckpointError(f"{where}: {target.__name__} was saved with {name}={code!r}, code that a "
+                                  f"checkpoint names but never imports or runs; pass it to restore: "
+                                  f"restore(path, {name}=<the function {code}>)")
+        if not _same_code(code, overrides[name]):
+            raise CheckpointError(f"{where}: {target.__name__} was saved with {name}={code!r}, but restore was "
+                                  f"given {name}={_qualified(overrides[name]) or overrides[name]!r}; pass the "
+                                  f"function the checkpoint was saved with")
+
+
+class ArrayLimits:
+    """What a checkpoint's arrays may hold for ``agent``, checked on each header before its data is read.
+
+    An agent array must be no larger than the live one of that name (an optimiser slot the live
+    agent does not have yet: no larger than its largest array); replay contents must have the
+    live buffer's item shapes and at most its capacity of rows. ``max_bytes`` bounds the whole
+    arrays file. Shapes that are smaller but still wrong are reported by :func:`load_fresh`.
+    """
+
+    _SLACK = 1 << 16  # scalars, counters and rng states: never a memory problem
+
+    def __init__(self, agent: Any, params_only: bool = False):
+        live = {k: np.asarray(v) for k, v in agent.state_dict().items()}
+        self.live = {k: v.size * max(v.dtype.itemsize, 8) for k, v in live.items()}
+        self.largest = max(self.live.values(), default=0)
+        self.replay: dict[str, np.ndarray] = {}
+        self.capacity = 0
+        replay = None if params_only else replay_of(agent)
+        if replay is not None:
+            self.replay = {k: np.asarray(v) for k, v in replay.state_dict().items()}
+            self.capacity = int(self.replay.get("capacity", 0))
+        row = sum(math.prod(v.shape[1:]) * max(v.dtype.itemsize, 8) for v in self.replay.values() if v.ndim >= 1)
+        self.replay_row = 2 * row + 64  # columns a buffer allocates lazily (masks) are no wider than these
+        slots = 3 * sum(self.live.values())  # weights, plus optimiser slots of the same shapes
+        self.max_bytes = slots + self.capacity * self.replay_row + (len(live) + len(self.replay) + 64) * self._SLACK
+
+    def __call__(self, key: str, shape: tuple[int, ...], dtype: np.dtype) -> None:
+        nbytes = math.prod(shape) * dtype.itemsize
+        if nbytes <= self._SLACK:
+            return
+        if key.startswith(REPLAY_PREFIX):
+            name = key[len(REPLAY_PREFIX):]
+            ref = self.replay.get(name)
+            rows = shape[0] if shape else 1
+            fits = rows <= self.capacity and (
+                tuple(shape[1:]) == ref.shape[1:] if ref is not None and ref.ndim >= 1
+                else nbytes <= rows * self.replay_row)
+            expected = (f"at most {self.capacity} rows of {ref.shape[1:] if ref is not None and ref.ndim else 'items'}"
+                        if self.replay else "no replay contents")
+        else:
+            limit = self.live.get(key, self.largest)
+            fits = nbytes <= limit
+            expected = f"at most {limit:,} bytes (the live agent's {key!r})" if key in self.live \
+                else f"at most {limit:,} bytes (the agent's largest array)"
+        if not fits:
+            raise CheckpointError(f"array {key!r} is stored as {dtype} {shape} ({nbytes:,} bytes), but this agent "
+                                  f"takes {expected}; refusing to read it")
+
+
+def read_arrays(agent: Any, manifest: Mapping[str, Any], path, params_only: bool = False) -> dict[str, np.ndarray]:
+    """The checkpoint's arrays, each header checked against ``agent`` (:class:`ArrayLimits`) before it is read;
+    ``manifest`` is the one the agent was built from (a file changed in between is refused)."""
+    limits = ArrayLimits(agent, params_only)
+    again, arrays = read_checkpoint(path, check=limits, max_bytes=limits.max_bytes)
+    if again != manifest:
+        raise CheckpointError(f"{os.fspath(path)} changed while it was read; try again")
+    return arrays
 
 
 def load_fresh(agent: Any, info: Mapping[str, Any], arrays: Mapping[str, np.ndarray], path) -> None:
@@ -199,7 +315,7 @@ def restore(path: str | os.PathLike, backend: str | None = None, **overrides) ->
         >>> type(restore(path)).__module__
         'marl_note.agents.torch.dqn'
     """
-    manifest, arrays = read_checkpoint(path)
+    manifest, stored_bytes = checkpoint_sizes(path)
     info = check_manifest(manifest, path, kinds=("agent",))
     backend = info["backend"] if backend is None else backend
     if backend not in BACKENDS:
@@ -217,6 +333,6 @@ def restore(path: str | os.PathLike, backend: str | None = None, **overrides) ->
     if not choice:
         raise CheckpointError(f"{os.fspath(path)} holds a {info['backend']} {algorithm}; no {backend} class "
                               f"of that name is defined (import the module that defines it first)")
-    agent = construct(choice[-1], info, overrides, path, arrays)
-    load_fresh(agent, info, arrays, path)
+    agent = construct(choice[-1], info, overrides, path, stored_bytes)
+    load_fresh(agent, info, read_arrays(agent, manifest, path), path)
     return agent

@@ -43,7 +43,7 @@ import gymnasium as gym
 import numpy as np
 
 from marl_note.agents.checkpoints.config_codec import SPACE_PARAMS, capturing_init, encode_config
-from marl_note.agents.checkpoints.format import read_checkpoint, space_to_json, write_checkpoint
+from marl_note.agents.checkpoints.format import checkpoint_sizes, space_to_json, write_checkpoint
 from marl_note.agents.checkpoints.restoring import (
     REGISTRY,
     REPLAY_PREFIX,
@@ -51,6 +51,7 @@ from marl_note.agents.checkpoints.restoring import (
     check_manifest,
     construct,
     load_fresh,
+    read_arrays,
     replay_of,
     resolve_class,
 )
@@ -179,11 +180,11 @@ class Saving:
         or an object that could not be recorded). Raises CheckpointError if the checkpoint holds
         another algorithm or does not fit.
         """
-        manifest, arrays = read_checkpoint(path)
+        manifest, stored_bytes = checkpoint_sizes(path)
         info = check_manifest(manifest, path, kinds=("agent",))
         target = resolve_class(cls, info, path)
-        agent = construct(target, info, overrides, path, arrays)
-        load_fresh(agent, info, arrays, path)
+        agent = construct(target, info, overrides, path, stored_bytes)
+        load_fresh(agent, info, read_arrays(agent, manifest, path), path)
         return agent
 
     load = restore
@@ -210,8 +211,9 @@ class Saving:
         Everything is checked first (every weight present with this agent's shape, a numeric
         dtype and finite values): on a CheckpointError the agent is unchanged.
         """
-        manifest, arrays = read_checkpoint(path)
+        manifest, _ = checkpoint_sizes(path)
         info = check_manifest(manifest, path, kinds=("agent", "params"))
+        arrays = read_arrays(self, manifest, path, params_only=True)
         live = self.state_dict()
         what = (f"{type(self).__name__}.restore_param({os.fspath(path)!r}) "
                 f"[weights of a {info['backend']} {info['algorithm']}]")
