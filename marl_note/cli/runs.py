@@ -42,13 +42,14 @@ _OUR_TEMP = (".marl_note-tmp-", ".marl_note-ckpt-")
 
 def _read_run(path: str) -> dict[str, Any] | None:
     """The run record in directory ``path``, None if it has none, CLIError if it has a foreign one."""
+    from marl_note.file_reads import JSON_LIMIT, read_regular
+
     file = os.path.join(path, RUN_FILE)
-    if not os.path.isfile(file):
+    if not os.path.lexists(file):
         return None
     try:
-        with open(file, encoding="utf-8") as f:
-            record = json.load(f)
-    except (OSError, ValueError) as exc:
+        record = json.loads(read_regular(file, JSON_LIMIT).decode("utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:  # FileRefused and decode errors are ValueErrors
         raise CLIError(f"{file} cannot be read as a marl_note run record ({exc})") from None
     if not isinstance(record, dict) or record.get("format") != RUN_FORMAT:
         raise CLIError(f"{file} is not a marl_note run record (no format {RUN_FORMAT!r})")
@@ -141,8 +142,8 @@ def inspect_checkpoint(path: str, option: str = "--checkpoint") -> Source:
         if not isinstance(seat_map, dict) or not seat_map:
             raise CLIError(f"{os.path.join(path, RUN_FILE)} names no seats")
         manifests = {}
-        for name in sorted({n for n in seat_map.values() if n is not None}):
-            sub = os.path.join(path, str(name))
+        for name in sorted({n for n in seat_map.values() if n is not None}, key=str):
+            sub = _inside_run(path, name)
             manifest = check_checkpoint_target(sub) if os.path.isdir(sub) else None
             if manifest is None:
                 raise CLIError(f"{option} {path}: the run names the checkpoint {name!r}, but {sub} holds none")
@@ -151,6 +152,25 @@ def inspect_checkpoint(path: str, option: str = "--checkpoint") -> Source:
         raise CLIError(f"{option} {path} is not a readable marl_note checkpoint: {exc}") from None
     return Source(path, option, env=record.get("env"), env_kwargs=record.get("env_kwargs") or {},
                   seat_map=seat_map, manifests=manifests, record=record)
+
+
+def _inside_run(path: str, name: Any) -> str:
+    """``path/name`` for a checkpoint name of a run record, or a CLIError when it would leave the run directory.
+
+    A run record is data: the checkpoints it names are plain entries of its own directory (no
+    separators, no ``..``, and no link that resolves outside it).
+    """
+    where = os.path.join(path, RUN_FILE)
+    if not isinstance(name, str) or not name or name in (".", "..") or os.sep in name \
+            or (os.altsep and os.altsep in name) or "\0" in name:
+        raise CLIError(f"{where} names the checkpoint {name!r}, which is not a plain entry of the run directory; "
+                       f"refusing a path that leaves {path}")
+    sub = os.path.join(path, name)
+    root = os.path.realpath(path)
+    if os.path.commonpath([root, os.path.realpath(sub)]) != root:
+        raise CLIError(f"{where} names the checkpoint {name!r}, which resolves outside the run directory "
+                       f"({os.path.realpath(sub)}); refusing it")
+    return sub
 
 
 def _spaces(manifest: Mapping[str, Any]) -> tuple[Any, Any, bool]:

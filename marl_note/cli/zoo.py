@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from marl_note.cli.common import CLIError
+from marl_note.file_reads import JSON_LIMIT, FileRefused, read_regular
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -208,11 +209,12 @@ def load_recipe(path: str | os.PathLike) -> Recipe:
     """Read and check the recipe file ``path``; a RecipeError names the file and the key that is wrong."""
     path = os.fspath(path)
     try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
+        data = tomllib.loads(read_regular(path, JSON_LIMIT).decode("utf-8"))
     except OSError as exc:
         raise RecipeError(f"recipe {path} cannot be read ({exc.strerror or exc})") from None
-    except tomllib.TOMLDecodeError as exc:
+    except FileRefused as exc:
+        raise RecipeError(f"recipe {exc}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise RecipeError(f"{path} is not valid TOML: {exc}") from None
     return check_recipe(data, path)
 
@@ -315,6 +317,15 @@ def _check_agent(algo: str, agent: Mapping[str, Any], path: str) -> None:
                               f"it takes {', '.join(allowed)}")
         if key == "policy":
             _check_policy(value, path)
+        if key == "torso" and value not in _named_torsos():  # a recipe is data: it never names code to import
+            raise RecipeError(f"{path}: [agent] torso must be one of {', '.join(_named_torsos())}, got {value!r}; "
+                              f"a recipe names no code (a user torso is passed from Python: DQN(..., torso=MyTorso))")
+
+
+def _named_torsos() -> tuple[str, ...]:
+    from marl_note.agents.encoders import TORSOS
+
+    return TORSOS
 
 
 def _check_policy(value: Any, path: str) -> None:
