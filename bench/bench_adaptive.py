@@ -31,9 +31,9 @@ from typing import Any
 
 import numpy as np
 
+from marl_note.contrib.adaptive import adabatch
+from marl_note.contrib.finders.finders import LRFinder
 from marl_note.trainers import DecentralizedTrainer
-from marl_note.trainers.adaptive import adabatch
-from marl_note.trainers.finders import LRFinder
 
 FIXED = (32, 64, 128, 256, 512)
 # task: env id, algorithm, target mean test return, trainer settings, agent settings

@@ -9,7 +9,7 @@ ParameterServerStrategy with 1 vs 2 in-process workers and one parameter server)
   fixed env-step budget per rank: updates/s and samples/s (env steps of all ranks per second).
 - solve (optional, --solve, long): CartPole-v1 until a mean test return of 475 with 1 and 2 ranks.
 
-Each configuration runs in freshly launched ranks (``marl_note.trainers.distributed.launch``); the
+Each configuration runs in freshly launched ranks (``marl_note.contrib.distributed.launch.launch``); the
 times are rank 0's, after a barrier, without process start-up. Ratios are 2 replicas / 1 replica.
 
 Run:  python bench/bench_distributed.py [--backend torch|tf] [--smoke] [--solve] [--replicas 1,2] [--seed 0]
@@ -28,11 +28,11 @@ import platform
 import numpy as np
 from bench_distributed_tf import tf_table, time_learner  # (beside this script: bench/ is on the path)
 
-from marl_note.trainers.distributed import launch
+from marl_note.contrib.distributed.launch import launch
 
 
 def _init():
-    from marl_note.agents.torch.distributed import init_distributed
+    from marl_note.contrib.distributed.torch.ddp import init_distributed
 
     ctx = init_distributed("gloo", timeout=600)
     ctx.barrier()
@@ -43,7 +43,7 @@ def learner(steps: int, global_batch: int, hidden: int) -> dict:
     import gymnasium as gym
 
     from marl_note.agents.torch import DQN
-    from marl_note.agents.torch.distributed import shutdown
+    from marl_note.contrib.distributed.torch.ddp import shutdown
 
     ctx = _init()
     try:
@@ -64,7 +64,7 @@ def _trainer(ctx, seed: int, episodes: int, stop_fn=None, train_fn=None, batch_s
 
 def trainer_throughput(env_steps: int, seed: int) -> dict:
     from marl_note.agents.torch import DQN
-    from marl_note.agents.torch.distributed import shutdown
+    from marl_note.contrib.distributed.torch.ddp import shutdown
 
     ctx = _init()
     try:
@@ -85,7 +85,7 @@ def trainer_throughput(env_steps: int, seed: int) -> dict:
 
 def solve(seed: int, max_episodes: int) -> dict:
     from marl_note.agents.torch import DQN
-    from marl_note.agents.torch.distributed import shutdown
+    from marl_note.contrib.distributed.torch.ddp import shutdown
 
     ctx = _init()
     try:

@@ -96,7 +96,7 @@ def _setup(mode: str, n: int):
     """(rank context, strategy) of this process."""
     import tensorflow as tf
 
-    from marl_note.agents.tf.distributed import init_distributed
+    from marl_note.contrib.distributed.tf.multiworker import init_distributed
     from marl_note.distributed import DistributedContext
 
     if mode == "mirrored":

@@ -27,8 +27,8 @@ import argparse
 import os
 from typing import Any
 
+from marl_note.contrib.distributed.launch import launch
 from marl_note.trainers import DecentralizedTrainer
-from marl_note.trainers.distributed import launch
 
 
 def check_backend(backend: str) -> None:
@@ -62,7 +62,7 @@ def train_tf(algo: str = "DQN", episodes: int = 2000, batch_size: int = 64, seed
     import tensorflow as tf
 
     import marl_note.agents.tf as agents
-    from marl_note.agents.tf.distributed import init_distributed
+    from marl_note.contrib.distributed.tf.multiworker import init_distributed
 
     ctx = init_distributed(timeout=timeout)  # rank and world size from TF_CONFIG (one process without)
     strategy = ctx.collective.strategy if ctx.distributed else tf.distribute.MirroredStrategy()
@@ -80,7 +80,7 @@ def train(algo: str = "DQN", episodes: int = 2000, batch_size: int = 64, seed: i
     if backend == "tf":
         return train_tf(algo, episodes, batch_size, seed, None, save, progress, target)  # TF: health check
     import marl_note.agents.torch as agents
-    from marl_note.agents.torch.distributed import init_distributed, shutdown
+    from marl_note.contrib.distributed.torch.ddp import init_distributed, shutdown
 
     ctx = init_distributed(dist_backend, timeout=timeout)
     try:

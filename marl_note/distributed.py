@@ -2,7 +2,7 @@
 
 Numpy only (a bottom-layer module, like :mod:`marl_note.types`): the trainer reads a
 :class:`DistributedContext`, and the agent backends build one
-(:func:`marl_note.agents.torch.distributed.init_distributed`) around their own :class:`Collective`:
+(:func:`marl_note.contrib.distributed.torch.ddp.init_distributed`) around their own :class:`Collective`:
 broadcasting rank 0's decisions, a barrier, and ``prepare(agent)``, which makes an agent's gradient
 steps synchronous across ranks. Rank 0 (``is_chief``) is the one that tests and saves.
 
@@ -81,7 +81,7 @@ class DistributedContext:
                              f"world_size={self.world_size}, local_rank={self.local_rank}")
         if self.world_size > 1 and not isinstance(self.collective, Collective):
             raise TypeError(f"world_size={self.world_size} needs a collective with broadcast, barrier and prepare "
-                            f"(e.g. marl_note.agents.torch.distributed.init_distributed()), got "
+                            f"(e.g. marl_note.contrib.distributed.torch.ddp.init_distributed()), got "
                             f"{type(self.collective).__name__}")
 
     @property

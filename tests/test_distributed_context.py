@@ -6,8 +6,8 @@ import time
 import numpy as np
 import pytest
 
+from marl_note.contrib.distributed.launch import RankFailedError, launch
 from marl_note.distributed import RANK_SEED_STRIDE, DistributedContext, env_rank_info
-from marl_note.trainers.distributed import RankFailedError, launch
 
 
 class Chief:

@@ -12,6 +12,6 @@ def test_core_packages_import_no_framework():
 
 def test_agents_do_not_import_the_trainers():
     """agent.train() reaches marl_note.trainers only by an import inside the method (docs/ARCHITECTURE.md)."""
-    code = ("import sys, marl_note.agents, marl_note.agents.rl; "
+    code = ("import sys, marl_note.agents, marl_note.compat.rl; "
             "bad = [m for m in sys.modules if m.startswith('marl_note.trainers')]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -37,7 +37,6 @@ from marl_note.agents.checkpoints.saving import Saving
 from marl_note.agents.knobs import Adjustable
 from marl_note.agents.noise_scale import GradientNoiseScale
 from marl_note.agents.numpy_policy import NumpyPolicy
-from marl_note.agents.workflow import Workflow
 from marl_note.rng import rng_from_array, rng_to_array
 from marl_note.validation import positive_float, positive_int
 
@@ -47,14 +46,14 @@ __all__ = ["AgentCore", "LEGACY_STATE_KEYS"]
 LEGACY_STATE_KEYS = ("torch_rng",)
 
 
-class AgentCore(Workflow, Saving, Adjustable):
+class AgentCore(Saving, Adjustable):
     """Spaces, seeding, counters and numpy state of a built-in agent; ``self.nets`` does the math.
 
     ``rng`` drives exploration and replay sampling; ``init_rng`` (seeded from it) draws the initial
     weights, identically for both backends. Subclasses build ``self.nets = self.Networks(...)`` in
     their ``__init__`` and add their own state through ``_extra_state`` / ``_load_extra_state``.
-    The original library's workflow (``set``, ``train``, ``visualize_*``) comes from
-    :class:`~marl_note.agents.workflow.Workflow`.
+    The original library's workflow (``set``, ``train``, ``visualize_*``) is not part of the core:
+    :mod:`marl_note.compat` adds it (``from marl_note.compat.torch import DQN``).
     """
 
     Networks: ClassVar[type]  # the backend's networks class, set by the public class

@@ -51,7 +51,7 @@ ALGORITHMS: dict[str, Algorithm] = {
     "ddpg": Algorithm("DDPG", "marl_note.agents.ddpg.DDPGCore", ("Box",)),
     "sac": Algorithm("SAC", "marl_note.agents.sac.SACCore", ("Discrete", "Box")),
     "maddpg": Algorithm("MADDPG", "marl_note.agents.maddpg.MADDPGCore", ("Discrete", "Box"), joint=True),
-    "alphazero": Algorithm("AlphaZero", "marl_note.agents.alphazero.AlphaZeroCore", ("Discrete",), board_games=True),
+    "alphazero": Algorithm("AlphaZero", "marl_note.contrib.alphazero.core.AlphaZeroCore", ("Discrete",), board_games=True),
 }
 BACKENDS = {"torch": ("PyTorch", "pip install 'marl_note[torch]'"),
             "tf": ("TensorFlow", "pip install 'marl_note[tf]'")}
@@ -65,7 +65,7 @@ def _problem(algo: str, spec: Any, seats: list[str] | None = None) -> str | None
 
     info = ALGORITHMS[algo]
     if info.board_games:
-        from marl_note.agents.alphazero import board_simulator_for  # numpy only
+        from marl_note.contrib.alphazero.core import board_simulator_for  # numpy only
 
         if not spec.turn_based:
             return f"{algo} searches turn-based board games, and this env is not turn-based"

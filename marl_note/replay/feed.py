@@ -24,10 +24,16 @@ import numpy as np
 from marl_note.replay.buffer import ReplayBuffer
 from marl_note.replay.compact import CompactReplayBuffer
 from marl_note.replay.her import GOAL_KEYS, check_goal_space, goal_observation, goal_observation_space
-from marl_note.replay.her_buffer import HERReplayBuffer
 from marl_note.replay.nstep import NStepAccumulator
 from marl_note.replay.prioritized import PrioritizedReplayBuffer
 from marl_note.types import Transitions, space_shape_dtype
+
+
+def _her_buffer() -> type:
+    """:class:`~marl_note.replay.her_buffer.HERReplayBuffer`, loaded when a goal env first needs it."""
+    from marl_note.replay.her_buffer import HERReplayBuffer
+
+    return HERReplayBuffer
 
 __all__ = ["ReplayFeed", "check_prioritized_options", "check_num_steps", "is_goal_space", "network_space"]
 
@@ -171,7 +177,7 @@ class ReplayFeed:
             if not callable(getattr(replay, "add", None)) or not callable(getattr(replay, "sample", None)):
                 raise TypeError(f"replay must have add(transitions) and sample(batch_size), "
                                 f"got {type(replay).__name__}")
-            self.her = isinstance(replay, HERReplayBuffer)
+            self.her = isinstance(replay, _her_buffer())
         else:
             self.her = her_opts is not None
         if self.her:
@@ -193,7 +199,7 @@ class ReplayFeed:
                     raise ValueError("HER needs a reward function: pass compute_reward=env.unwrapped.compute_reward "
                                      "(or a function compute_reward(achieved_goal, desired_goal, info))")
                 check_goal_space(observation_space)
-                replay = HERReplayBuffer(buffer_size, observation_space, action_space, compute_reward,
+                replay = _her_buffer()(buffer_size, observation_space, action_space, compute_reward,
                                          seed=seed, **(her_opts or {}))
             elif PR:
                 replay = PrioritizedReplayBuffer(buffer_size, self.network_space, action_space, alpha=self.alpha,

@@ -1,7 +1,7 @@
 """A ring of transitions in shared memory: one writer process appends, one reader drains.
 
 :class:`SharedRing` is the per-actor replay shard of the pool trainer
-(:mod:`marl_note.trainers.pool`). Rows live in one ``multiprocessing.shared_memory`` block: a
+(:mod:`marl_note.contrib.pool`). Rows live in one ``multiprocessing.shared_memory`` block: a
 header of absolute counters, then one preallocated column per field. Absolute positions only grow;
 row ``p`` sits at slot ``p % capacity``.
 

@@ -6,7 +6,7 @@ and widening the window brings them back. ``None`` (the default) samples everyth
 :class:`~marl_note.replay.prioritized.PrioritizedReplayBuffer` the window counts transitions; for
 :class:`~marl_note.replay.compact.CompactReplayBuffer` it counts slots (stored observations), as its
 capacity does. The window is a sampling setting, not stored data: ``state_dict`` does not carry it
-(a controller that sets it, like :class:`~marl_note.trainers.adaptive.Adaptive`, sets it again on
+(a controller that sets it, like :class:`~marl_note.contrib.adaptive.Adaptive`, sets it again on
 resume), and loading a state keeps the window a buffer has.
 
 The newest ``span`` positions of a ring whose next write goes to ``head`` are

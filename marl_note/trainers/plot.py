@@ -1,4 +1,4 @@
-"""Plots of a training run: the trainer's one figure per run, and the original library's ``visualize_*``.
+"""Plots of a training run: the trainer's one figure per run, and :func:`plot_panels` for a few of its panels.
 
 The figure has one panel per kind of series (see :mod:`marl_note.trainers.series`): the test
 reward metric, the training reward, the losses, the exploration rates (eps, temperature, noise),
@@ -6,17 +6,18 @@ the batch size and other adapted knobs, the other update metrics, and the callba
 opponent pool's Elo rating); panels with nothing recorded are left out. The x axis is training
 episodes.
 
-The ``visualize_*`` functions take a trainer (its current or last run), a ``RunState``, a
-``{name: [(episodes, value), ...]}`` dict (``"test_metric"`` for the test history, other names
-placed by :func:`~marl_note.trainers.series.panel_of`) or, for :func:`visualize_reward`, the
-test history itself. They write a PNG atomically (default ``runs/<what>_<time>.png``), show it
-too when matplotlib uses an interactive backend (``show=None``; ``True``/``False`` force it),
-and return the file's absolute path. Writing never changes matplotlib's backend.
+:func:`plot_panels` (and the original library's ``visualize_*``, :mod:`marl_note.compat.visualize`)
+take a trainer (its current or last run), a ``RunState``, a ``{name: [(episodes, value), ...]}``
+dict (``"test_metric"`` for the test history, other names placed by
+:func:`~marl_note.trainers.series.panel_of`) or the test history itself. They write a PNG
+atomically (default ``runs/<what>_<time>.png``), show it too when matplotlib uses an interactive
+backend (``show=None``; ``True``/``False`` force it), and return the file's absolute path. Writing never changes matplotlib's backend.
 
 Example:
     >>> import tempfile, os
     >>> series = {"test_metric": [(10, 0.2), (20, 0.6)], "loss": [(5, 1.0), (10, 0.7), (20, 0.4)]}
-    >>> path = visualize_reward_loss(series, os.path.join(tempfile.mkdtemp(), "run.png"), show=False)
+    >>> path = plot_panels(series, ("test", "loss"), os.path.join(tempfile.mkdtemp(), "run.png"), "run", "run",
+    ...                    show=False)
     >>> os.path.getsize(path) > 0
     True
 """
@@ -178,28 +179,13 @@ def plot_metric(history: Points, path: str | None = None, title: str = "marl_not
     return _draw(panels, path, "reward", title, show=False)
 
 
+def plot_panels(source: Any, panels: Sequence[str], path: str | None, what: str, title: str,
+                show: bool | None = None) -> str:
+    """The ``panels`` of ``source`` (a trainer, a ``RunState``, a series dict or a test history) in one
+    figure written to ``path`` (default ``runs/<what>_<time>.png``); returns the file's absolute path."""
+    return _draw(_only(source, panels), path, what, title, show)
+
+
 def _only(source: Any, wanted: Sequence[str]) -> dict[str, dict[str, list[tuple[int, float]]]]:
     panels = _panels(source)
     return {p: panels[p] for p in wanted}
-
-
-def visualize_reward(source: Any, path: str | None = None, show: bool | None = None) -> str:
-    """The test reward metric and the training reward (the original library's name); returns the path.
-
-    ``source``: the test history ``[(episodes, metric), ...]`` (as before), a trainer, a
-    ``RunState`` or a series dict. Default path ``runs/reward_<time>.png``.
-    """
-    return _draw(_only(source, ("test", "reward")), path, "reward", "reward", show)
-
-
-def visualize_loss(source: Any, path: str | None = None, show: bool | None = None) -> str:
-    """Every learner's losses against training episodes; returns the path (default ``runs/loss_<time>.png``).
-
-    ``source``: a trainer, a ``RunState`` or a series dict. A ValueError if no loss was recorded.
-    """
-    return _draw(_only(source, ("loss",)), path, "loss", "loss", show)
-
-
-def visualize_reward_loss(source: Any, path: str | None = None, show: bool | None = None) -> str:
-    """Test metric, training reward and losses in one figure; returns the path (``runs/reward_loss_<time>.png``)."""
-    return _draw(_only(source, ("test", "reward", "loss")), path, "reward_loss", "reward and loss", show)

@@ -14,7 +14,7 @@ import numpy as np
 
 from marl_note.agents.base import Agent, JointLearner, LearningAgent
 from marl_note.trainers.callbacks import CallbackList, stop_value
-from marl_note.trainers.collector import Collector
+from marl_note.trainers.collector import CollectStats
 from marl_note.trainers.evaluation import evaluate_against, use_baseline
 from marl_note.trainers.run_state import RunState, run_summary
 from marl_note.trainers.series import Recorder
@@ -40,7 +40,9 @@ class RunLoop:
     opponents: dict[str, Agent] | None
     test_agents_given: bool
     checkpoint_path: str | None
-    collector: Collector | None = None
+    source: Any = None  # the ExperienceSource of this run (marl_note.trainers.source)
+    learners: list[Any] = field(default_factory=list)  # the source's distinct learners, in seat order
+    source_stats: dict[str, Any] = field(default_factory=dict)  # what the source reported when it closed
     recorder: Recorder | None = None  # the run's series for the plot
     started: float = 0.0  # perf_counter() at the start, less the training time of a resumed run
     baseline_on: bool | None = None  # decided at the first test
@@ -84,6 +86,7 @@ class RunLoop:
                            **{k: v for k, v in self.last_metrics.items() if k in ("loss", "eps", "epsilon")})
         finally:
             bar.close()
+            self.source_stats = self.source.close()
         run.training_time = time.perf_counter() - self.started
 
     def _phase(self, name: str, since: float) -> float:
@@ -92,19 +95,18 @@ class RunLoop:
         return now
 
     def _collect_chunk(self) -> None:
-        run, collector = self.run, self.collector
-        assert collector is not None  # set by _prepare
+        run = self.run
         if self.trainer.train_fn is not None:
             self.trainer.train_fn(run.episodes, run.env_steps)
         chunk_env_steps = self.trainer.update_freq
-        stats = collector.collect(n_steps=chunk_env_steps)
+        stats: CollectStats = self.source.collect(chunk_env_steps)
         self.chunk_env_steps = stats.env_steps
         run.env_steps += stats.env_steps
         run.agent_steps += stats.agent_steps
         run.episodes += stats.episodes
         run.recent_returns = (run.recent_returns + [r.tolist() for r in stats.returns])[-100:]
-        collector.flush()
         self.callbacks.fire("on_collect_end", self.trainer, stats, run.episodes)
+        self.source.after_collect()
         if self.trainer.distributed.distributed:
             self._sync_settings()
         first_chunk = run.env_steps == stats.env_steps
@@ -119,8 +121,7 @@ class RunLoop:
         (the adaptive batch, schedules) run on rank 0 alone, and ranks that differed in any of them would
         no longer take equal steps (or the same number of them)."""
         t = self.trainer
-        assert self.collector is not None  # set by _prepare
-        learners = self.collector.learners
+        learners = self.learners
         settings = [(dict(getattr(ln, "learning_rates", dict)()), dict(getattr(ln, "hyperparameters", dict)()))
                     for ln in learners]
         mine: dict[str, Any] = {"batch_size": int(t.batch_size), "update_freq": int(t.update_freq),
@@ -140,15 +141,14 @@ class RunLoop:
 
     def _update_learners(self) -> int:
         """One update round; returns its gradient steps (each learner samples this rank's share of the batch)."""
-        assert self.collector is not None  # set by _prepare
-        learners: list[LearningAgent | JointLearner] = self.collector.learners
+        learners: list[LearningAgent | JointLearner] = self.learners
         assert self.recorder is not None  # set by _prepare
         batch_size = self.trainer.distributed.shard_batch(self.trainer.batch_size)
         steps = 0
         for index, learner in enumerate(learners):
             self.callbacks.fire("on_batch_begin", self.trainer, self.batches,
                              {"learner": index, "episodes": self.run.episodes, "env_steps": self.run.env_steps})
-            metrics = learner.update(batch_size) or {}
+            metrics = self.source.update(index, learner, batch_size)
             logged = metrics if "gradient_steps" not in metrics else {  # the update accounting, recorded too
                 **metrics, "gradient_steps_per_env_step": metrics["gradient_steps"] / max(1, self.chunk_env_steps)}
             self.recorder.update(index, self.run.episodes, logged, self.trainer.batch_size)
@@ -158,6 +158,7 @@ class RunLoop:
             self.callbacks.fire("on_batch_end", self.trainer, self.batches, metrics)
             self.callbacks.fire("on_update_end", self.trainer, metrics, self.run.episodes)
             self.batches += 1
+        self.source.after_update()
         return steps
 
     def _periodic_test(self) -> None:
@@ -207,6 +208,8 @@ class RunLoop:
                           last_test=self.last_test)
         out["stopped_by_stop_training"] = bool(self.trainer.stop_training)
         out["time_split"] = {f"{k}_s": round(v, 3) for k, v in self.phase_seconds.items()}
+        if self.source_stats:
+            out[self.source.name] = dict(self.source_stats)
         self.callbacks.fire("on_train_end", self.trainer, out)
         self.trainer.distributed.barrier()  # every rank returns once rank 0 has saved
         if plot and self.run.history and chief:

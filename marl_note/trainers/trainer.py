@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from marl_note import _moved
 from marl_note.agents.base import Agent
 from marl_note.agents.checkpoints.format import check_checkpoint_target
 from marl_note.distributed import DistributedContext
@@ -18,12 +19,11 @@ from marl_note.trainers.callbacks import CallbackList, EpisodeEvents, metric_val
 from marl_note.trainers.collector import Collector
 from marl_note.trainers.evaluation import baseline_opponents, evaluate_against
 from marl_note.trainers.plot import check_plot_path
-from marl_note.trainers.pool.loop import PoolRunLoop, check_pool_run
-from marl_note.trainers.pool.options import PoolOptions
 from marl_note.trainers.run_loop import RunLoop
 from marl_note.trainers.run_state import RunState, distinct, load_run, save_run
 from marl_note.trainers.seats import check_learners, check_seats, learner_of, positive_int, seat_flags
 from marl_note.trainers.series import Recorder, learner_labels
+from marl_note.trainers.source import CollectorSource, ExperienceSource
 from marl_note.types import EnvSpec
 
 Seats = Sequence[Agent] | Mapping[str, Agent]  # one agent per seat, in seat order or keyed by agent id
@@ -70,7 +70,7 @@ class DecentralizedTrainer:
     thread, where a stuck call cannot be interrupted safely, so the bound needs ``processes >= 1``.
 
     ``distributed`` (a :class:`~marl_note.distributed.DistributedContext`, e.g. from
-    :func:`marl_note.agents.torch.distributed.init_distributed`) makes this one rank of a
+    :func:`marl_note.contrib.distributed.torch.ddp.init_distributed`) makes this one rank of a
     multi-process run: every rank collects on its own train envs (seeded ``seed + rank *
     1_000_003``) into its own replay and its learners sample ``batch_size / world_size`` each
     (``batch_size`` is the global batch), with gradients averaged over the ranks. ``train_fn`` runs
@@ -79,15 +79,13 @@ class DecentralizedTrainer:
     on rank 0 alone, and rank 0's decision to stop (budget, ``stop_fn``, ``stop_training``) is
     every rank's, after each chunk.
 
-    ``actors=N`` trains off-policy agents (DQN, DDPG, SAC, user ``RL`` subclasses) with N actor
-    processes that own the train envs, act with numpy copies of the learning policies
-    (republished every ``sync_every`` gradient steps; in the framework for agents without one) and
-    write into shared-memory shards while this process trains on what they collected; PPO runs
-    synchronously (one round per actor with the current weights, then the update); an
-    :class:`~marl_note.trainers.selfplay.OpponentPool` matchmaker runs in the actors on its
-    published snapshots. ``pool`` takes the shard options (``window_size``, ``clearing_freq``
-    with ``window_size_``, ``random``, ``num_store``, ``shard_capacity``, ``actor_timeout``; see
-    :mod:`marl_note.trainers.pool`). An actor's error is raised here with its traceback.
+    ``source`` (an :class:`~marl_note.trainers.source.ExperienceSource`) is where the training
+    experience comes from: by default (None) a :class:`~marl_note.trainers.source.CollectorSource`
+    steps the train envs in this process (or in ``processes`` worker processes);
+    ``source=marl_note.contrib.pool.ActorPool(actors=N, ...)`` has N actor processes own the train
+    envs and write into shared-memory shards while this process trains (the "pool network").
+    Release 0.1.0's ``actors=N, sync_every=K, pool={...}`` still build that ``ActorPool``, with a
+    DeprecationWarning.
 
     Example:
         >>> from marl_note.agents import RandomAgent
@@ -108,7 +106,8 @@ class DecentralizedTrainer:
                  shared_memory: bool = True, seed: int | None = None, processes: int | None = None,
                  plot_path: str | None = None, step_timeout: float | None = DEFAULT_STEP_TIMEOUT,
                  check_finite: bool = True, distributed: DistributedContext | None = None,
-                 actors: int | None = None, sync_every: int = 1, pool: Mapping[str, Any] | None = None):
+                 source: ExperienceSource | None = None, actors: int | None = None, sync_every: int | None = None,
+                 pool: Mapping[str, Any] | None = None):
         check_not_reimporting_main("DecentralizedTrainer")
         self.env_fn = env_factory(env)
         self.check_finite = bool(check_finite)
@@ -125,11 +124,14 @@ class DecentralizedTrainer:
                 raise TypeError(f"{name} must be callable, got {type(fn).__name__}")
         if processes is not None and positive_int("processes", processes) < 1:
             raise ValueError("processes must be >= 1")
-        self.pool_options = None if actors is None else PoolOptions.build(actors, sync_every, pool)
-        if self.pool_options is None and pool is not None:
-            raise ValueError("pool options need actors=N (the number of actor processes)")
-        if self.pool_options is not None and processes is not None:
-            raise ValueError("actors=N already steps the train envs in N processes; leave processes=None")
+        if actors is not None or sync_every is not None or pool is not None:  # release 0.1.0's arguments
+            if source is not None:
+                raise ValueError("give source=ActorPool(...) or the old actors=/sync_every=/pool=, not both")
+            source = _moved.actor_pool(actors, sync_every, pool)
+        if source is not None and not isinstance(source, ExperienceSource):
+            raise TypeError(f"source must be an ExperienceSource (marl_note.trainers.source), "
+                            f"got {type(source).__name__}")
+        self.source: ExperienceSource = CollectorSource() if source is None else source
         self.train_fn, self.test_fn = train_fn, test_fn
         self.save_best_fn, self.save_last_fn, self.stop_fn = save_best_fn, save_last_fn, stop_fn
         self.reward_metric = reward_metric
@@ -140,8 +142,7 @@ class DecentralizedTrainer:
             raise TypeError(f"distributed must be a DistributedContext, got {type(distributed).__name__}")
         self.distributed = DistributedContext() if distributed is None else distributed
         self.distributed.shard_batch(self.batch_size)  # the global batch must split evenly over the ranks
-        if self.pool_options is not None and self.distributed.distributed:
-            raise ValueError("actors=N and distributed= cannot be combined yet: run the actor pool in one process")
+        self.source.check(self)
         self.plot_path = check_plot_path(plot_path)  # a .png path, checked before any work
         probe = adapt(self.env_fn())
         try:
@@ -184,6 +185,12 @@ class DecentralizedTrainer:
         if self.reward_metric is not None:
             return metric_value(self.reward_metric(rewards))
         return float(rewards[:, np.flatnonzero(learn)].mean()) if len(rewards) else float("nan")
+
+    def train_envs(self) -> Any:
+        """The vector env of the train envs (built on first use, rebuilt if a failure closed it)."""
+        if not self._usable(self._train_venv):
+            self._train_venv = self._venv(self.num_train_envs)
+        return self._train_venv
 
     def _venv(self, n: int):
         fns = [self.env_fn] * n
@@ -292,8 +299,7 @@ class DecentralizedTrainer:
             check_checkpoint_target(checkpoint_path)  # a foreign directory is refused before any work
         if matchmaker is not None and not callable(matchmaker):
             raise TypeError(f"matchmaker must be callable, got {type(matchmaker).__name__}")
-        if self.pool_options is not None:
-            check_pool_run(matchmaker)
+        self.source.check(self, matchmaker)
         callback_list = CallbackList(callbacks)
         chief = self.distributed.is_chief
         if not chief:  # checked on every rank, fired on rank 0 alone
@@ -305,32 +311,20 @@ class DecentralizedTrainer:
             if isinstance(baseline, str) and baseline != "auto":
                 raise ValueError(f"baseline must be 'auto', None, an agent or a {{seat: agent}} dict; got {baseline!r}")
             check_seats(self.spec, [opponents[a] for a in self.spec.possible_agents])
-        if self.pool_options is None and not self._usable(self._train_venv):
-            self._train_venv = self._venv(self.num_train_envs)
         run = RunState(next_test=self.test_freq)
         if resume_from is not None:
             run = load_run(resume_from, seats, callback_list.callbacks)  # checks everything before loading
         self._run, self._run_agents, self._run_callbacks = run, seats, callback_list.callbacks
         self._run_learners = distinct([a for a, ln in zip(seats, learn) if ln])
         self.history = run.history
-        loop_class = RunLoop if self.pool_options is None else PoolRunLoop
-        session = loop_class(self, seats, test_seats, learn, explore, callback_list, run, baseline, opponents,
-                             test_agents_given=test_agents is not None,
-                             checkpoint_path=checkpoint_path if chief else None)
+        session = RunLoop(self, seats, test_seats, learn, explore, callback_list, run, baseline, opponents,
+                          test_agents_given=test_agents is not None,
+                          checkpoint_path=checkpoint_path if chief else None, source=self.source)
         self.stop_training = False
         callback_list.fire("on_train_begin", self)
         events = EpisodeEvents(callback_list, self, run.episodes, lambda returns: self._metric(returns[None], learn))
         seed = self.seed if resume_from is None else _resume_seed(self.seed, run)
-        if isinstance(session, PoolRunLoop):  # the train envs live in actor processes (trainers/pool/)
-            session.start(self.pool_options, seed, events if any(events.hooks().values()) else None, matchmaker)
-            learners = session.learners
-        else:
-            session.collector = Collector(self._train_venv, self.spec, seats, explore=explore, learn=learn,
-                                          matchmaker=matchmaker, check_finite=self.check_finite, **events.hooks())
-            session.collector.reset(seed=self.distributed.rank_seed(seed))
-            learners = session.collector.learners
-            for learner in learners:  # rank 0's weights; gradients averaged from here on
-                self.distributed.prepare(learner)
+        learners = session.learners = self.source.start(self, seats, learn, explore, seed, events, matchmaker)
         session.recorder = Recorder(run.series, learner_labels(self.spec.possible_agents, seats, learn,
                                                                learners, learner_of))
         return session

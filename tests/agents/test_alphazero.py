@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from pettingzoo.classic import rps_v2, tictactoe_v3
 
-from marl_note.agents.mcts import MCTS, BoardSimulator, EnvSimulator
+from marl_note.contrib.alphazero.mcts import MCTS, BoardSimulator, EnvSimulator
 from marl_note.trainers import DecentralizedTrainer
 from marl_note.types import Transitions
 

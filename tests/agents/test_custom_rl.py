@@ -324,7 +324,7 @@ class TorchLinear(TorchRL):
 def test_core_is_numpy_only():
     import subprocess
     import sys
-    code = ("import sys, marl_note.agents.rl as m; "
+    code = ("import sys, marl_note.compat.rl as m; "
             "assert not {'torch', 'tensorflow', 'keras'} & set(sys.modules), sorted(sys.modules); print(m.RLCore)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

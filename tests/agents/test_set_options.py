@@ -85,7 +85,7 @@ def test_prioritized_replay_example(backend):
 
 
 def test_her_takes_compute_reward_from_the_env_now_or_at_train():
-    from marl_note.agents.train_bindings import bind_env
+    from marl_note.compat.train_bindings import bind_env
 
     env = PointReachEnv()
     agent = algo("DDPG")(env.observation_space, env.action_space, hidden_sizes=(8,), seed=0)

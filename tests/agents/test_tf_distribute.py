@@ -211,7 +211,7 @@ def test_the_tf_collective_refuses_what_cannot_stay_in_lockstep_before_any_commu
 
     from marl_note.agents import RandomAgent
     from marl_note.agents.tf import DQN, PPO
-    from marl_note.agents.tf.distributed import TFCollective, init_distributed
+    from marl_note.contrib.distributed.tf.multiworker import TFCollective, init_distributed
 
     space, acts = gym.make("CartPole-v1").observation_space, gym.spaces.Discrete(2)
     collective = TFCollective(tf.distribute.get_strategy())

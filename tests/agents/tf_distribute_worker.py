@@ -144,7 +144,7 @@ def mirrored(out: dict, tmp: str, names: tuple[str, ...]) -> None:
         return
     noise_scale(out, strategy)
     rl_subclass(out, strategy)
-    from marl_note.agents.rebuild import rebuild
+    from marl_note.compat.rebuild import rebuild
     rebuild(dqn_dist, {"gamma": 0.95})  # what agent.set() does: the new object keeps the strategy
     out["rebuilt"] = [dqn_dist.strategy is strategy, type(dqn_dist.nets.params["q_net"][0][1].value).__name__]
     restored = DQN.restore(f"{tmp}/dist")  # written under the strategy, read without one
@@ -239,7 +239,7 @@ def trainer_run(out: dict, strategy, tmp: str) -> None:
     """A short DQN run of the trainer on CartPole, one rank per worker (each from its own weights:
     ``prepare`` must give every worker rank 0's); rank 0 tests and checkpoints."""
     from marl_note.agents.tf import DQN
-    from marl_note.agents.tf.distributed import init_distributed
+    from marl_note.contrib.distributed.tf.multiworker import init_distributed
     from marl_note.trainers import DecentralizedTrainer
 
     ctx = init_distributed(strategy)
@@ -259,11 +259,11 @@ def trainer_run(out: dict, strategy, tmp: str) -> None:
 def worker(out: dict, die: bool, tmp: str | None = None) -> None:
 
     from marl_note.agents.tf import DQN, PPO
-    from marl_note.agents.tf.distributed import rank_from_tf_config
+    from marl_note.contrib.distributed.tf.multiworker import rank_from_tf_config
     mark(out, "import")
 
     rank, world = rank_from_tf_config()
-    from marl_note.agents.tf.distributed import init_distributed
+    from marl_note.contrib.distributed.tf.multiworker import init_distributed
     strategy = init_distributed().collective.strategy  # the default: no per-collective timeout
     mark(out, "strategy")
     out.update(rank=rank, world=world, replicas=strategy.num_replicas_in_sync)
@@ -290,7 +290,7 @@ def worker(out: dict, die: bool, tmp: str | None = None) -> None:
     out["ppo_diff"] = max_diff(ppo_single.state_dict(), ppo_dist.state_dict())
     mark(out, "ppo")
     from marl_note.agents import tf as A
-    from marl_note.agents.tf.distributed import TFCollective
+    from marl_note.contrib.distributed.tf.multiworker import TFCollective
     from tests.agents.rl_helpers import user_rl
     rl_single = user_rl(A, space, gym.spaces.Discrete(2))
     with strategy.scope():
@@ -301,7 +301,7 @@ def worker(out: dict, die: bool, tmp: str | None = None) -> None:
     rl_dist.nets.train_step(rl_dist, tuple(b[lo:hi] for b in rl_batch))
     out["rl_diff"] = max_diff(rl_single.state_dict(), rl_dist.state_dict())
     mark(out, "rl")
-    from marl_note.agents.tf.distributed import any_worker, broadcast_from_rank0
+    from marl_note.contrib.distributed.tf.multiworker import any_worker, broadcast_from_rank0
     out["broadcast"] = broadcast_from_rank0(strategy, np.array([rank + 5, 7 * rank])).tolist()
     out["any"] = [any_worker(strategy, rank == 1), any_worker(strategy, False)]
     collective, before = TFCollective(strategy, rank), _threads()
@@ -325,7 +325,7 @@ def worker(out: dict, die: bool, tmp: str | None = None) -> None:
     except Exception as exc:  # noqa: BLE001 (which error it is is the result)
         out["second_step"] = f"{type(exc).__name__}: {exc}"
     out["failed_after"] = time.perf_counter() - start
-    from marl_note.agents.tf.distributed import TFCollective
+    from marl_note.contrib.distributed.tf.multiworker import TFCollective
     try:  # the trainer's collectives fail the same way, named
         TFCollective(strategy, rank).barrier()
         out["barrier"] = "no error"

@@ -8,9 +8,9 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+from marl_note.contrib.adaptive import KNOBS, BatchRule, KnobRule, adabatch, adjust
+from marl_note.contrib.adaptive.cost import StepCost
 from marl_note.trainers import DecentralizedTrainer
-from marl_note.trainers.adaptive import KNOBS, BatchRule, KnobRule, adabatch, adjust
-from marl_note.trainers.adaptive.cost import StepCost
 
 torch_agents = pytest.importorskip("marl_note.agents.torch")
 

@@ -6,8 +6,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+from marl_note.contrib.adaptive import KnobRule, adjust
 from marl_note.trainers import DecentralizedTrainer
-from marl_note.trainers.adaptive import KnobRule, adjust
 
 torch_agents = pytest.importorskip("marl_note.agents.torch")
 

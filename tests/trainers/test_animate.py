@@ -105,7 +105,7 @@ def test_bad_input_is_refused_before_anything_is_played_or_written(tmp_path, mon
 
 
 def _ffmpeg():
-    from marl_note.trainers.animate import _find_ffmpeg
+    from marl_note.compat.animate import _find_ffmpeg
     try:
         return _find_ffmpeg()
     except RuntimeError:

@@ -11,8 +11,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+from marl_note.contrib.distributed.launch import RankFailedError, launch
 from marl_note.distributed import DistributedContext
-from marl_note.trainers.distributed import RankFailedError, launch
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.timeout(120)
@@ -130,7 +130,7 @@ def _dqn(seed: int):
 def _adaptive_run(ctx: DistributedContext) -> dict:
     """A short run with the adaptive batch: callbacks run on rank 0 alone, so the batch size and the learning
     rate it sets reach rank 1 only through the run loop's settings broadcast."""
-    from marl_note.trainers.adaptive import adabatch
+    from marl_note.contrib.adaptive import adabatch
 
     trainer = _trainer(ctx, episodes=14, batch_size=16)
     agent = _dqn(seed=0)
@@ -145,7 +145,7 @@ def _adaptive_run(ctx: DistributedContext) -> dict:
 def _rank(tmp: str, resume_from: str, results: str) -> None:
     """Every check in one launch (starting ranks that import torch costs many seconds on a loaded machine):
     one update, a resumed training run (results pickled to ``results``), then rank 1 dies in a second run."""
-    from marl_note.agents.torch.distributed import init_distributed, shutdown
+    from marl_note.contrib.distributed.torch.ddp import init_distributed, shutdown
 
     ctx = init_distributed("gloo", timeout=60)
     try:
@@ -324,7 +324,7 @@ def test_the_example_runs_in_one_process_and_refuses_an_unknown_backend():
 def test_distribute_refuses_what_cannot_stay_in_lockstep_before_any_communication():
     from marl_note.agents import RandomAgent
     from marl_note.agents.torch import PPO
-    from marl_note.agents.torch.distributed import distribute
+    from marl_note.contrib.distributed.torch.ddp import distribute
 
     with pytest.raises(ValueError, match="target_kl=None with several ranks"):
         distribute(PPO(OBS, N_ACT, hidden_sizes=(8,), target_kl=0.01, seed=0))

@@ -53,8 +53,8 @@ def test_train_needs_an_env_and_positive_episodes():
 
 
 def test_early_stopping_and_saving_attributes_become_the_named_callbacks(tmp_path):
+    from marl_note.compat.facade import run_callbacks
     from marl_note.trainers import CheckpointManager, EarlyStopping
-    from marl_note.trainers.facade import run_callbacks
 
     agent = dqn().set(trial_count=10, criterion=200)
     agent.patience = 3
@@ -113,7 +113,7 @@ def test_goal_env_instance_without_a_spec_and_her_bound_at_train():
 
 
 def test_jit_compile_is_the_agents_compile_option():
-    from marl_note.agents.train_bindings import set_compile
+    from marl_note.compat.train_bindings import set_compile
 
     tf_dqn = importlib.import_module("marl_note.agents.tf").DQN if importlib.util.find_spec("tensorflow") else None
     if tf_dqn is not None:

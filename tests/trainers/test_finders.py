@@ -8,10 +8,10 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+from marl_note.contrib.finders.finders import LRFinder, OptFinder
+from marl_note.contrib.finders.parts import LRSearch, SearchDone, start_from, weights_of
 from marl_note.trainers import DecentralizedTrainer
 from marl_note.trainers.collector import CollectStats
-from marl_note.trainers.finder_parts import LRSearch, SearchDone, start_from, weights_of
-from marl_note.trainers.finders import LRFinder, OptFinder
 from tests.agents.rl_helpers import user_rl
 
 CARTPOLE = gym.make("CartPole-v1")
@@ -347,7 +347,7 @@ def test_original_example_optfinder_tf():
 # ------------------------------------------------------------------ reading a suggestion off the curve
 
 def curve(values, metric="loss"):
-    from marl_note.trainers.finder_results import LRFinderResult
+    from marl_note.contrib.finders.results import LRFinderResult
 
     return LRFinderResult(metric, np.geomspace(1e-5, 1e-1, len(values)), np.asarray(values, float), smoothing=0.0,
                           stop_reason="done", optimizers=("optimizer",))

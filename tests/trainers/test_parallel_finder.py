@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from marl_note.trainers.parallel_finder import ParallelFinder
+from marl_note.contrib.finders.parallel import ParallelFinder
 
 pytest.importorskip("torch")
 
@@ -57,7 +57,7 @@ def test_a_dying_worker_fails_the_search_at_once_instead_of_hanging():
 
 SCRIPT_WITHOUT_MAIN_GUARD = '''
 from marl_note.agents import RandomAgent
-from marl_note.trainers.parallel_finder import ParallelFinder
+from marl_note.contrib.finders.parallel import ParallelFinder
 
 def factory(trainer, seed=0):  # defined in the user's script, which has no main guard
     class Learner(RandomAgent):

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from pettingzoo.classic import tictactoe_v3
 
+from marl_note.contrib.pool.pool import ActorError
 from marl_note.trainers import DecentralizedTrainer
-from marl_note.trainers.pool.pool import ActorError
 from tests.trainers.pool_envs import crashing_cartpole
 
 torch = pytest.importorskip("torch")
@@ -120,7 +120,7 @@ def test_the_learner_leaves_the_actors_their_cores_and_gets_its_threads_back(no_
 
 
 def test_auto_learner_threads_leave_one_core_per_local_actor(monkeypatch):
-    from marl_note.trainers.pool import options
+    from marl_note.contrib.pool import options
 
     monkeypatch.setattr(options, "usable_cores", lambda: 16)
     assert options.PoolOptions(actors=2).learner_thread_cap() == 14

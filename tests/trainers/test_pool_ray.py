@@ -7,8 +7,8 @@ import time
 import numpy as np
 import pytest
 
+from marl_note.contrib.pool.pool import ActorError
 from marl_note.trainers import DecentralizedTrainer
-from marl_note.trainers.pool.pool import ActorError
 from tests.trainers.pool_envs import crashing_cartpole
 
 ray = pytest.importorskip("ray")
@@ -88,7 +88,7 @@ def test_without_ray_the_error_says_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed
     with pytest.raises(ImportError, match=r'pip install "marl_note\[ray\]"'):
         cartpole_trainer()
-    from marl_note.trainers.pool.ray_backend import import_ray
+    from marl_note.contrib.pool.ray_backend import import_ray
     with pytest.raises(ImportError, match=r'pip install "marl_note\[ray\]"'):
         import_ray()
 

@@ -6,9 +6,9 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+from marl_note.contrib.pool.board import WeightBoard
+from marl_note.contrib.pool.options import PoolOptions
 from marl_note.replay.shared import RingFullError, SharedRing
-from marl_note.trainers.pool.board import WeightBoard
-from marl_note.trainers.pool.options import PoolOptions
 
 SPECS = {"x": ((2,), np.float32), "i": ((), np.int64)}
 
@@ -131,7 +131,7 @@ def test_acting_shell_acts_like_the_agent_without_its_networks():
     torch = pytest.importorskip("torch")  # noqa: F841
     from marl_note.agents.exploration.policies import EpsGreedyQPolicy
     from marl_note.agents.torch import DQN
-    from marl_note.trainers.pool.shell import acting_shell, acting_state, load_acting_state
+    from marl_note.contrib.pool.shell import acting_shell, acting_state, load_acting_state
 
     agent = DQN(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(4), hidden_sizes=(8,), seed=0,
                 policy=EpsGreedyQPolicy(1.0, eps_min=0.1, n_steps_annealing=100))

@@ -321,7 +321,9 @@ def restore(path: str | os.PathLike, backend: str | None = None, **overrides) ->
     if backend not in BACKENDS:
         raise ValueError(f"backend must be 'torch' or 'tf', got {backend!r}")
     try:
-        importlib.import_module(f"marl_note.agents.{backend}")
+        package = importlib.import_module(f"marl_note.agents.{backend}")
+        if info["algorithm"] in getattr(package, "__all__", ()):
+            getattr(package, info["algorithm"])  # a lazily exported class registers itself as its module loads
     except ImportError as exc:
         raise CheckpointError(f"{os.fspath(path)} needs the {backend} backend, which cannot be imported "
                               f"({exc})") from exc

@@ -5,12 +5,24 @@ same numpy ``state_dict()`` keys and layouts, so weights, optimiser moments, cou
 exploration state move between the backends. This package is the only place in
 ``marl_note.agents`` that imports tensorflow or keras.
 """
-from marl_note.agents.tf.alphazero import AlphaZero
-from marl_note.agents.tf.ddpg import DDPG
-from marl_note.agents.tf.dqn import DQN
-from marl_note.agents.tf.maddpg import MADDPG
-from marl_note.agents.tf.ppo import PPO
-from marl_note.agents.tf.rl import RL
-from marl_note.agents.tf.sac import SAC
+from typing import TYPE_CHECKING
 
-__all__ = ["AlphaZero", "DQN", "PPO", "RL", "MADDPG", "DDPG", "SAC"]
+from marl_note._moved import lazy_package
+
+if TYPE_CHECKING:
+    from marl_note.agents.tf.ddpg import DDPG
+    from marl_note.agents.tf.dqn import DQN
+    from marl_note.agents.tf.maddpg import MADDPG
+    from marl_note.agents.tf.ppo import PPO
+    from marl_note.agents.tf.sac import SAC
+
+__all__ = ["DDPG", "DQN", "MADDPG", "PPO", "SAC"]
+
+# each class loads its own module on first use; AlphaZero and RL moved (contrib, compat) and warn
+__getattr__ = lazy_package(__name__, {
+    "DDPG": "marl_note.agents.tf.ddpg",
+    "DQN": "marl_note.agents.tf.dqn",
+    "MADDPG": "marl_note.agents.tf.maddpg",
+    "PPO": "marl_note.agents.tf.ppo",
+    "SAC": "marl_note.agents.tf.sac",
+})

@@ -13,9 +13,9 @@ priorities), scalar metrics as the row-weighted mean over the local replicas.
 - ``MirroredStrategy``: one process, several devices; the process's batch is the global batch.
 - ``MultiWorkerMirroredStrategy``: one process per worker (``TF_CONFIG``); each passes its own
   batch, the global batch is their union, gradients are all-reduced across workers. Every worker
-  must take the same number of steps; :func:`~marl_note.agents.tf.distributed.rank_from_tf_config`,
-  :func:`~marl_note.agents.tf.distributed.broadcast_from_rank0` and
-  :func:`~marl_note.agents.tf.distributed.any_worker` help a trainer keep them in lockstep.
+  must take the same number of steps; :func:`~marl_note.contrib.distributed.tf.multiworker.rank_from_tf_config`,
+  :func:`~marl_note.contrib.distributed.tf.multiworker.broadcast_from_rank0` and
+  :func:`~marl_note.contrib.distributed.tf.multiworker.any_worker` help a trainer keep them in lockstep.
 - ``ParameterServerStrategy``: each step is scheduled on a worker by the strategy's
   ``ClusterCoordinator`` and its results are fetched back (one step at a time).
 

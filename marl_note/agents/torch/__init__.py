@@ -4,12 +4,24 @@ This package is the only place in ``marl_note.agents`` that imports torch. The a
 learning contract of :mod:`marl_note.agents.base` and keep all state as numpy in
 ``state_dict()``.
 """
-from marl_note.agents.torch.alphazero import AlphaZero
-from marl_note.agents.torch.ddpg import DDPG
-from marl_note.agents.torch.dqn import DQN
-from marl_note.agents.torch.maddpg import MADDPG
-from marl_note.agents.torch.ppo import PPO
-from marl_note.agents.torch.rl import RL
-from marl_note.agents.torch.sac import SAC
+from typing import TYPE_CHECKING
 
-__all__ = ["AlphaZero", "DQN", "PPO", "DDPG", "RL", "MADDPG", "SAC"]
+from marl_note._moved import lazy_package
+
+if TYPE_CHECKING:
+    from marl_note.agents.torch.ddpg import DDPG
+    from marl_note.agents.torch.dqn import DQN
+    from marl_note.agents.torch.maddpg import MADDPG
+    from marl_note.agents.torch.ppo import PPO
+    from marl_note.agents.torch.sac import SAC
+
+__all__ = ["DDPG", "DQN", "MADDPG", "PPO", "SAC"]
+
+# each class loads its own module on first use; AlphaZero and RL moved (contrib, compat) and warn
+__getattr__ = lazy_package(__name__, {
+    "DDPG": "marl_note.agents.torch.ddpg",
+    "DQN": "marl_note.agents.torch.dqn",
+    "MADDPG": "marl_note.agents.torch.maddpg",
+    "PPO": "marl_note.agents.torch.ppo",
+    "SAC": "marl_note.agents.torch.sac",
+})

@@ -130,7 +130,7 @@ class TorchNetworks:
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
         self.version = 0  # counts weight changes (optimiser steps, syncs, loads): the numpy copy's freshness
         # called with an optimiser's parameters between backward and the checked step (gradient averaging
-        # over ranks: marl_note.agents.torch.distributed); None in one process. What it returns, a noise
+        # over ranks: marl_note.contrib.distributed.torch.ddp); None in one process. What it returns, a noise
         # measurement (mean own |g_r|^2, |g|^2 averaged, ranks), is kept per optimiser for replica_grad_sq
         self.grad_hook: Callable[[list[torch.Tensor]], Any] | None = None
         self._replica_noise: dict[str, tuple[float, float, int]] = {}

@@ -167,7 +167,7 @@ def test_alphazero_self_play_on_tictactoe(tmp_path):
 def test_adaptive_batch_times_device_steps():
     """The time objective's cost split works on the device: its gradient passes are timed after the
     device finished them (the squared norms come back as floats), so a and c are positive."""
-    from marl_note.trainers.adaptive import adabatch
+    from marl_note.contrib.adaptive import adabatch
 
     cb = adabatch({"min": 8, "max": 1024, "rate": 0.5}, num_samples=512, every=1)
 

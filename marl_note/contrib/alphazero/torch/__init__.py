@@ -1,0 +1,4 @@
+"""AlphaZero in PyTorch."""
+from marl_note.contrib.alphazero.torch.alphazero import AlphaZero
+
+__all__ = ["AlphaZero"]
