@@ -12,9 +12,10 @@ MODULES = sorted(m.name for m in pkgutil.walk_packages(marl_note.__path__, "marl
 
 
 def _needs(name: str) -> str | None:
-    if name.startswith("marl_note.agents.torch"):
+    parts = name.split(".")
+    if "torch" in parts:
         return "torch"
-    if name.startswith("marl_note.agents.tf"):
+    if "tf" in parts:
         return "tensorflow"
     return None
 
@@ -29,7 +30,10 @@ def test_docstring_examples_run(name):
 
 
 @pytest.mark.parametrize("package", ["marl_note.envs", "marl_note.replay", "marl_note.agents",
-                                     "marl_note.trainers", "marl_note.agents.torch", "marl_note.agents.tf"])
+                                     "marl_note.trainers", "marl_note.agents.torch", "marl_note.agents.tf",
+                                     "marl_note.contrib.pool", "marl_note.contrib.finders", "marl_note.contrib.adaptive",
+                                     "marl_note.contrib.alphazero", "marl_note.contrib.board_games",
+                                     "marl_note.compat.torch", "marl_note.compat.tf"])
 def test_public_classes_have_a_runnable_example(package):
     if _needs(package):
         pytest.importorskip(_needs(package))

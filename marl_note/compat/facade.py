@@ -145,7 +145,7 @@ def run_callbacks(agent: Any) -> list[Any]:
 
     Example:
         >>> import gymnasium as gym
-        >>> from marl_note.agents.torch import DQN
+        >>> from marl_note.compat.torch import DQN
         >>> run_callbacks(DQN(gym.spaces.Box(-1, 1, (2,)), gym.spaces.Discrete(2), hidden_sizes=(4,)))
         []
     """
@@ -207,7 +207,7 @@ def train_agent(agent: Any, episodes: int, env: Any = None, pool_network: bool =
     """``agent.train(...)``; see the module docstring for the arguments. Returns the trainer's statistics.
 
     Example:
-        >>> from marl_note.agents.torch import DQN
+        >>> from marl_note.compat.torch import DQN
         >>> env = gym.make("CartPole-v1")
         >>> agent = DQN(env.observation_space, env.action_space, learning_starts=32, seed=0)
         >>> stats = agent.train(4, env="CartPole-v1", p=0, seed=0)

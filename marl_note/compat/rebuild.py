@@ -43,7 +43,7 @@ def rebuild(agent: Any, changes: Mapping[str, Any], fresh_state: tuple[str, ...]
 
     Example:
         >>> import gymnasium as gym, numpy as np
-        >>> from marl_note.agents.torch import DQN
+        >>> from marl_note.compat.torch import DQN
         >>> agent = DQN(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), hidden_sizes=(8,), seed=0)
         >>> q = agent.q_values(np.ones((1, 3)))
         >>> rebuild(agent, {"buffer_size": 500})

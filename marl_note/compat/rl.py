@@ -1,6 +1,6 @@
 """Write your own agent the way the original library asked: networks, ``action``, a loss, ``update_param``.
 
-Subclass ``marl_note.agents.torch.RL`` or ``marl_note.agents.tf.RL``, build the networks and
+Subclass ``marl_note.compat.torch.RL`` or ``marl_note.compat.tf.RL``, build the networks and
 optimiser(s) in ``__init__`` after calling ``super().__init__(observation_space, action_space,
 policy=..., noise=..., buffer_size=..., learning_starts=..., update_steps=..., gamma=..., seed=...)``,
 and define:
@@ -71,7 +71,7 @@ _KEEP: Any = object()  # "leave unchanged" for RLCore.reconfigure
 
 
 class RLCore(Workflow, AgentCore):
-    """The numpy half of the RL base class; use ``marl_note.agents.torch.RL`` or ``marl_note.agents.tf.RL``.
+    """The numpy half of the RL base class; use ``marl_note.compat.torch.RL`` or ``marl_note.compat.tf.RL``.
 
     Keyword arguments: ``policy`` (Discrete actions; default ``EpsGreedyQPolicy(1.0, 0.05,
     n_steps_annealing=10_000)``), ``noise`` (Box actions; default Gaussian, sigma 0.1), the
@@ -80,7 +80,7 @@ class RLCore(Workflow, AgentCore):
 
     Example (the same user code on either backend's ``RL``):
         >>> import numpy as np, gymnasium as gym, torch
-        >>> from marl_note.agents.torch import RL
+        >>> from marl_note.compat.torch import RL
         >>> class Linear(RL):
         ...     def __init__(self, observation_space, action_space, seed=None):
         ...         super().__init__(observation_space, action_space, learning_starts=4, seed=seed)

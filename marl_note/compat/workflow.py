@@ -17,7 +17,7 @@ none; ``train(env=...)`` sets it).
 Example:
     >>> import gymnasium as gym
     >>> from marl_note.agents import EpsGreedyQPolicy
-    >>> from marl_note.agents.torch import DQN
+    >>> from marl_note.compat.torch import DQN
     >>> agent = DQN(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), seed=0)
     >>> agent.set(policy=EpsGreedyQPolicy(0.01), pool_size=10000, batch=64, update_steps=10) is agent
     True

@@ -15,7 +15,7 @@ ACT = gym.spaces.Discrete(2)
 
 def torch_agent_class():
     torch = pytest.importorskip("torch")
-    from marl_note.agents.torch import RL
+    from marl_note.compat.torch import RL
 
     class Linear(RL):
         """Q = W s, an auxiliary output 2 * s[:, :1] when aux=True; records what the loss received."""
@@ -46,7 +46,7 @@ def torch_agent_class():
 def tf_agent_class():
     tf = pytest.importorskip("tensorflow")
     keras = importlib.import_module("keras")
-    from marl_note.agents.tf import RL
+    from marl_note.compat.tf import RL
 
     class Linear(RL):
         def __init__(self, observation_space, action_space, aux=False, seed=None, **options):

@@ -170,9 +170,9 @@ def test_set_options_survive_save_and_restore(tmp_path):
 
 REFUSED = [
     ("DQN", dict(noise=GaussianWhiteNoiseProcess()), "explores with policy="),
-    ("DQN", dict(PPO=True), "use marl_note.agents.torch.PPO"),
-    ("DQN", dict(MARL=True), "centralised critic of marl_note.agents.torch.MADDPG"),
-    ("DQN", dict(TRL=True), "subclass marl_note.agents.torch.RL"),
+    ("DQN", dict(PPO=True), "use marl_note.compat.torch.PPO"),
+    ("DQN", dict(MARL=True), "centralised critic of marl_note.compat.torch.MADDPG"),
+    ("DQN", dict(TRL=True), "subclass marl_note.compat.torch.RL"),
     ("DQN", dict(IRL=True), "return \\(output, aux\\)"),
     ("DQN", dict(lambda_=0.5), "PPO with PR=True"),
     ("DQN", dict(initial_ratio=1.0), "PPO with PR=True"),

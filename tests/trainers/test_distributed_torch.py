@@ -97,7 +97,7 @@ def _set_then_update(ctx: DistributedContext) -> dict:
     """A DQN rebuilt by ``set()`` after ``prepare``: one step on this rank's share of a global batch
     (the noise measurement it gives), then two updates on this rank's own data (equal weights on
     every rank only if the rebuilt networks still average the gradients)."""
-    from marl_note.agents.torch import DQN
+    from marl_note.compat.torch import DQN
 
     agent = DQN(OBS, N_ACT, hidden_sizes=(16,), learning_starts=8, seed=ctx.rank)
     ctx.prepare(agent)

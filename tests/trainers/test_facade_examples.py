@@ -22,10 +22,10 @@ CARTPOLE = gym.make("CartPole-v1")
 def backend(request):
     if request.param == "torch":
         pytest.importorskip("torch")
-        yield importlib.import_module("marl_note.agents.torch")
+        yield importlib.import_module("marl_note.compat.torch")
     else:
         pytest.importorskip("tensorflow")
-        yield importlib.import_module("marl_note.agents.tf")
+        yield importlib.import_module("marl_note.compat.tf")
 
 
 def test_basic_dqn(backend, tmp_path):

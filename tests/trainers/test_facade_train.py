@@ -12,7 +12,7 @@ import pytest
 from marl_note.envs.goal_envs import PointReachEnv
 
 torch = pytest.importorskip("torch")
-from marl_note.agents.torch import DQN  # noqa: E402
+from marl_note.compat.torch import DQN  # noqa: E402
 from tests.user_agents import loss_only_rl  # noqa: E402
 
 CARTPOLE = gym.make("CartPole-v1")
@@ -103,7 +103,7 @@ def test_progress_reports_and_user_callbacks(capsys):
 
 def test_goal_env_instance_without_a_spec_and_her_bound_at_train():
     env = PointReachEnv()
-    from marl_note.agents.torch import DDPG
+    from marl_note.compat.torch import DDPG
     from marl_note.replay import HERReplayBuffer
 
     agent = DDPG(env.observation_space, env.action_space, hidden_sizes=(8,), learning_starts=16, seed=0)
@@ -115,7 +115,7 @@ def test_goal_env_instance_without_a_spec_and_her_bound_at_train():
 def test_jit_compile_is_the_agents_compile_option():
     from marl_note.compat.train_bindings import set_compile
 
-    tf_dqn = importlib.import_module("marl_note.agents.tf").DQN if importlib.util.find_spec("tensorflow") else None
+    tf_dqn = importlib.import_module("marl_note.compat.tf").DQN if importlib.util.find_spec("tensorflow") else None
     if tf_dqn is not None:
         agent = tf_dqn(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), hidden_sizes=(4,), seed=0)
         q = agent.q_values(np.ones((1, 3)))
@@ -147,6 +147,6 @@ def test_pool_network_runs_env_workers_and_cleans_up():
 
 
 def test_importing_an_agent_backend_does_not_import_the_trainers():
-    code = ("import sys, marl_note.agents.torch; "
+    code = ("import sys, marl_note.compat.torch; "
             "bad = sorted(m for m in sys.modules if m.startswith('marl_note.trainers')); assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

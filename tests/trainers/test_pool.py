@@ -133,6 +133,8 @@ def test_auto_learner_threads_leave_one_core_per_local_actor(monkeypatch):
 
 
 def test_facade_maps_the_original_shard_options(no_leftovers):
+    from marl_note.compat.torch import DQN
+
     agent = DQN(gym.make("CartPole-v1").observation_space, gym.spaces.Discrete(2), hidden_sizes=(16,),
                 learning_starts=32, seed=0)
     stats = agent.train(6, env="CartPole-v1", pool_network=True, processes=2, window_size=100, num_store=1,

@@ -18,4 +18,4 @@ from marl_note.contrib.pool.options import PoolOptions
 from marl_note.contrib.pool.pool import ActorError, Pool
 from marl_note.contrib.pool.source import ActorPool
 
-__all__ = ["ActorError", "ActorPool", "Pool", "PoolOptions", "WeightBoard"]
+__all__ = ["ActorError", "ActorPool", "PoolOptions", "WeightBoard"]
