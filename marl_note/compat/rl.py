@@ -60,7 +60,6 @@ from marl_note.agents.schedule import run_update_schedule
 from marl_note.agents.spaces import ObsEncoder, check_mask, check_transitions
 from marl_note.compat.rl_config import REPLAY_FIELDS, RLConfig, discover, loss_list, loss_metrics
 from marl_note.compat.triplet import TripletReplayBuffer
-from marl_note.compat.workflow import Workflow
 from marl_note.replay.feed import ReplayFeed, is_goal_space
 from marl_note.types import Transitions
 
@@ -70,7 +69,7 @@ _SIGNATURES = {"action": "action(self, s)", "__call__": "__call__(self, s, a, ne
 _KEEP: Any = object()  # "leave unchanged" for RLCore.reconfigure
 
 
-class RLCore(Workflow, AgentCore):
+class RLCore(AgentCore):
     """The numpy half of the RL base class; use ``marl_note.compat.torch.RL`` or ``marl_note.compat.tf.RL``.
 
     Keyword arguments: ``policy`` (Discrete actions; default ``EpsGreedyQPolicy(1.0, 0.05,

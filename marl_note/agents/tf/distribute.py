@@ -29,14 +29,14 @@ import functools
 import inspect
 import threading
 from contextlib import nullcontext
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import tensorflow as tf
 
 __all__ = ["DistributedStepError", "check_strategy", "active_strategy", "strategy_init", "replicated_function",
            "reduced_apply", "reduced_then", "apply_across_replicas", "replica_noise_variable", "read_replica_noise",
-           "in_replica_step", "UNSAVED_PARAMS"]
+           "in_replica_step", "UNSAVED_PARAMS", "StrategyNetworks"]
 
 UNSAVED_PARAMS = ("strategy",)  # constructor arguments that a checkpoint never records
 
@@ -323,3 +323,18 @@ def read_replica_noise(record: tf.Variable | None) -> tuple[float, int, float, i
 
 
 # --------------------------------------------------------------------------- multi-worker helpers
+
+
+@runtime_checkable
+class StrategyNetworks(Protocol):
+    """Networks whose gradient steps run under a ``tf.distribute`` strategy: the TF backend's
+    :class:`~marl_note.agents.tf.networks.TFNetworks` and the original library's ``RL`` networks.
+
+    Example:
+        >>> class Plain:
+        ...     strategy = None
+        >>> isinstance(Plain(), StrategyNetworks)
+        True
+    """
+
+    strategy: Any

@@ -45,6 +45,7 @@ from marl_note.agents.tf.distribute import (
 )
 from marl_note.compat.rl import RLCore
 from marl_note.compat.rl_config import discover, loss_list
+from marl_note.compat.workflow import Workflow
 
 __all__ = ["RL", "RLNetworks"]
 
@@ -327,7 +328,7 @@ def _settable(opt: Any) -> bool:
     return isinstance(opt.learning_rate, keras.Variable)
 
 
-class RL(RLCore):
+class RL(Workflow, RLCore):
     """Base class for user-defined TensorFlow/Keras agents: define the networks, ``action``, ``__call__``.
 
     Example (a complete DQN):

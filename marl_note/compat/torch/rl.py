@@ -24,6 +24,7 @@ from marl_note.agents.torch.common import check_finite_update, grad_norm
 from marl_note.agents.torch.networks import TorchNetworks
 from marl_note.compat.rl import RLCore
 from marl_note.compat.rl_config import discover, loss_list
+from marl_note.compat.workflow import Workflow
 
 __all__ = ["RL", "RLNetworks"]
 
@@ -115,7 +116,7 @@ def _numpy(out: Any) -> Any:
     return out.detach().cpu().numpy() if torch.is_tensor(out) else np.asarray(out)
 
 
-class RL(RLCore):
+class RL(Workflow, RLCore):
     """Base class for user-defined PyTorch agents: define the networks, ``action``, ``__call__``.
 
     Example (a complete DQN):

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from marl_note.agents.tf.distribute import _PEER_ERRORS, _peer_detail
+from marl_note.agents.tf.distribute import _PEER_ERRORS, StrategyNetworks, _peer_detail
 from marl_note.distributed import DistributedContext, RankLostError
 
 __all__ = ["TFCollective", "any_worker", "broadcast_from_rank0", "init_distributed", "distribute",
@@ -137,15 +137,14 @@ def collective(rank: int, what: str) -> Iterator[None]:
 
 def _networks(agent: Any, strategy: tf.distribute.Strategy) -> Any:
     from marl_note.agents.tf.networks import TFNetworks
-    from marl_note.compat.tf.rl import RLNetworks
 
     nets = getattr(agent, "nets", None)
-    if not isinstance(nets, (TFNetworks, RLNetworks)):
+    if not isinstance(nets, StrategyNetworks):
         raise TypeError(f"{type(agent).__name__} has no TensorFlow networks (agent.nets is {type(nets).__name__}): "
                         f"a MultiWorkerMirroredStrategy trains TF agents (marl_note.agents.tf) built with strategy=")
     if nets.strategy is not strategy:
-        how = ("inside ctx.collective.strategy.scope()" if isinstance(nets, RLNetworks)
-               else "with strategy=ctx.collective.strategy")
+        how = ("with strategy=ctx.collective.strategy" if isinstance(nets, TFNetworks)
+               else "inside ctx.collective.strategy.scope()")
         raise ValueError(f"{type(agent).__name__} was not built under this run's strategy (its strategy: "
                          f"{type(nets.strategy).__name__}); build it {how} so that "
                          f"its train steps all-reduce the gradients over the workers")
