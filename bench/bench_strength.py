@@ -34,8 +34,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")  # numpy acting on small batches: 
 
 from pettingzoo.classic import connect_four_v3, tictactoe_v3
 
-from marl_note.agents import AlphaBetaPlayer, PerfectTicTacToePlayer, RandomAgent, WinOrBlockPlayer
+from marl_note.agents import RandomAgent
 from marl_note.agents.checkpoints import restore
+from marl_note.contrib.board_games import AlphaBetaPlayer, PerfectTicTacToePlayer, WinOrBlockPlayer
 from marl_note.trainers import DecentralizedTrainer
 
 HERE = os.path.dirname(os.path.abspath(__file__))

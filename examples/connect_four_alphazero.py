@@ -26,7 +26,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from pettingzoo.classic import connect_four_v3  # noqa: E402 (after the thread setting)
 
-from marl_note.agents import AlphaBetaPlayer
+from marl_note.contrib.board_games import AlphaBetaPlayer
 from marl_note.trainers import DecentralizedTrainer
 
 

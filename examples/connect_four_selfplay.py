@@ -35,8 +35,9 @@ import numpy as np
 import torch
 from pettingzoo.classic import connect_four_v3
 
-from marl_note.agents import AlphaBetaPlayer, RandomAgent, WinOrBlockPlayer
+from marl_note.agents import RandomAgent
 from marl_note.agents.torch import DQN, PPO
+from marl_note.contrib.board_games import AlphaBetaPlayer, WinOrBlockPlayer
 from marl_note.trainers import DecentralizedTrainer, KeepStrongest, OpponentPool, strength
 from marl_note.types import Transitions
 

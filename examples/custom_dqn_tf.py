@@ -16,7 +16,7 @@ import keras
 import tensorflow as tf
 
 from marl_note.agents.exploration.policies import EpsGreedyQPolicy
-from marl_note.agents.tf import RL
+from marl_note.compat.tf import RL
 from marl_note.trainers import DecentralizedTrainer
 
 

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from marl_note.agents.exploration.policies import EpsGreedyQPolicy
-from marl_note.agents.torch import RL
+from marl_note.compat.torch import RL
 from marl_note.trainers import DecentralizedTrainer
 
 

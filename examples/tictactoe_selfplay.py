@@ -30,8 +30,9 @@ import numpy as np
 import torch
 from pettingzoo.classic import tictactoe_v3
 
-from marl_note.agents import EpsGreedyQPolicy, PerfectTicTacToePlayer, RandomAgent, WinOrBlockPlayer
+from marl_note.agents import EpsGreedyQPolicy, RandomAgent
 from marl_note.agents.torch import DQN
+from marl_note.contrib.board_games import PerfectTicTacToePlayer, WinOrBlockPlayer
 from marl_note.trainers import DecentralizedTrainer, KeepStrongest, OpponentPool, strength
 from marl_note.types import Transitions
 

@@ -8,7 +8,7 @@ def loss_only_rl(obs_dim: int, n_actions: int = 2):
     Its constructor takes the observation and action spaces; skips the test when torch is missing.
     """
     torch = pytest.importorskip("torch")
-    from marl_note.agents.torch import RL
+    from marl_note.compat.torch import RL
 
     class LossOnly(RL):
         def __init__(self, o, a):

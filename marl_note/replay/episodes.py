@@ -173,7 +173,7 @@ class EpisodeRingBuffer:
     that checks more on load overrides :meth:`check_state_dict` and :meth:`load_state_dict`.
 
     Example:
-        >>> from marl_note.replay import TripletReplayBuffer
+        >>> from marl_note.compat.triplet import TripletReplayBuffer
         >>> issubclass(TripletReplayBuffer, EpisodeRingBuffer)
         True
     """

@@ -34,7 +34,8 @@ def strength(trainer: Any, agent: Any, opponents: Mapping[str, Any], games: int)
 
     Example:
         >>> from pettingzoo.classic import tictactoe_v3
-        >>> from marl_note.agents import PerfectTicTacToePlayer, RandomAgent
+        >>> from marl_note.agents import RandomAgent
+        >>> from marl_note.contrib.board_games import PerfectTicTacToePlayer
         >>> from marl_note.trainers import DecentralizedTrainer
         >>> trainer = DecentralizedTrainer(tictactoe_v3.env, num_test_envs=2, seed=0)
         >>> table = strength(trainer, PerfectTicTacToePlayer(seed=0),
@@ -106,7 +107,7 @@ class KeepStrongest:
 
     Example:
         >>> from pettingzoo.classic import tictactoe_v3
-        >>> from marl_note.agents import PerfectTicTacToePlayer, WinOrBlockPlayer
+        >>> from marl_note.contrib.board_games import PerfectTicTacToePlayer, WinOrBlockPlayer
         >>> from marl_note.agents.torch import DQN
         >>> from marl_note.trainers import DecentralizedTrainer
         >>> trainer = DecentralizedTrainer(tictactoe_v3.env, num_train_envs=2, num_test_envs=2, test_freq=10,

@@ -2,11 +2,14 @@
 
 
 def user_rl(module, observation_space, action_space, lr=1e-3, learning_starts=4):
-    """A user-defined DQN on the backend's RL base class, with its own Adam."""
+    """A user-defined DQN on the backend's RL base class (marl_note.compat), with its own Adam."""
+    import importlib
+
+    base = importlib.import_module("marl_note.compat." + module.__name__.rpartition(".")[2]).RL
     if module.__name__.endswith("torch"):
         import torch
 
-        class Mine(module.RL):
+        class Mine(base):
             def __init__(self, observation_space, action_space, lr=1e-3, seed=None):
                 super().__init__(observation_space, action_space, learning_starts=learning_starts, seed=seed)
                 torch_gen = torch.Generator().manual_seed(0)
@@ -25,7 +28,7 @@ def user_rl(module, observation_space, action_space, lr=1e-3, learning_starts=4)
         import keras
         import tensorflow as tf
 
-        class Mine(module.RL):
+        class Mine(base):
             def __init__(self, observation_space, action_space, lr=1e-3, seed=None):
                 super().__init__(observation_space, action_space, learning_starts=learning_starts, seed=seed)
                 init = keras.initializers.RandomUniform(-0.3, 0.3, seed=0)

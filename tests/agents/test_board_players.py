@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 from pettingzoo.classic import connect_four_v3, tictactoe_v3
 
-from marl_note.agents import AlphaBetaPlayer, PerfectTicTacToePlayer, RandomAgent, WinOrBlockPlayer
+from marl_note.agents import RandomAgent
+from marl_note.contrib.board_games import AlphaBetaPlayer, PerfectTicTacToePlayer, WinOrBlockPlayer
 from marl_note.trainers import DecentralizedTrainer
 
 

@@ -12,7 +12,7 @@ from tests.agents.torch.helpers import Corridor, greedy_return, train
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
-from marl_note.agents.torch import RL as TorchRL  # noqa: E402
+from marl_note.compat.torch import RL as TorchRL  # noqa: E402
 
 OPTIMAL = 1.0 - 0.05 * 4  # Corridor(length=6)
 OBS = gym.spaces.Box(-1, 1, (3,), np.float32)

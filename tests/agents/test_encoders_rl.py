@@ -21,7 +21,7 @@ def cartpole_with_time():
 
 def torch_linear():
     torch = pytest.importorskip("torch")
-    from marl_note.agents.torch import RL
+    from marl_note.compat.torch import RL
 
     class Linear(RL):
         def __init__(self, observation_space, action_space, seed=None):
@@ -42,7 +42,7 @@ def torch_linear():
 def tf_linear():
     tf = pytest.importorskip("tensorflow")
     keras = importlib.import_module("keras")
-    from marl_note.agents.tf import RL
+    from marl_note.compat.tf import RL
 
     class Linear(RL):
         def __init__(self, observation_space, action_space, seed=None):

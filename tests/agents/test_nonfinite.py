@@ -29,7 +29,7 @@ def custom_rl(name):
     if name == "torch":
         import torch
 
-        class Mine(mod.RL):
+        class Mine(importlib.import_module(f"marl_note.compat.{name}").RL):
             def __init__(self):
                 super().__init__(OBS, DISCRETE, learning_starts=N, buffer_size=N, max_grad_norm=1.0, seed=0)
                 self.q = torch.nn.Linear(self.obs_dim, 2)
@@ -45,7 +45,7 @@ def custom_rl(name):
     import keras
     import tensorflow as tf
 
-    class Mine(mod.RL):
+    class Mine(importlib.import_module(f"marl_note.compat.{name}").RL):
         def __init__(self):
             super().__init__(OBS, DISCRETE, learning_starts=N, buffer_size=N, seed=0)
             self.q = keras.Sequential([keras.Input((self.obs_dim,)), keras.layers.Dense(2)])
@@ -65,7 +65,7 @@ def two_optimizer_rl(name):
     import torch
     mod = backend(name)
 
-    class Two(mod.RL):
+    class Two(importlib.import_module(f"marl_note.compat.{name}").RL):
         def __init__(self):
             super().__init__(OBS, DISCRETE, learning_starts=N, buffer_size=N, seed=0)
             self.a, self.b = torch.nn.Linear(self.obs_dim, 2), torch.nn.Linear(self.obs_dim, 2)

@@ -5,7 +5,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from marl_note.replay import PrioritizedReplayBuffer, TripletReplayBuffer
+from marl_note.compat.triplet import TripletReplayBuffer
+from marl_note.replay import PrioritizedReplayBuffer
 from marl_note.types import Transitions
 from tests.user_agents import loss_only_rl
 

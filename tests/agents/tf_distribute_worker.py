@@ -210,7 +210,9 @@ def rl_subclass(out: dict, strategy) -> None:
     out["rl_diff"] = max_diff(single.state_dict(), dist.state_dict())
     outside = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
 
-    class Given(A.RL):  # a network made before (outside) the scope
+    from marl_note.compat.tf import RL
+
+    class Given(RL):  # a network made before (outside) the scope
         def __init__(self, observation_space, action_space, **kwargs):
             super().__init__(observation_space, action_space, **kwargs)
             self.q, self.optimizer = outside, keras.optimizers.Adam(1e-3)

@@ -8,7 +8,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from marl_note.replay import JointReplayBuffer, PrioritizedReplayBuffer, ReplayBuffer, TripletReplayBuffer, memory
+from marl_note.compat.triplet import TripletReplayBuffer
+from marl_note.replay import JointReplayBuffer, PrioritizedReplayBuffer, ReplayBuffer, memory
 from marl_note.replay.memory import ReplayMemoryError, available_bytes, format_bytes
 from marl_note.replay.sum_tree import SumTree
 

@@ -3,8 +3,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from marl_note.compat.triplet import distinct_sorted_triplets
-from marl_note.replay import TripletReplayBuffer
+from marl_note.compat.triplet import TripletReplayBuffer, distinct_sorted_triplets
 from marl_note.types import Transitions
 
 OBS = gym.spaces.Box(-1e6, 1e6, (2,), np.float32)

@@ -2,7 +2,7 @@
 import torch
 from torch import nn
 
-from marl_note.agents.torch import RL
+from marl_note.compat.torch import RL
 
 
 class TinyDQN(RL):

@@ -10,7 +10,7 @@ from pettingzoo.classic import tictactoe_v3
 from PIL import Image
 
 from marl_note.agents import RandomAgent
-from marl_note.trainers import animate_agent
+from marl_note.compat.animate import animate_agent
 from tests.scripted_envs import NimEnv
 
 

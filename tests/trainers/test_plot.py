@@ -7,8 +7,8 @@ matplotlib = pytest.importorskip("matplotlib")
 matplotlib.use("Agg")  # never open a window (or block) in tests, whatever the machine has
 from PIL import Image  # noqa: E402
 
-from marl_note.trainers import DecentralizedTrainer, plot  # noqa: E402
 from marl_note.compat.visualize import visualize_loss, visualize_reward, visualize_reward_loss  # noqa: E402
+from marl_note.trainers import DecentralizedTrainer, plot  # noqa: E402
 from tests.trainers.metric_learner import learner_for  # noqa: E402
 
 

@@ -186,7 +186,7 @@ def test_self_play_fraction_seats_the_learner_everywhere_in_that_share_of_games(
 
 
 def test_pool_with_self_play_and_a_fixed_minority_trains_and_scores_its_opponents():
-    from marl_note.agents import WinOrBlockPlayer
+    from marl_note.contrib.board_games import WinOrBlockPlayer
 
     trainer = _trainer(episodes_per_train=80, test_freq=40)
     learner = DQN(trainer.observation_space("player_1"), trainer.action_space("player_1"), seed=0,
@@ -211,8 +211,8 @@ def test_pool_with_self_play_and_a_fixed_minority_trains_and_scores_its_opponent
 
 def test_ppo_self_play_against_its_frozen_snapshots_and_a_fixed_minority():
     """PPO learns in the same pool as DQN: its snapshots are frozen copies that the pool seats and scores."""
-    from marl_note.agents import WinOrBlockPlayer
     from marl_note.agents.torch import PPO
+    from marl_note.contrib.board_games import WinOrBlockPlayer
 
     trainer = _trainer(episodes_per_train=120, test_freq=60)
     learner = PPO(trainer.observation_space("player_1"), trainer.action_space("player_1"), seed=0, n_steps=128,

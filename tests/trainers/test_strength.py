@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 from pettingzoo.classic import tictactoe_v3
 
-from marl_note.agents import PerfectTicTacToePlayer, RandomAgent, WinOrBlockPlayer
+from marl_note.agents import RandomAgent
+from marl_note.contrib.board_games import PerfectTicTacToePlayer, WinOrBlockPlayer
 from marl_note.trainers import DecentralizedTrainer, KeepStrongest, strength, strength_score
 
 

@@ -187,7 +187,7 @@ class AlphaZeroCore(AgentCore):
 
     Example:
         >>> import gymnasium as gym, numpy as np
-        >>> from marl_note.agents.torch import AlphaZero
+        >>> from marl_note.contrib.alphazero.torch import AlphaZero
         >>> agent = AlphaZero(gym.spaces.Box(0, 1, (3, 3, 2), np.int8), gym.spaces.Discrete(9),
         ...                   hidden_sizes=(16,), num_simulations=30, seed=0)
         >>> obs = np.zeros((1, 3, 3, 2), np.int8)
@@ -357,7 +357,7 @@ class NetworkPlayer:
 
     Example:
         >>> import gymnasium as gym, numpy as np
-        >>> from marl_note.agents.torch import AlphaZero
+        >>> from marl_note.contrib.alphazero.torch import AlphaZero
         >>> agent = AlphaZero(gym.spaces.Box(0, 1, (3, 3, 2), np.int8), gym.spaces.Discrete(9),
         ...                   hidden_sizes=(16,), seed=0)
         >>> player = agent.network_player()

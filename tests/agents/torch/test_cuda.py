@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 import torch
 
-from marl_note.agents.torch import DDPG, DQN, PPO, SAC, AlphaZero
+from marl_note.agents.torch import DDPG, DQN, PPO, SAC
+from marl_note.contrib.alphazero.torch import AlphaZero
 from marl_note.trainers import DecentralizedTrainer
 
 DEVICE = os.environ.get("MARL_NOTE_TEST_DEVICE", "cuda")
