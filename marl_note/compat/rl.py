@@ -98,7 +98,7 @@ class RLCore(AgentCore):
         missing = [name for name in ("action", "__call__") if getattr(cls, name) is getattr(RLCore, name)]
         if missing:
             raise TypeError(f"{cls.__name__} must define {' and '.join(_SIGNATURES[m] for m in missing)} "
-                            f"to subclass marl_note.agents.{backend_of(cls)}.RL")
+                            f"to subclass marl_note.compat.{backend_of(cls)}.RL")
         return super().__new__(cls)
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, *, policy: Any = None,

@@ -170,7 +170,7 @@ def _refusals(agent: Any, o: dict[str, Any], pr: bool) -> None:
     from marl_note.agents.ppo import PPOCore
 
     name, backend, cfg = type(agent).__name__, backend_of(type(agent)), agent.config
-    use = f"marl_note.agents.{backend}"
+    use = f"marl_note.compat.{backend}"
     if o.get("TRL"):
         _refuse("TRL", f"triplet replay feeds a loss with ordered step triplets of one episode; {name}'s loss "
                        f"trains on single transitions: subclass {use}.RL and set(TRL=True)")
@@ -344,7 +344,7 @@ def _maddpg(agent: Any, o: dict[str, Any], changes: dict[str, Any]) -> tuple[str
 
 def _rl(agent: Any, o: dict[str, Any]) -> dict[str, Any]:
     """:meth:`RLCore.reconfigure` arguments for an RL subclass."""
-    use = f"marl_note.agents.{backend_of(type(agent))}"
+    use = f"marl_note.compat.{backend_of(type(agent))}"
     for key, why in (("HER", f"hindsight replay of goal envs is built into {use}.DDPG, SAC and DQN (HER=True)"),
                      ("PPO", f"PPO is built in: {use}.PPO (an RL subclass learns from replay)"),
                      ("MARL", f"MARL=True is the centralised critic of {use}.MADDPG"),

@@ -18,7 +18,7 @@ BACKENDS = ["torch", "tf"]
 
 def algo(name, backend="torch"):
     pytest.importorskip("torch" if backend == "torch" else "tensorflow")
-    return getattr(importlib.import_module(f"marl_note.agents.{backend}"), name)
+    return getattr(importlib.import_module(f"marl_note.compat.{backend}"), name)
 
 
 def batch(n=8, act=None, seed=0):

@@ -36,14 +36,15 @@ _SMALL_STATE = 1 << 20  # configs implying fewer weights than this are built and
 
 
 def backend_of(cls: type) -> str | None:
-    """``"torch"`` / ``"tf"`` from the first class in the MRO that lives in a backend package."""
+    """``"torch"`` / ``"tf"`` from the first class in the MRO that lives in a backend folder of marl_note
+    (``marl_note.agents.torch``, ``marl_note.contrib.alphazero.tf``, ...), unless the class declares it."""
     declared = getattr(cls, "_saving_backend", None)
     if declared is not None:
         return declared
     for klass in cls.__mro__:
+        parts = klass.__module__.split(".")
         for backend in BACKENDS:
-            pkg = f"marl_note.agents.{backend}"
-            if klass.__module__ == pkg or klass.__module__.startswith(pkg + "."):
+            if parts[0] == "marl_note" and backend in parts[1:]:
                 return backend
     return None
 
@@ -241,10 +242,11 @@ class ArrayLimits:
         replay = None if params_only else replay_of(agent)
         if replay is not None:
             self.replay = {k: np.asarray(v) for k, v in replay.state_dict().items()}
-            self.capacity = int(self.replay.get("capacity", 0))
+            rows = [v.shape[0] for v in self.replay.values() if v.ndim >= 1]  # preallocated buffers hold capacity rows
+            self.capacity = max([int(self.replay.get("capacity", 0)), *rows])
         row = sum(math.prod(v.shape[1:]) * max(v.dtype.itemsize, 8) for v in self.replay.values() if v.ndim >= 1)
         self.replay_row = 2 * row + 64  # columns a buffer allocates lazily (masks) are no wider than these
-        slots = 3 * sum(self.live.values())  # weights, plus optimiser slots of the same shapes
+        slots = 8 * sum(self.live.values())  # weights, optimiser slots of their shapes, per-env copies
         self.max_bytes = slots + self.capacity * self.replay_row + (len(live) + len(self.replay) + 64) * self._SLACK
 
     def __call__(self, key: str, shape: tuple[int, ...], dtype: np.dtype) -> None:
