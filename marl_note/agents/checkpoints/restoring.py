@@ -241,10 +241,11 @@ class ArrayLimits:
         replay = None if params_only else replay_of(agent)
         if replay is not None:
             self.replay = {k: np.asarray(v) for k, v in replay.state_dict().items()}
-            self.capacity = int(self.replay.get("capacity", 0))
+            rows = [v.shape[0] for v in self.replay.values() if v.ndim >= 1]  # preallocated buffers hold capacity rows
+            self.capacity = max([int(self.replay.get("capacity", 0)), *rows])
         row = sum(math.prod(v.shape[1:]) * max(v.dtype.itemsize, 8) for v in self.replay.values() if v.ndim >= 1)
         self.replay_row = 2 * row + 64  # columns a buffer allocates lazily (masks) are no wider than these
-        slots = 3 * sum(self.live.values())  # weights, plus optimiser slots of the same shapes
+        slots = 8 * sum(self.live.values())  # weights, optimiser slots of their shapes, per-env copies
         self.max_bytes = slots + self.capacity * self.replay_row + (len(live) + len(self.replay) + 64) * self._SLACK
 
     def __call__(self, key: str, shape: tuple[int, ...], dtype: np.dtype) -> None:
