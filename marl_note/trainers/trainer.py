@@ -1,6 +1,7 @@
 """DecentralizedTrainer: one loop for on- and off-policy agents over any PettingZoo/Gymnasium env."""
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -310,6 +311,10 @@ class DecentralizedTrainer:
         run = RunState(next_test=self.test_freq)
         if resume_from is not None:
             run = load_run(resume_from, seats, callback_list.callbacks)  # checks everything before loading
+            if run.episodes >= self.episodes_per_train:
+                warnings.warn(f"resume_from={resume_from!r} has already collected {run.episodes} training episodes, "
+                              f"the whole budget of episodes_per_train={self.episodes_per_train}: this train() "
+                              f"collects nothing more (raise episodes_per_train to go on training)", stacklevel=3)
         self._run, self._run_agents, self._run_callbacks = run, seats, callback_list.callbacks
         self._run_learners = distinct([a for a, ln in zip(seats, learn) if ln])
         self.history = run.history
