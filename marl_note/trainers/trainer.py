@@ -55,9 +55,9 @@ class DecentralizedTrainer:
     after each test (True stops; so does ``trainer.stop_training = True`` set by any hook or
     callback, after the current chunk), ``reward_metric(rewards[num_episodes, num_agents]) -> float``
     (default: mean return of the learning seats). A ``reward_metric`` result that is not a real
-    number (TypeError) or is NaN/inf (ValueError), and a ``stop_fn`` result that is not a single
-    truth value (None, an array: TypeError; NaN: ValueError), raise naming the hook at the first test.
-    ``check_finite`` (default True) makes the train and test collectors raise
+    number (TypeError) or is NaN/inf (ValueError), and a ``stop_fn`` result that is not a bool (a
+    numpy bool too; a number, None, a string or an array: TypeError), raise naming the hook at the
+    first test. ``check_finite`` (default True) makes the train and test collectors raise
     :class:`~marl_note.types.NonFiniteError` for a NaN/inf reward or float observation, naming the
     env index, agent and env step; ``check_finite=False`` turns that check off.
 

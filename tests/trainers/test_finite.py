@@ -182,15 +182,23 @@ def test_bad_reward_metric_results_raise_naming_the_hook(metric, error, match):
 @pytest.mark.parametrize("stop,error,match", [
     (lambda m, eps: np.array([True, False]), TypeError, r"stop_fn must return True \(stop\) or False.*shape \(2,\)"),
     (lambda m, eps: None, TypeError, r"stop_fn must return True \(stop\) or False.*NoneType"),
-    (lambda m, eps: float("nan"), ValueError, r"stop_fn returned nan"),
+    (lambda m, eps: float("nan"), TypeError, r"stop_fn must return True \(stop\) or False.*float: nan"),
+    # a number is no decision: 0.5 used to stop training (truthy) and 0 to go on
+    (lambda m, eps: 0.5, TypeError, r"stop_fn must return True \(stop\) or False.*float: 0\.5"),
+    (lambda m, eps: 1, TypeError, r"stop_fn must return True \(stop\) or False.*int: 1"),
+    (lambda m, eps: np.float64(0.0), TypeError, r"stop_fn must return True \(stop\) or False.*float64"),
+    (lambda m, eps: "no", TypeError, r"stop_fn must return True \(stop\) or False.*str: 'no'"),
+    (lambda m, eps: [], TypeError, r"stop_fn must return True \(stop\) or False.*list: \[\]"),
 ])
 def test_bad_stop_fn_results_raise_naming_the_hook(stop, error, match):
     with pytest.raises(error, match=match):
         train_tictactoe(stop_fn=stop)
 
 
-def test_scalar_hook_results_still_work():
-    stats = train_tictactoe(reward_metric=lambda r: np.array(r[:, 0].mean()), stop_fn=lambda m, eps: np.bool_(eps >= 4))
+@pytest.mark.parametrize("stop", [lambda m, eps: np.bool_(eps >= 4), lambda m, eps: eps >= 4,
+                                  lambda m, eps: np.array(eps >= 4)])
+def test_scalar_hook_results_still_work(stop):
+    stats = train_tictactoe(reward_metric=lambda r: np.array(r[:, 0].mean()), stop_fn=stop)
     assert stats["stopped_by_stop_fn"] and np.isfinite(stats["best_reward"])
 
 
