@@ -59,7 +59,10 @@ class DecentralizedTrainer:
     numpy bool too; a number, None, a string or an array: TypeError), raise naming the hook at the
     first test. ``check_finite`` (default True) makes the train and test collectors raise
     :class:`~marl_note.types.NonFiniteError` for a NaN/inf reward or float observation, naming the
-    env index, agent and env step; ``check_finite=False`` turns that check off.
+    env index, agent and env step; ``check_finite=False`` turns that check off. Every observation
+    is also checked against its space (shape; numbers, whole ones for an integer space): a
+    ``ValueError`` names the env index, agent, step, the space and what came; a value outside the
+    space's bounds warns once per space.
 
     ``processes=N`` hosts the envs in N worker processes (default None: in this process); the env
     may then be given in any form (a Gymnasium id, a lambda, a closure, ``simple_spread_v3.parallel_env``)
@@ -325,8 +328,10 @@ class DecentralizedTrainer:
             session.start(self.pool_options, seed, events if any(events.hooks().values()) else None, matchmaker)
             learners = session.learners
         else:
+            hooks = events.hooks()
             session.collector = Collector(self._train_venv, self.spec, seats, explore=explore, learn=learn,
-                                          matchmaker=matchmaker, check_finite=self.check_finite, **events.hooks())
+                                          matchmaker=matchmaker, check_finite=self.check_finite,
+                                          episode_begin=hooks["episode_begin"], episode_end=hooks["episode_end"])
             session.collector.reset(seed=self.distributed.rank_seed(seed))
             learners = session.collector.learners
             for learner in learners:  # rank 0's weights; gradients averaged from here on
