@@ -56,11 +56,14 @@ class DecentralizedTrainer:
     after each test (True stops; so does ``trainer.stop_training = True`` set by any hook or
     callback, after the current chunk), ``reward_metric(rewards[num_episodes, num_agents]) -> float``
     (default: mean return of the learning seats). A ``reward_metric`` result that is not a real
-    number (TypeError) or is NaN/inf (ValueError), and a ``stop_fn`` result that is not a single
-    truth value (None, an array: TypeError; NaN: ValueError), raise naming the hook at the first test.
-    ``check_finite`` (default True) makes the train and test collectors raise
+    number (TypeError) or is NaN/inf (ValueError), and a ``stop_fn`` result that is not a bool (a
+    numpy bool too; a number, None, a string or an array: TypeError), raise naming the hook at the
+    first test. ``check_finite`` (default True) makes the train and test collectors raise
     :class:`~marl_note.types.NonFiniteError` for a NaN/inf reward or float observation, naming the
-    env index, agent and env step; ``check_finite=False`` turns that check off.
+    env index, agent and env step; ``check_finite=False`` turns that check off. Every observation
+    is also checked against its space (shape; numbers, whole ones for an integer space): a
+    ``ValueError`` names the env index, agent, step, the space and what came; a value outside the
+    space's bounds warns once per space.
 
     ``processes=N`` hosts the envs in N worker processes (default None: in this process); the env
     may then be given in any form (a Gymnasium id, a lambda, a closure, ``simple_spread_v3.parallel_env``)
@@ -330,8 +333,10 @@ class DecentralizedTrainer:
             session.start(self.pool_options, seed, events if any(events.hooks().values()) else None, matchmaker)
             learners = session.learners
         else:
+            hooks = events.hooks()
             session.collector = Collector(self._train_venv, self.spec, seats, explore=explore, learn=learn,
-                                          matchmaker=matchmaker, check_finite=self.check_finite, **events.hooks())
+                                          matchmaker=matchmaker, check_finite=self.check_finite,
+                                          episode_begin=hooks["episode_begin"], episode_end=hooks["episode_end"])
             session.collector.reset(seed=self.distributed.rank_seed(seed))
             learners = session.collector.learners
             for learner in learners:  # rank 0's weights; gradients averaged from here on
