@@ -1,12 +1,12 @@
-# Two set-up commands (see README): `make demo` and `make test`; `make lint` runs ruff and mypy.
-# Both create .venv if it is missing and install what they need into it.
+# Two set-up commands (see README): `make demo` and `make test`; `make lint` runs ruff and mypy, `make docs`
+# builds the documentation site into site/. Each creates .venv if it is missing and installs what it needs.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 # The CPU build of torch: a plain `pip install torch` on Linux x86_64 pulls multi-gigabyte CUDA wheels.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: demo test lint install install-test bench clean
+.PHONY: demo test lint docs install install-test install-docs bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -23,8 +23,15 @@ $(VENV)/.installed-test: $(VENV)/.installed-demo
 	$(PY) -m pip install -e ".[torch,tf,dev]"
 	touch $@
 
+# MkDocs, Material and mkdocstrings: what the documentation site needs (mkdocstrings reads the
+# docstrings from the source files, so neither torch nor TensorFlow is needed here)
+$(VENV)/.installed-docs: $(PY) pyproject.toml
+	$(PY) -m pip install -e ".[docs]"
+	touch $@
+
 install: $(VENV)/.installed-demo
 install-test: $(VENV)/.installed-test
+install-docs: $(VENV)/.installed-docs
 
 demo: install
 	$(PY) examples/tictactoe_selfplay.py
@@ -34,11 +41,17 @@ test: install-test
 
 # ruff (rules in pyproject.toml [tool.ruff]) and mypy (files and options in [tool.mypy])
 lint: install-test
-	$(PY) -m ruff check marl_note tests bench examples
+	$(PY) -m ruff check marl_note tests bench examples tools
 	$(PY) -m mypy
+
+# the site from mkdocs.yml and docs/ into site/; --strict makes every warning (a broken link, a docstring
+# griffe cannot read) an error. NO_MKDOCS_2_WARNING hides Material's banner about MkDocs 2, a notice
+# printed on every build, not a warning about these docs.
+docs: install-docs
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 bench: install-test
 	$(PY) bench/bench_collect.py
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) runs .pytest_cache site

@@ -60,6 +60,8 @@ MODULES = {
     "marl_note.agents.torch.rl": "marl_note.compat.torch.rl",
     "marl_note.agents.tf.rl": "marl_note.compat.tf.rl",
     "marl_note.replay.triplet": "marl_note.compat.triplet",
+    "marl_note.replay.compact_state": "marl_note.replay.compact",
+    "marl_note.agents.torch.compiling": "marl_note.agents.torch.common",
 }
 
 NAMES: dict[str, dict[str, str]] = {

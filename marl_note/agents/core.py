@@ -28,17 +28,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
 
 from marl_note.agents.checkpoints.saving import Saving
 from marl_note.agents.knobs import Adjustable
-from marl_note.agents.noise_scale import GradientNoiseScale
 from marl_note.agents.numpy_policy import NumpyPolicy
 from marl_note.rng import rng_from_array, rng_to_array
 from marl_note.validation import positive_float, positive_int
+
+if TYPE_CHECKING:
+    from marl_note.agents.noise_scale import GradientNoiseScale
 
 __all__ = ["AgentCore", "LEGACY_STATE_KEYS"]
 
@@ -77,9 +79,23 @@ class AgentCore(Saving, Adjustable):
         self.updates = 0
         self.nets: Any = None
         self._numpy_policy: NumpyPolicy | None = None  # set by _publish_numpy (numpy_acting=True)
-        self.noise_scale = GradientNoiseScale()  # fed by gradient_noise_scale(); not part of state_dict()
+        self._noise_scale: GradientNoiseScale | None = None  # made on first use; not part of state_dict()
         # (b_small, seconds, b_big, seconds) of the last measurement's two gradient passes (adaptive batch cost)
         self.noise_seconds: tuple[int, float, int, float] | None = None
+
+    @property
+    def noise_scale(self) -> GradientNoiseScale:
+        """The gradient noise scale estimator fed by :meth:`gradient_noise_scale` (made on first use: only
+        adaptive control reads it)."""
+        if self._noise_scale is None:
+            from marl_note.agents.noise_scale import GradientNoiseScale
+
+            self._noise_scale = GradientNoiseScale()
+        return self._noise_scale
+
+    @noise_scale.setter
+    def noise_scale(self, estimator: GradientNoiseScale) -> None:
+        self._noise_scale = estimator
 
     # -- the numpy acting copy ---------------------------------------------------------------------
     def _publish_numpy(self, numpy_acting: bool, nets: Mapping[str, tuple[str, str]], activation: str,

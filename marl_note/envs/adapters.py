@@ -38,6 +38,19 @@ _PLAIN_AEC_WRAPPERS: tuple[type, ...] = () if _pz_wrappers is None else tuple(
 GYM_AGENT = "agent_0"
 
 
+def unknown_agent(env: Any, did: str, agent: Any, possible_agents: tuple) -> ValueError:
+    """The error for an agent that ``env`` brought up (``did``: "returned an observation for", ...) but
+    does not list in its ``possible_agents``; the collector would otherwise fail on it with a bare
+    ``KeyError``.
+
+    Example:
+        >>> print(unknown_agent("race_v0", "returned an observation for", "c", ("a", "b")))  # doctest: +ELLIPSIS
+        env 'race_v0' returned an observation for agent 'c', which is not in its possible_agents ['a', 'b']. ...
+    """
+    return ValueError(f"env {str(env)!r} {did} agent {agent!r}, which is not in its possible_agents "
+                      f"{list(possible_agents)}. An env must list every agent it can ever have in possible_agents.")
+
+
 @dataclass
 class StepResult:
     """What one ``reset``/``step`` of an adapted env returns (see module docstring).
@@ -142,6 +155,7 @@ class ParallelAdapter:
     def __init__(self, env: Any):
         self.env = env
         self.possible_agents = tuple(env.possible_agents)
+        self._known = frozenset(self.possible_agents)
 
     def raw_spaces(self) -> tuple[dict, dict]:
         return ({a: self.env.observation_space(a) for a in self.possible_agents},
@@ -151,6 +165,8 @@ class ParallelAdapter:
         raw, infos = self.env.reset(seed=seed)
         res = StepResult({}, {}, infos=infos or {})
         for a in self.env.agents:
+            if a not in self._known:
+                raise unknown_agent(self.env, "started an episode with", a, self.possible_agents)
             res.obs[a], mask = _split(raw[a], (infos or {}).get(a))
             if mask is not None:
                 res.masks[a] = mask
@@ -158,9 +174,12 @@ class ParallelAdapter:
 
     def step(self, actions: dict[str, Any]) -> StepResult:
         raw, rewards, terms, truncs, infos = self.env.step(actions)
+        known = self._known
         res = StepResult({}, {}, {a: float(r) for a, r in rewards.items()}, infos=infos or {})
         live = set(self.env.agents)
         for a, ob in raw.items():
+            if a not in known:
+                raise unknown_agent(self.env, "returned an observation for", a, self.possible_agents)
             o, mask = _split(ob, (infos or {}).get(a))
             if terms.get(a, False) or truncs.get(a, False) or a not in live:
                 res.terminated[a] = bool(terms.get(a, False))
@@ -172,6 +191,9 @@ class ParallelAdapter:
                 res.obs[a] = o
                 if mask is not None:
                     res.masks[a] = mask
+        if not res.rewards.keys() <= known:
+            raise unknown_agent(self.env, "returned a reward for", min(res.rewards.keys() - known, key=str),
+                                self.possible_agents)
         res.episode_over = not live
         return res
 
@@ -200,6 +222,7 @@ class AECAdapter:
         # forwards them through a Python __getattr__, which dominated the step cost
         self._base = getattr(env, "unwrapped", env)
         self.possible_agents = tuple(env.possible_agents)
+        self._known = frozenset(self.possible_agents)
         self._direct_last = plain_aec_chain(env, self._base)
 
     def raw_spaces(self) -> tuple[dict, dict]:
@@ -224,6 +247,8 @@ class AECAdapter:
         env, base, direct = self.env, self._base, self._direct_last
         while base.agents:
             agent = base.agent_selection
+            if agent not in self._known:
+                raise unknown_agent(env, "selected (agent_selection)", agent, self.possible_agents)
             if direct and agent is not None:  # what last() returns, without its wrapper-chain lookups
                 raw = env.observe(agent)
                 reward, term = base._cumulative_rewards[agent], base.terminations[agent]

@@ -373,15 +373,17 @@ def metric_value(value: Any) -> float:
 
 
 def stop_value(value: Any) -> bool:
-    """``stop_fn``'s result as a bool; None, an array or NaN raises naming the hook.
+    """``stop_fn``'s result, which must be a bool (a numpy bool too); anything else raises naming the hook.
+
+    A number is refused rather than read as a truth value: 0.5 would stop training, and a
+    ``stop_fn`` that returns a score instead of a decision is a bug.
 
     Example:
-        >>> stop_value(None)
+        >>> stop_value(True), stop_value(np.float64(3.0) >= 2.0)
+        (True, True)
+        >>> stop_value(0.5)
         Traceback (most recent call last):
         ...
-        TypeError: stop_fn must return True (stop) or False (go on), got NoneType: None
+        TypeError: stop_fn must return True (stop) or False (go on), got float: 0.5
     """
-    arr = _hook_scalar("stop_fn", value, "biuf", "True (stop) or False (go on)")
-    if np.isnan(arr.astype(np.float64)):
-        raise ValueError("stop_fn returned nan; it must return True (stop) or False (go on)")
-    return bool(arr)
+    return bool(_hook_scalar("stop_fn", value, "b", "True (stop) or False (go on)"))

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from marl_note.agents.checkpoints import CheckpointError
-from marl_note.atomic_files import remove_quietly, write_atomically
+from marl_note.atomic_files import remove_quietly, remove_stale_temps, write_atomically
 
 __all__ = ["CheckpointManager", "INDEX"]
 
@@ -62,7 +62,11 @@ class CheckpointManager:
     ``max_save_files`` and ``save_top_k`` (resuming a run keeps counting). Anything else is refused
     with a CheckpointError when training begins, before any step. Files of your own in ``path`` or
     inside a checkpoint directory are never deleted. A save that fails (a full disk, a crash)
-    leaves every earlier checkpoint in place; the next run in ``path`` removes what it left.
+    leaves every earlier checkpoint in place; the next run in ``path`` removes what it left. The
+    temporary files (``.marl_note-tmp-*``) of a process killed while it wrote the index are removed
+    by the next manager (when training begins) or save in ``path``, as soon as they are stale: the
+    writer's process is gone, or they are over an hour old (see :mod:`marl_note.atomic_files`);
+    those of a save still running in another process are kept.
 
     Example:
         >>> import os, tempfile
@@ -266,9 +270,7 @@ class CheckpointManager:
                     f"manager deletes old checkpoints. Choose a new or empty directory, e.g. "
                     f"{os.path.join(self.path, 'checkpoints')}")
         self._entries = self._read_index()
-        for name in names:  # temporary files of an interrupted index write
-            if name.startswith(_LEFTOVER):
-                remove_quietly(os.path.join(self.path, name))
+        remove_stale_temps(self.path, _LEFTOVER)  # temporary files of an interrupted index write
         stale = [e for e in self._entries if e["state"] != "done"
                  or not os.path.isdir(os.path.join(self.path, e["name"]))]
         for e in stale:  # half-written, half-deleted, or deleted by hand
@@ -290,6 +292,7 @@ class CheckpointManager:
                 periodic = [e for e in self._done() if e["role"] == "periodic"]
                 drop = periodic[:max(0, len(periodic) + 1 - self.max_save_files)]
         os.makedirs(self.path, exist_ok=True)
+        remove_stale_temps(self.path, _LEFTOVER)  # of a killed process that saved here (stale by now)
         learners = list(trainer.learners) if self.save_param_only else []
         name = self._fresh_name(role, episodes)
         entry: dict[str, Any] = {"name": name, "role": role, "episodes": int(episodes), "metric": metric,

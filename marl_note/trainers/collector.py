@@ -14,7 +14,11 @@ env_ids=...)``, ``env_ids[k]`` being the env index of row ``k``, so it can keep 
 
 With ``check_finite`` (the default) every step result and reset observation is checked before it
 is absorbed: a NaN/inf reward or float observation raises
-:class:`~marl_note.types.NonFiniteError` naming the env index, the agent and the env step.
+:class:`~marl_note.types.NonFiniteError` naming the env index, the agent and the env step. With
+``check_spaces`` (the default) every observation must fit its space's shape and dtype (whole
+numbers for integer spaces): otherwise a ``ValueError`` names the env index, agent and step and
+what was expected and what came; a value outside the space's bounds warns once per space. Both
+checks share one pass over each vector step (:mod:`marl_note.trainers.step_check`).
 
 ``episode_begin(env_index)`` and ``episode_end(env_index, returns, length, tag)``, when given, are
 called as each episode starts (at ``reset`` and when an env starts its next episode) and ends;
@@ -32,8 +36,8 @@ import numpy as np
 from marl_note.agents.base import Agent, JointLearner, LearningAgent
 from marl_note.envs.adapters import StepResult
 from marl_note.trainers.assembly import Assembler, JointAssembler, SeatAssembler
-from marl_note.trainers.finite import FiniteCheck
 from marl_note.trainers.seats import accepts_env_ids, joint_learner_of
+from marl_note.trainers.step_check import StepCheck
 from marl_note.types import EnvSpec, stack_obs
 
 
@@ -95,8 +99,9 @@ def check_actions(actions: Any, space: gym.Space, masks: np.ndarray | None, n: i
 class Collector:
     """Steps a vector env with one agent per seat and assembles per-stream transitions.
 
-    ``check_finite=False`` turns off the check for non-finite rewards and float observations
-    (see the module docstring); it costs a few microseconds per vector step.
+    ``check_finite=False`` turns off the check for non-finite rewards and float observations,
+    ``check_spaces=False`` the check of observations against their spaces (see the module
+    docstring); together they cost a few microseconds per vector step.
 
     Example:
         >>> from pettingzoo.classic import tictactoe_v3
@@ -114,10 +119,11 @@ class Collector:
     def __init__(self, venv: Any, spec: EnvSpec, agents: Sequence[Agent], explore: Sequence[bool],
                  learn: Sequence[bool], matchmaker: Any = None, check_finite: bool = True,
                  episode_begin: Callable[[int], Any] | None = None,
-                 episode_end: Callable[[int, np.ndarray, int, Any], Any] | None = None):
+                 episode_end: Callable[[int, np.ndarray, int, Any], Any] | None = None, check_spaces: bool = True):
         self.venv, self.spec = venv, spec
         self.episode_begin, self.episode_end = episode_begin, episode_end
-        self.finite = FiniteCheck(spec) if check_finite else None
+        self.step_check = (StepCheck(spec, finite=check_finite, spaces=check_spaces)
+                           if check_finite or check_spaces else None)
         self.num_envs, self.num_agents = venv.num_envs, spec.num_agents
         self.seat_of = {a: i for i, a in enumerate(spec.possible_agents)}
         # inference groups, one per (policy object, explore flag), and learners, one per distinct
@@ -192,8 +198,8 @@ class Collector:
     def reset(self, seed: int | None = None) -> None:
         """Reset every env (env i seeded ``seed + i``) and drop unfinished transitions."""
         pending = self.venv.reset(seed=seed)
-        if self.finite is not None:
-            self.finite.reset(pending, self.env_steps)
+        if self.step_check is not None:
+            self.step_check.reset(pending, self.env_steps)
         self.pending = pending
         for i in range(self.num_envs):
             self._matchmake(i)
@@ -229,8 +235,8 @@ class Collector:
             actions = self._act(active)
             stats.agent_steps += sum(len(a) for a in actions.values())
             results = self.venv.step(actions)
-            if self.finite is not None:
-                self.finite.step(results, self.ep_len, self.env_steps)
+            if self.step_check is not None:
+                self.step_check.step(results, self.ep_len, self.env_steps)
             # the step counters of every stepped env at once (one array operation, not two per env)
             stepped = slice(None) if len(results) == self.num_envs else list(results)
             self.ep_len[stepped] += 1

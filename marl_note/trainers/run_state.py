@@ -2,12 +2,16 @@
 
 A run checkpoint is a :mod:`marl_note.agents.checkpoints.format` file (manifest.json + arrays.npz, no
 pickle, atomic): the manifest holds the counters, the test history and, per distinct agent, its
-class name; the arrays hold each agent's numpy ``state_dict`` (prefix ``agent{k}.``), with
+class name and (``agent_spaces``) the spaces it records (those of its ``saving_spaces``); the
+arrays hold each agent's numpy ``state_dict`` (prefix ``agent{k}.``), with
 ``include_replay`` its replay buffer (prefix ``replay{k}.``), and the numpy ``state_dict()`` of each
 callback that has ``state_dict``/``load_state_dict`` (prefix ``callback.<class name><n>.``, ``n``
 counting callbacks of that class; an adaptive controller's state, say). Episodes in flight are not saved:
-a resumed run starts fresh episodes. Loading checks the counters, every agent's arrays and every
-replay buffer's contents before it assigns anything (see :mod:`marl_note.agents.checkpoints.state_check`).
+a resumed run starts fresh episodes. Loading checks the counters (:meth:`RunState.from_json`: their
+types, no unknown ones, finite metrics, and that they agree with each other), the spaces each agent
+was saved with against its own (:mod:`marl_note.agents.checkpoints.space_check`), every agent's
+arrays and every replay buffer's contents before it assigns anything (see
+:mod:`marl_note.agents.checkpoints.state_check`).
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from marl_note.agents.checkpoints.format import CheckpointError, read_checkpoint, write_checkpoint
+from marl_note.agents.checkpoints.space_check import check_agent_spaces, spaces_from_json, spaces_to_json
 from marl_note.agents.checkpoints.state_check import check_agent_state, check_replay_state, load_checked
 from marl_note.trainers.seats import learner_of
 from marl_note.trainers.series import Series, series_from_json, series_to_json
@@ -62,15 +67,24 @@ class RunState:
 
     @classmethod
     def from_json(cls, d: Any) -> RunState:
-        """The counters of a run checkpoint; CheckpointError naming the first one of the wrong type."""
+        """The counters of a run checkpoint; CheckpointError naming the first one that is wrong.
+
+        Each counter must have its type (counts are integers >= 0, the best and every test metric
+        a finite number, the best None before the first test) and no unknown counter may be there;
+        then :meth:`check` compares them with each other.
+        """
         if not isinstance(d, dict):
             raise CheckpointError(f"run checkpoint counters are {type(d).__name__}, expected an object")
         missing = [k for k in cls.__dataclass_fields__ if k not in d and k not in cls.OPTIONAL]
         if missing:
             raise CheckpointError(f"run checkpoint counters are incomplete: missing {missing}")
+        unknown = sorted(str(k) for k in d if k not in cls.__dataclass_fields__)
+        if unknown:
+            raise CheckpointError(f"run checkpoint has unknown counters {unknown[:8]} (an edited checkpoint, or one "
+                                  f"written by a newer marl_note)")
         counts = {k: _count(d[k], k) for k in ("env_steps", "agent_steps", "episodes", "updates", "best_episode",
                                                "next_test")}
-        best = None if d["best"] is None else _number(d["best"], "best")
+        best = None if d["best"] is None else _number(d["best"], "best", finite=True)
         history, recent = d["history"], d["recent_returns"]
         if not isinstance(history, list) or not all(isinstance(h, list) and len(h) == 2 for h in history):
             raise CheckpointError("run checkpoint counter 'history' is not a list of [episodes, metric] pairs")
@@ -79,10 +93,60 @@ class RunState:
         time_ = _number(d["training_time"], "training_time", finite=True)
         if time_ < 0:
             raise CheckpointError(f"run checkpoint counter 'training_time' is negative ({time_})")
-        return cls(**counts, best=-math.inf if best is None else best, training_time=time_,
-                   history=[(_count(e, "history episodes"), _number(m, "history metric")) for e, m in history],
-                   recent_returns=[[_number(x, "recent_returns") for x in r] for r in recent],
-                   series=series_from_json(d.get("series", {})))
+        state = cls(**counts, best=-math.inf if best is None else best, training_time=time_,
+                    history=[(_count(e, "history episodes"), _number(m, "history metric", finite=True))
+                             for e, m in history],
+                    recent_returns=[[_number(x, "recent_returns") for x in r] for r in recent],
+                    series=series_from_json(d.get("series", {})))
+        state.check()
+        return state
+
+    def check(self, num_agents: int | None = None) -> None:
+        """Raise CheckpointError unless the counters agree with each other as a run leaves them.
+
+        Every finished episode took an env step (``episodes <= env_steps``); tests happen in order
+        and only at episode counts reached (``history``); ``best`` / ``best_episode`` are the first
+        best test of ``history`` (``None`` / 0 before any); the next test is due after the last one
+        (``next_test``); ``recent_returns`` holds the last ``min(episodes, 100)`` training
+        episodes, one return per seat (``num_agents`` of them, when given).
+
+        Example:
+            >>> RunState(env_steps=50, episodes=3, history=[(2, 1.0)], best=1.0, best_episode=2, next_test=4,
+            ...          recent_returns=[[0.0]] * 3).check(num_agents=1)
+            >>> RunState(env_steps=50, episodes=3, best=7.0, next_test=4, recent_returns=[[0.0]] * 3).check()
+            Traceback (most recent call last):
+            ...
+            marl_note.agents.checkpoints.format.CheckpointError: run checkpoint counters disagree: best is 7.0 ...
+        """
+        problems = []
+        if self.episodes > self.env_steps:
+            problems.append(f"episodes={self.episodes} exceeds env_steps={self.env_steps} (every episode takes "
+                            f"a step)")
+        tested = [e for e, _ in self.history]
+        if tested != sorted(tested) or (tested and tested[-1] > self.episodes):
+            problems.append(f"history's episode counts {tested[:8]}{' ...' if len(tested) > 8 else ''} are not in "
+                            f"order up to episodes={self.episodes}")
+        if not self.history:
+            if self.best != -math.inf or self.best_episode != 0:
+                problems.append(f"best is {self.best} (at episode {self.best_episode}) but there is no test in "
+                                f"history")
+        else:
+            top = max(m for _, m in self.history)
+            first = next(e for e, m in self.history if m == top)
+            if self.best != top or self.best_episode != first:
+                problems.append(f"best={self.best} at episode {self.best_episode}, but history's best test "
+                                f"scored {top} at episode {first}")
+            if self.next_test <= tested[-1]:
+                problems.append(f"next_test={self.next_test} is not after the last test (episode {tested[-1]})")
+        if len(self.recent_returns) != min(self.episodes, 100):
+            problems.append(f"recent_returns holds {len(self.recent_returns)} episodes, but the last "
+                            f"min(episodes, 100) = {min(self.episodes, 100)} should be there")
+        widths = sorted({len(r) for r in self.recent_returns})
+        if len(widths) > 1 or (widths and num_agents is not None and widths[0] != num_agents):
+            problems.append(f"recent_returns rows have {widths} returns each"
+                            + (f", expected {num_agents} (one per seat)" if num_agents is not None else ""))
+        if problems:
+            raise CheckpointError(f"run checkpoint counters disagree: {'; '.join(problems)}")
 
 
 def _count(value: Any, name: str) -> int:
@@ -142,14 +206,55 @@ def save_run(path: str, state: RunState, agents: Sequence[Any], settings: dict[s
     import marl_note
 
     manifest = {"kind": KIND, "library_version": marl_note.__version__, "agents": kinds,
+                "agent_spaces": [_recorded_spaces(agent) for agent in distinct(agents)],
                 "counters": state.to_json(), "settings": settings}
     return write_checkpoint(path, manifest, arrays)
 
 
+def _recorded_spaces(agent: Any) -> dict[str, Any] | None:
+    """``{name: space JSON}`` of the spaces ``agent`` records in its own checkpoints (None: it records none)."""
+    names = getattr(type(agent), "saving_spaces", None)
+    if not isinstance(names, tuple):
+        return None
+    out = {}
+    for name in names:
+        value = getattr(agent, name, None)
+        if value is not None:
+            try:
+                out[name] = spaces_to_json(value)
+            except TypeError:  # a space the format cannot describe: nothing to compare on load
+                continue
+    return out
+
+
+def _check_spaces(manifest: dict[str, Any], owners: Sequence[Any], path: str) -> None:
+    """The spaces each agent was saved with (checkpoints that record them) against the agent's own."""
+    recorded = manifest.get("agent_spaces")
+    if recorded is None:  # written before run checkpoints recorded spaces
+        return
+    if not isinstance(recorded, list) or len(recorded) != len(owners):
+        raise CheckpointError(f"{path}: manifest agent_spaces is not a list with one entry per agent")
+    for k, (agent, spaces) in enumerate(zip(owners, recorded)):
+        if spaces is None:
+            continue
+        what = f"{path}: agent {k} ({type(agent).__name__})"
+        if not isinstance(spaces, dict):
+            raise CheckpointError(f"{what}: manifest agent_spaces entry is not an object")
+        decoded = {}
+        for name, d in spaces.items():
+            try:
+                decoded[name] = spaces_from_json(d)
+            except CheckpointError as exc:
+                raise CheckpointError(f"{what}: manifest agent_spaces {name}: {exc}") from None
+        check_agent_spaces(agent, decoded, what, list(decoded),
+                           hint="; resume with agents built for the spaces the run was saved with")
+
+
 def load_run(path: str, agents: Sequence[Any], callbacks: Sequence[Any] = ()) -> RunState:
-    """Check the checkpoint against ``agents`` first (counters, every agent's arrays, every replay
-    buffer's contents), then load their states and the states of those ``callbacks`` it holds one
-    for (a callback's saved state without the callback is ignored); return the counters.
+    """Check the checkpoint against ``agents`` first (counters, the spaces each agent was saved with,
+    every agent's arrays, every replay buffer's contents), then load their states and the states of
+    those ``callbacks`` it holds one for (a callback's saved state without the callback is ignored);
+    return the counters.
 
     On a CheckpointError no agent and no replay buffer has changed.
     """
@@ -163,8 +268,10 @@ def load_run(path: str, agents: Sequence[Any], callbacks: Sequence[Any] = ()) ->
         raise CheckpointError(f"{path} holds agents {manifest.get('agents')}, but this run has {kinds}")
     try:
         state = RunState.from_json(manifest.get("counters"))
+        state.check(num_agents=len(agents))
     except CheckpointError as exc:
         raise CheckpointError(f"{path}: {exc}") from None
+    _check_spaces(manifest, owners, path)
     known = (*(f"{p}{k}." for k in range(len(owners)) for p in ("agent", "replay")), "callback.")
     stray = sorted(key for key in arrays if not key.startswith(known))
     if stray:

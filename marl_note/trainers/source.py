@@ -91,9 +91,10 @@ class CollectorSource:
 
     def start(self, trainer: Any, seats: Sequence[Any], learn: Sequence[bool], explore: Sequence[bool],
               seed: int | None, events: Any, matchmaker: Any = None) -> list[Any]:
+        hooks = events.hooks()
         self.collector = Collector(trainer.train_envs(), trainer.spec, list(seats), explore=list(explore),
                                    learn=list(learn), matchmaker=matchmaker, check_finite=trainer.check_finite,
-                                   **events.hooks())
+                                   episode_begin=hooks["episode_begin"], episode_end=hooks["episode_end"])
         self.collector.reset(seed=trainer.distributed.rank_seed(seed))
         for learner in self.collector.learners:  # rank 0's weights; gradients averaged from here on
             trainer.distributed.prepare(learner)

@@ -1,6 +1,7 @@
 """DecentralizedTrainer: one loop for on- and off-policy agents over any PettingZoo/Gymnasium env."""
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -55,11 +56,14 @@ class DecentralizedTrainer:
     after each test (True stops; so does ``trainer.stop_training = True`` set by any hook or
     callback, after the current chunk), ``reward_metric(rewards[num_episodes, num_agents]) -> float``
     (default: mean return of the learning seats). A ``reward_metric`` result that is not a real
-    number (TypeError) or is NaN/inf (ValueError), and a ``stop_fn`` result that is not a single
-    truth value (None, an array: TypeError; NaN: ValueError), raise naming the hook at the first test.
-    ``check_finite`` (default True) makes the train and test collectors raise
+    number (TypeError) or is NaN/inf (ValueError), and a ``stop_fn`` result that is not a bool (a
+    numpy bool too; a number, None, a string or an array: TypeError), raise naming the hook at the
+    first test. ``check_finite`` (default True) makes the train and test collectors raise
     :class:`~marl_note.types.NonFiniteError` for a NaN/inf reward or float observation, naming the
-    env index, agent and env step; ``check_finite=False`` turns that check off.
+    env index, agent and env step; ``check_finite=False`` turns that check off. Every observation
+    is also checked against its space (shape; numbers, whole ones for an integer space): a
+    ``ValueError`` names the env index, agent, step, the space and what came; a value outside the
+    space's bounds warns once per space.
 
     ``processes=N`` hosts the envs in N worker processes (default None: in this process); the env
     may then be given in any form (a Gymnasium id, a lambda, a closure, ``simple_spread_v3.parallel_env``)
@@ -314,6 +318,10 @@ class DecentralizedTrainer:
         run = RunState(next_test=self.test_freq)
         if resume_from is not None:
             run = load_run(resume_from, seats, callback_list.callbacks)  # checks everything before loading
+            if run.episodes >= self.episodes_per_train:
+                warnings.warn(f"resume_from={resume_from!r} has already collected {run.episodes} training episodes, "
+                              f"the whole budget of episodes_per_train={self.episodes_per_train}: this train() "
+                              f"collects nothing more (raise episodes_per_train to go on training)", stacklevel=3)
         self._run, self._run_agents, self._run_callbacks = run, seats, callback_list.callbacks
         self._run_learners = distinct([a for a, ln in zip(seats, learn) if ln])
         self.history = run.history

@@ -73,6 +73,64 @@ def test_restore_param_with_a_bad_array_changes_nothing(tmp_path, name):
     assert np.array_equal(live.state_dict()[keys[0]], np.round(source.state_dict()[keys[0]] * 4))
 
 
+@pytest.mark.parametrize("name", ["torch", "tf"])
+def test_restore_param_refuses_weights_saved_for_other_spaces(tmp_path, name):
+    mod = backend(name)
+    source = trained(mod, seed=1)
+    weights, whole = source.save_param(tmp_path / "weights"), source.save(tmp_path / "whole.zip")
+    cases = {  # every one has the source's network shapes, so only the spaces tell them apart
+        "uint8 pixels": (gym.spaces.Box(0, 255, (4,), np.uint8), ACT,
+                         ["observation_space: dtype uint8, the checkpoint has float32",
+                          "observation_space: bounds [0, 255], the checkpoint has [-1.0, 1.0]"]),
+        "float64": (gym.spaces.Box(-1, 1, (4,), np.float64), ACT,
+                    ["observation_space: dtype float64, the checkpoint has float32"]),
+        "bounds": (gym.spaces.Box(np.array([-1, -1, -1, -5]), 1, (4,), np.float32), ACT,
+                   ["observation_space: bounds [[-1., -1., -1., -5.], 1.0], the checkpoint has [-1.0, 1.0]"]),
+        "start": (OBS, gym.spaces.Discrete(3, start=1), ["action_space: start=1, the checkpoint has start=0"]),
+    }
+    for case, (obs_space, act_space, lines) in cases.items():
+        live = mod.DQN(obs_space, act_space, hidden_sizes=(8,), seed=2)
+        before = snapshot(live)
+        for path in (weights, whole):
+            with pytest.raises(CheckpointError) as info:
+                live.restore_param(path)
+            assert snapshot(live) == before, case
+            message = str(info.value)
+            assert "the checkpoint was saved for other spaces than this agent's" in message
+            assert all(line in message for line in lines) and message.endswith("pass strict=False to load the "
+                                                                               "weights anyway"), message
+        live.restore_param(weights, strict=False)  # the caller's choice: the weights fit, so they load
+        assert all(np.array_equal(live.state_dict()[k], source.state_dict()[k]) for k in source.param_keys())
+    with pytest.raises(TypeError, match="strict must be True or False"):
+        live.restore_param(weights, strict="no")
+    same = mod.DQN(gym.spaces.Box(-1, 1, (4,), np.float32), gym.spaces.Discrete(3), hidden_sizes=(8,), seed=3)
+    same.restore_param(weights)  # equal spaces built anew load as before
+
+
+def test_space_differences_name_every_part():
+    from marl_note.agents.checkpoints.space_check import space_differences
+
+    box = gym.spaces.Box(-1, 1, (2,), np.float32)
+    saved = gym.spaces.Dict({"pos": box, "goal": gym.spaces.Tuple([gym.spaces.Discrete(4),
+                                                                  gym.spaces.MultiDiscrete([2, 3])])})
+    assert space_differences(saved, saved, "obs") == []
+    live = gym.spaces.Dict({"pos": gym.spaces.Box(-1, 1, (3,), np.float32),
+                            "goal": gym.spaces.Tuple([gym.spaces.Discrete(5), gym.spaces.MultiDiscrete([2, 4])])})
+    assert space_differences(saved, live, "obs") == [
+        "obs['goal'][0]: n=5, the checkpoint has n=4", "obs['goal'][1]: nvec [2, 4], the checkpoint has [2, 3]",
+        "obs['pos']: shape (3,), the checkpoint has (2,)"]
+    assert space_differences(saved, gym.spaces.Dict({"pos": box}), "obs") == [
+        "obs: keys ['pos'], the checkpoint has ['goal', 'pos']"]
+    assert space_differences(box, gym.spaces.Discrete(2), "obs") == ["obs: a Discrete space, the checkpoint has a Box"]
+    assert space_differences(gym.spaces.MultiBinary(3), gym.spaces.MultiBinary(4), "act") == [
+        "act: n=4, the checkpoint has n=3"]
+    per_agent = {"a": box, "b": gym.spaces.Discrete(2)}  # one space per agent (MADDPG): the order counts too
+    assert space_differences(per_agent, {"b": gym.spaces.Discrete(2), "a": box}, "observation_spaces") == [
+        "observation_spaces: agents ['b', 'a'], the checkpoint has ['a', 'b']"]
+    assert space_differences(per_agent, {"a": box, "b": gym.spaces.Discrete(3)}, "observation_spaces") == [
+        "observation_spaces['b']: n=3, the checkpoint has n=2"]
+
+
 def test_restore_checks_counters_and_every_array(tmp_path):
     agent = trained(torch_agents)
     cases = {

@@ -15,6 +15,7 @@ from marl_note.agents.torch import DQN  # noqa: E402
 from marl_note.trainers import DecentralizedTrainer  # noqa: E402
 from marl_note.trainers.checkpointing import INDEX, CheckpointManager  # noqa: E402
 from marl_note.trainers.run_state import load_run  # noqa: E402
+from tests.checkpoint_helpers import KILLED_WRITE, paused_save, run_killed  # noqa: E402
 
 OBS = np.random.default_rng(0).normal(size=(16, 4)).astype(np.float32)
 
@@ -274,6 +275,42 @@ def test_a_failed_save_leaves_the_previous_checkpoints_intact_and_loadable(tmp_p
     assert not half.exists() and [c["name"] for c in resumed.checkpoints] == [e["name"] for e in entries[:2]]
     for c in resumed.checkpoints:
         load_run(c["path"], [fresh_agent()])
+
+
+@pytest.mark.skipif(os.name == "nt", reason="SIGKILL, and telling a running writer by its pid, are POSIX")
+def test_a_killed_saves_temporaries_go_at_the_next_manager_or_save_a_live_saves_stay(tmp_path):
+    path = tmp_path / "ckpt"
+    trainer, agent = make(5)
+    train(trainer, agent, CheckpointManager(path, save_freq=5))
+    committed = [c["name"] for c in CheckpointManager(path).checkpoints]
+    (path / ".marl_note-tmp-mine.txt").write_text("our prefix, but not a name we give temporary files")
+    run_killed(KILLED_WRITE, path / INDEX)  # killed while it rewrote the index, as 4 kills in 12 were
+    killed = [n for n in on_disk(path) if n.startswith(".marl_note-tmp-") and "mine" not in n]
+    assert len(killed) == 1
+    with paused_save(path / "reward.png", "file") as live:  # another process is writing here right now
+        live_temp = sorted(set(on_disk(path)) - {*committed, *killed, INDEX, ".marl_note-tmp-mine.txt"})
+        assert len(live_temp) == 1 and live_temp[0].startswith(".marl_note-tmp-")
+        manager = CheckpointManager(path, save_freq=5)
+        trainer2, agent2 = make(5)
+        manager.on_train_begin(trainer2)
+        assert on_disk(path) == sorted([*committed, INDEX, ".marl_note-tmp-mine.txt", *live_temp])
+    assert live.returncode == 0 and (path / "reward.png").read_bytes() == b"written while paused"
+    assert [c["name"] for c in manager.checkpoints] == committed
+
+    class KilledWriterDuringTheRun:  # a process killed while it wrote here after this run had begun
+        def __init__(self):
+            self.left = None
+
+        def on_collect_end(self, trainer, stats, episodes):
+            if self.left is None:
+                run_killed(KILLED_WRITE, path / "reward.png")
+                self.left = [n for n in on_disk(path) if n.startswith(".marl_note-tmp-") and "mine" not in n]
+
+    spawner = KilledWriterDuringTheRun()
+    trainer2.train([agent2], learning_mask=[1], plot=False, progress=False, callbacks=[spawner, manager])
+    assert len(spawner.left) == 1 and spawner.left[0] not in on_disk(path)  # the run's next save removed it
+    assert [n for n in on_disk(path) if n.startswith(".marl_note-")] == [".marl_note-tmp-mine.txt"]
+    assert (path / "reward.png").read_bytes() == b"written while paused"
 
 
 @pytest.mark.parametrize("kwargs, error, message", [

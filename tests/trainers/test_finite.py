@@ -108,7 +108,7 @@ def test_goal_env_dict_observation_leaves_are_checked():
         collect(env_fn, n_envs=1, steps=10)
 
 
-def test_integer_observations_are_not_looked_at_but_rewards_are():
+def test_integer_observations_are_not_checked_for_nan_but_rewards_are():
     class NaNReward(gym.Wrapper):  # tic-tac-toe through PettingZoo would need an AEC wrapper; Blackjack is int
         def step(self, action):
             obs, rew, term, trunc, info = self.env.step(action)
@@ -117,7 +117,7 @@ def test_integer_observations_are_not_looked_at_but_rewards_are():
     spec = make_spec(adapt(tictactoe_v3.env()))
     col = Collector(SyncVectorEnv([tictactoe_v3.env] * 2), spec,
                     [RandomAgent(spec.action_space(a), seed=0) for a in spec.possible_agents], [True] * 2, [False] * 2)
-    assert col.finite.any_float is False  # int8 boards: no observation check at all
+    assert col.step_check.any_float is False  # int8 boards: no NaN check (the space check covers them)
     col.reset(seed=0)
     assert col.collect(n_episodes=4).episodes == 4
     with pytest.raises(NonFiniteError, match=r"^env 0, agent 'agent_0', step 1 of its episode.*: reward is nan"):
@@ -182,15 +182,23 @@ def test_bad_reward_metric_results_raise_naming_the_hook(metric, error, match):
 @pytest.mark.parametrize("stop,error,match", [
     (lambda m, eps: np.array([True, False]), TypeError, r"stop_fn must return True \(stop\) or False.*shape \(2,\)"),
     (lambda m, eps: None, TypeError, r"stop_fn must return True \(stop\) or False.*NoneType"),
-    (lambda m, eps: float("nan"), ValueError, r"stop_fn returned nan"),
+    (lambda m, eps: float("nan"), TypeError, r"stop_fn must return True \(stop\) or False.*float: nan"),
+    # a number is no decision: 0.5 used to stop training (truthy) and 0 to go on
+    (lambda m, eps: 0.5, TypeError, r"stop_fn must return True \(stop\) or False.*float: 0\.5"),
+    (lambda m, eps: 1, TypeError, r"stop_fn must return True \(stop\) or False.*int: 1"),
+    (lambda m, eps: np.float64(0.0), TypeError, r"stop_fn must return True \(stop\) or False.*float64"),
+    (lambda m, eps: "no", TypeError, r"stop_fn must return True \(stop\) or False.*str: 'no'"),
+    (lambda m, eps: [], TypeError, r"stop_fn must return True \(stop\) or False.*list: \[\]"),
 ])
 def test_bad_stop_fn_results_raise_naming_the_hook(stop, error, match):
     with pytest.raises(error, match=match):
         train_tictactoe(stop_fn=stop)
 
 
-def test_scalar_hook_results_still_work():
-    stats = train_tictactoe(reward_metric=lambda r: np.array(r[:, 0].mean()), stop_fn=lambda m, eps: np.bool_(eps >= 4))
+@pytest.mark.parametrize("stop", [lambda m, eps: np.bool_(eps >= 4), lambda m, eps: eps >= 4,
+                                  lambda m, eps: np.array(eps >= 4)])
+def test_scalar_hook_results_still_work(stop):
+    stats = train_tictactoe(reward_metric=lambda r: np.array(r[:, 0].mean()), stop_fn=stop)
     assert stats["stopped_by_stop_fn"] and np.isfinite(stats["best_reward"])
 
 

@@ -1,12 +1,14 @@
 import os
+import shutil
 
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-from marl_note.agents.checkpoints import CheckpointError  # noqa: E402
+from marl_note.agents.checkpoints import CheckpointError, read_checkpoint  # noqa: E402
 from marl_note.agents.torch import DQN, PPO  # noqa: E402
 from marl_note.trainers import DecentralizedTrainer  # noqa: E402
+from marl_note.trainers.run_state import load_run  # noqa: E402
 from tests.checkpoint_helpers import rewrite_checkpoint  # noqa: E402
 
 
@@ -116,3 +118,81 @@ def test_a_failed_resume_changes_nothing(tmp_path):
         after, replay_after = fresh.state_dict(), fresh.replay.state_dict()
         assert sorted(after) == sorted(before) and all(after[k].tobytes() == before[k].tobytes() for k in before), case
         assert all(replay_after[k].tobytes() == replay_before[k].tobytes() for k in replay_before), case
+
+
+def test_edited_counters_are_refused_before_anything_loads(tmp_path):
+    path = str(tmp_path / "run")
+    trainer, agent = make(20)
+    trainer.train([agent], learning_mask=[1], plot=False, progress=False, checkpoint_path=path)
+    counters = read_checkpoint(path)[0]["counters"]
+    assert counters["history"] and counters["episodes"] < 100  # what the cases below edit
+    cases = {
+        "best NaN": (dict(best=float("nan")), r"counter 'best' must be a finite number, got nan"),
+        "test metric inf": (dict(history=[[e, float("inf")] for e, _ in counters["history"]]),
+                            r"'history metric' must be a finite number, got inf"),
+        "unknown counter": (dict(bonus_episodes=5), r"unknown counters \['bonus_episodes'\]"),
+        "episodes beyond": (dict(episodes=10**6), r"episodes=1000000 exceeds env_steps="),
+        "episodes edited": (dict(episodes=counters["episodes"] + 30),
+                            r"recent_returns holds \d+ episodes, but the last min\(episodes, 100\)"),
+        "best not tested": (dict(best=counters["best"] + 1), r"but history's best test scored"),
+        "untested best": (dict(history=[]), r"but there is no test in history"),
+        "history order": (dict(history=counters["history"][::-1] + [[counters["episodes"] + 1, 0.0]]),
+                          r"history's episode counts .* are not in order"),
+        "next test": (dict(next_test=0), r"next_test=0 is not after the last test"),
+        "returns width": (dict(recent_returns=[r + [0.0] for r in counters["recent_returns"]]),
+                          r"recent_returns rows have \[2\] returns each, expected 1"),
+    }
+    fresh_trainer, fresh = make(40)
+    before = fresh.state_dict()
+    for case, (edit, message) in cases.items():
+        broken = str(tmp_path / case.replace(" ", "_"))
+        shutil.copytree(path, broken)
+        rewrite_checkpoint(broken, edit_manifest=lambda m, edit=edit: m["counters"].update(edit))
+        with pytest.raises(CheckpointError, match=message):
+            fresh_trainer.train([fresh], learning_mask=[1], plot=False, progress=False, resume_from=broken)
+        after = fresh.state_dict()
+        assert all(after[k].tobytes() == before[k].tobytes() for k in before), case
+    assert fresh.agent_steps == 0
+
+
+def test_resuming_a_finished_run_says_that_nothing_is_left_to_train(tmp_path):
+    path = str(tmp_path / "run")
+    trainer, agent = make(10)
+    first = trainer.train([agent], learning_mask=[1], plot=False, progress=False, checkpoint_path=path)
+    again, fresh = make(10)
+    with pytest.warns(UserWarning, match=r"has already collected \d+ training episodes, the whole budget of "
+                                         r"episodes_per_train=10: this train\(\) collects nothing more"):
+        stats = again.train([fresh], learning_mask=[1], plot=False, progress=False, resume_from=path)
+    assert stats["num_collected_episodes"] == first["num_collected_episodes"] and fresh.agent_steps == agent.agent_steps
+
+
+def test_resume_refuses_agents_built_for_other_spaces(tmp_path):
+    import gymnasium as gym
+
+    path = str(tmp_path / "run")
+    trainer, agent = make(10)
+    trainer.train([agent], learning_mask=[1], plot=False, progress=False, checkpoint_path=path)
+    spaces = read_checkpoint(path)[0]["agent_spaces"]
+    assert [sorted(s) for s in spaces] == [["action_space", "observation_space"]]
+
+    def scaled():  # CartPole with observations in [-1, 1]: the same shapes, other bounds
+        env = gym.make("CartPole-v1")
+        space = gym.spaces.Box(-1, 1, (4,), np.float32)
+        return gym.wrappers.TransformObservation(env, lambda o: np.tanh(o).astype(np.float32), space)
+
+    other = DecentralizedTrainer(scaled, num_train_envs=2, num_test_envs=2, update_freq=50, test_freq=10,
+                                 episodes_per_train=20, episodes_per_test=2, seed=0)
+    fresh = DQN(other.observation_space("agent_0"), other.action_space("agent_0"), seed=0, learning_starts=64)
+    before = fresh.state_dict()
+    with pytest.raises(CheckpointError, match=r"agent 0 \(DQN\): the checkpoint was saved for other spaces than "
+                                              r"this agent's: observation_space: bounds \[-1.0, 1.0\], the "
+                                              r"checkpoint has \[\[-4.8"):
+        other.train([fresh], learning_mask=[1], plot=False, progress=False, resume_from=path)
+    assert all(fresh.state_dict()[k].tobytes() == v.tobytes() for k, v in before.items())
+    assert fresh.agent_steps == 0
+
+    old = str(tmp_path / "old")  # a run checkpoint from before they recorded spaces: nothing to compare
+    shutil.copytree(path, old)
+    rewrite_checkpoint(old, edit_manifest=lambda m: m.pop("agent_spaces"))
+    load_run(old, [fresh])
+    assert fresh.agent_steps == agent.agent_steps

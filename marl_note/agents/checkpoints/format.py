@@ -25,7 +25,16 @@ import gymnasium as gym
 import numpy as np
 
 from marl_note.agents.checkpoints.npz_codec import npz_arrays, npz_bytes
-from marl_note.atomic_files import create_temp, fsync_dir, keep_mode, remove_quietly, write_atomically
+from marl_note.atomic_files import (
+    create_temp,
+    fsync_dir,
+    is_stale_temp,
+    keep_mode,
+    release_temp,
+    remove_quietly,
+    remove_stale_temps,
+    write_atomically,
+)
 from marl_note.file_reads import JSON_LIMIT, FileRefused, check_regular, read_regular
 
 FORMAT = "marl_note.checkpoint/1"
@@ -210,6 +219,7 @@ def _stage(directory: str, data: bytes, like: str, suffix: str = "") -> str:
         keep_mode(like, tmp)
     except BaseException:
         remove_quietly(tmp)
+        release_temp(tmp)
         raise
     return tmp
 
@@ -220,6 +230,7 @@ def _write_zip(path: str, manifest_bytes: bytes, npz: bytes) -> None:
         z.writestr(MANIFEST, manifest_bytes)
         z.writestr(ARRAYS, npz)
     write_atomically(path, lambda f: f.write(buf.getbuffer()), prefix=_TEMP_PREFIX, suffix=".zip")
+    remove_stale_temps(os.path.dirname(path), _TEMP_PREFIX, ".zip")  # of saves killed here before
 
 
 def _write_dir(path: str, previous: Mapping[str, Any] | None, arrays_name: str, manifest_bytes: bytes,
@@ -254,8 +265,13 @@ def _write_dir(path: str, previous: Mapping[str, Any] | None, arrays_name: str, 
                     os.rmdir(path)
                 except OSError:
                     pass
+        for tmp in (staged_arrays, staged_manifest):
+            if tmp is not None:
+                release_temp(tmp)
     fsync_dir(path)
-    for name in os.listdir(path):  # the replaced arrays file and leftovers of interrupted saves
+    for name in os.listdir(path):  # the replaced arrays file and leftovers of interrupted saves (not of live ones)
+        if name.startswith(_TEMP_PREFIX) and not is_stale_temp(os.path.join(path, name)):
+            continue
         if name != arrays_name and (_is_leftover(name) or (name == ARRAYS and old_arrays == ARRAYS)):
             try:
                 remove_quietly(os.path.join(path, name))

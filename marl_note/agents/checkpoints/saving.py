@@ -55,6 +55,7 @@ from marl_note.agents.checkpoints.restoring import (
     replay_of,
     resolve_class,
 )
+from marl_note.agents.checkpoints.space_check import check_agent_spaces
 from marl_note.agents.checkpoints.state_check import check_agent_state, load_checked
 
 __all__ = ["Saving"]
@@ -205,18 +206,28 @@ class Saving:
         manifest = self._manifest("params")
         return write_checkpoint(path, manifest, {k: state[k] for k in self.param_keys(state)})
 
-    def restore_param(self, path: str | os.PathLike) -> None:
+    def restore_param(self, path: str | os.PathLike, strict: bool = True) -> None:
         """Load network weights from a ``save_param`` or ``save`` checkpoint into this agent.
 
         Everything is checked first (every weight present with this agent's shape, a numeric
-        dtype and finite values): on a CheckpointError the agent is unchanged.
+        dtype and finite values): on a CheckpointError the agent is unchanged. The spaces the
+        checkpoint records must also be this agent's (kind, shape, dtype, bounds, ``n``; see
+        :mod:`~marl_note.agents.checkpoints.space_check`): weights of an agent that saw
+        ``Box(-1, 1, (4,), float32)`` observations are refused by one that sees
+        ``Box(0, 255, (4,), uint8)``, although every shape fits. ``strict=False`` loads them anyway
+        (the weights must still fit).
         """
+        if not isinstance(strict, bool):
+            raise TypeError(f"strict must be True or False, got {strict!r}")
         manifest, _ = checkpoint_sizes(path)
         info = check_manifest(manifest, path, kinds=("agent", "params"))
-        arrays = read_arrays(self, manifest, path, params_only=True)
         live = self.state_dict()
         what = (f"{type(self).__name__}.restore_param({os.fspath(path)!r}) "
                 f"[weights of a {info['backend']} {info['algorithm']}]")
+        if strict:
+            check_agent_spaces(self, info, what, info["space_params"],
+                               hint="; pass strict=False to load the weights anyway")
+        arrays = read_arrays(self, manifest, path, params_only=True)  # each header checked before its data is read
         state, live = check_agent_state(self, arrays, what, keys=self.param_keys(live), live=live)
         load_checked(self, state, live, what)
 

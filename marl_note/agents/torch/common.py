@@ -5,7 +5,8 @@ weights come from numpy (:mod:`marl_note.agents.networks`), and everything that 
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import warnings
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -100,3 +101,39 @@ def optimizer_from_numpy(prefix: str, opt: torch.optim.Optimizer, state: Mapping
         for group in sd["param_groups"]:
             group["lr"] = float(np.asarray(state[f"{prefix}.lr"]))
     opt.load_state_dict(sd)
+
+
+def maybe_compile(fn: Callable, enabled: bool, what: str) -> Callable:
+    """``torch.compile(fn)`` when ``enabled``, else ``fn``.
+
+    Compilation happens lazily at the first call; if it fails there (no C++ toolchain for
+    inductor, an unsupported op, ...) a RuntimeWarning says so and ``fn`` runs eagerly from then
+    on, so ``compile=True`` can slow an agent down but never break it.
+
+    Example:
+        >>> import torch
+        >>> square = maybe_compile(lambda x: x * x, enabled=False, what="square")
+        >>> square(torch.tensor(3.0)).item()
+        9.0
+    """
+    if not enabled:
+        return fn
+    try:
+        compiled = torch.compile(fn)
+    except Exception as exc:  # pragma: no cover - depends on the installation
+        warnings.warn(f"torch.compile of the {what} is unavailable ({type(exc).__name__}: {exc}); running eagerly",
+                      RuntimeWarning, stacklevel=2)
+        return fn
+    state = {"fn": compiled}
+
+    def call(*args, **kwargs):
+        if state["fn"] is compiled:
+            try:
+                return compiled(*args, **kwargs)
+            except Exception as exc:
+                warnings.warn(f"torch.compile of the {what} failed ({type(exc).__name__}: {exc}); "
+                              f"running eagerly", RuntimeWarning, stacklevel=2)
+                state["fn"] = fn
+        return fn(*args, **kwargs)
+
+    return call

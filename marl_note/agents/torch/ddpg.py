@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from marl_note.agents.ddpg import DDPGBatch, DDPGConfig, DDPGCore
-from marl_note.agents.torch.compiling import maybe_compile
+from marl_note.agents.torch.common import maybe_compile
 from marl_note.agents.torch.critics import register_critic
 from marl_note.agents.torch.networks import TorchNetworks
 from marl_note.agents.torsos import conv_of

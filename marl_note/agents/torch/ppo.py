@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from marl_note.agents.ppo import PPOConfig, PPOCore
-from marl_note.agents.torch.compiling import maybe_compile
+from marl_note.agents.torch.common import maybe_compile
 from marl_note.agents.torch.networks import ACTIVATION_MODULES, TorchNetworks, conv_from_numpy, sequential_from_numpy
 
 __all__ = ["PPO", "PPONetworks", "ActorCritic"]

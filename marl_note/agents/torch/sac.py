@@ -10,7 +10,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from marl_note.agents.sac import HALF_LOG_2PI, LOG_2, LOG_STD_MAX, LOG_STD_MIN, MASKED_LOGIT, TRAIN_INPUTS, SACCore
-from marl_note.agents.torch.compiling import maybe_compile
+from marl_note.agents.torch.common import maybe_compile
 from marl_note.agents.torch.critics import register_critic
 from marl_note.agents.torch.networks import TorchNetworks
 

@@ -36,7 +36,7 @@ from marl_note.agents.core import AgentCore
 __all__ = ["acting_shell", "acting_state", "load_acting_state", "on_policy", "shell_refusal"]
 
 _FRAMEWORK_MODULES = ("marl_note.agents.torch", "marl_note.agents.tf")
-_DROPPED = ("nets", "replay", "_feed", "noise_scale", "rollout")
+_DROPPED = ("nets", "replay", "_feed", "noise_scale", "_noise_scale", "rollout")
 
 
 def on_policy(agent: Any) -> bool:

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from marl_note.agents.torch import PPO
-from marl_note.agents.torch.compiling import maybe_compile
+from marl_note.agents.torch.common import maybe_compile
 from marl_note.types import Transitions
 
 
