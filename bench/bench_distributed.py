@@ -9,7 +9,7 @@ ParameterServerStrategy with 1 vs 2 in-process workers and one parameter server)
   fixed env-step budget per rank: updates/s and samples/s (env steps of all ranks per second).
 - solve (optional, --solve, long): CartPole-v1 until a mean test return of 475 with 1 and 2 ranks.
 
-Each configuration runs in freshly launched ranks (``marl_note.contrib.distributed.launch.launch``); the
+Each configuration runs in freshly launched ranks (``marl_note.contrib.distributed.ranks.launch``); the
 times are rank 0's, after a barrier, without process start-up. Ratios are 2 replicas / 1 replica.
 
 Run:  python bench/bench_distributed.py [--backend torch|tf] [--smoke] [--solve] [--replicas 1,2] [--seed 0]
@@ -28,7 +28,7 @@ import platform
 import numpy as np
 from bench_distributed_tf import tf_table, time_learner  # (beside this script: bench/ is on the path)
 
-from marl_note.contrib.distributed.launch import launch
+from marl_note.contrib.distributed.ranks import launch
 
 
 def _init():

@@ -27,7 +27,7 @@ import argparse
 import os
 from typing import Any
 
-from marl_note.contrib.distributed.launch import launch
+from marl_note.contrib.distributed.ranks import launch
 from marl_note.trainers import DecentralizedTrainer
 
 

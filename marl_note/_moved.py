@@ -41,7 +41,7 @@ MODULES = {
     "marl_note.trainers.finder_parts": "marl_note.contrib.finders.parts",
     "marl_note.trainers.finder_results": "marl_note.contrib.finders.results",
     "marl_note.trainers.parallel_finder": "marl_note.contrib.finders.parallel",
-    "marl_note.trainers.distributed": "marl_note.contrib.distributed.launch",
+    "marl_note.trainers.distributed": "marl_note.contrib.distributed.ranks",
     "marl_note.agents.torch.distributed": "marl_note.contrib.distributed.torch.ddp",
     "marl_note.agents.tf.distributed": "marl_note.contrib.distributed.tf.multiworker",
     "marl_note.agents.alphazero": "marl_note.contrib.alphazero.core",

@@ -6,7 +6,7 @@ import time
 import numpy as np
 import pytest
 
-from marl_note.contrib.distributed.launch import RankFailedError, launch
+from marl_note.contrib.distributed.ranks import RankFailedError, launch
 from marl_note.distributed import RANK_SEED_STRIDE, DistributedContext, env_rank_info
 
 

@@ -231,8 +231,9 @@ def train_agent(agent: Any, episodes: int, env: Any = None, pool_network: bool =
     if shard:  # the actor-learner pool: processes=N actors, each filling its own shard
         from marl_note.contrib.pool import ActorPool
 
-        options = {**options, "source": ActorPool(processes, **shard), "num_train_envs": options.get(
-            "num_train_envs", processes)}
+        assert processes is not None  # checked above: shard options need processes=N
+        options = {**options, "source": ActorPool(processes, **shard),
+                   "num_train_envs": options.get("num_train_envs", processes)}
         processes = None
     if p is not None and (isinstance(p, bool) or not isinstance(p, (int, np.integer)) or p < 0):
         raise ValueError(f"p must be the number of progress reports (0: none), got {p!r}")

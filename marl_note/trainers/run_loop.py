@@ -208,9 +208,9 @@ class RunLoop:
                           last_test=self.last_test)
         out["stopped_by_stop_training"] = bool(self.trainer.stop_training)
         out["time_split"] = {f"{k}_s": round(v, 3) for k, v in self.phase_seconds.items()}
-        if self.source_stats:
-            out[self.source.name] = dict(self.source_stats)
         self.callbacks.fire("on_train_end", self.trainer, out)
+        if self.source_stats:  # after the callbacks, as before: an OpponentPool's own "pool" entry gives way
+            out[self.source.name] = dict(self.source_stats)
         self.trainer.distributed.barrier()  # every rank returns once rank 0 has saved
         if plot and self.run.history and chief:
             from marl_note.trainers.plot import plot_run

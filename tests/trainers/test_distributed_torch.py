@@ -11,7 +11,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from marl_note.contrib.distributed.launch import RankFailedError, launch
+from marl_note.contrib.distributed.ranks import RankFailedError, launch
 from marl_note.distributed import DistributedContext
 
 torch = pytest.importorskip("torch")

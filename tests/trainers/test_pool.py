@@ -88,7 +88,7 @@ def test_keyboard_interrupt_stops_the_actors_and_frees_the_shards(no_leftovers):
 
 @pytest.mark.parametrize("kwargs,error,match", [
     (dict(processes=2), ValueError, "leave processes=None"),
-    (dict(actors=None, pool=dict(window_size=3)), ValueError, "pool options need actors=N"),
+    (dict(actors=None, pool=dict(window_size=3)), ValueError, "are options of the actor pool: pass source="),
     (dict(actors=8), ValueError, "exceeds num_train_envs=4"),
     (dict(pool=dict(clearing_freq=2)), ValueError, "clearing_freq needs window_size_"),
     (dict(pool=dict(learner_threads=0)), ValueError, "learner_threads must be 'auto', None or a positive"),
@@ -208,3 +208,31 @@ def test_the_learner_drains_a_full_shard_while_it_waits_for_reports(no_leftovers
     agent = dqn(trainer)
     stats = trainer.train([agent], learning_mask=[1], plot=False, progress=False)
     assert stats["num_collected_steps"] >= 1500 and stats["pool"]["evicted"] == 0
+
+
+def test_the_actor_pool_plugs_in_as_the_trainers_experience_source(no_leftovers):
+    from marl_note.contrib.pool import ActorPool
+    from marl_note.trainers.source import ExperienceSource
+
+    source = ActorPool(actors=2, sync_every=2)
+    assert isinstance(source, ExperienceSource)
+    trainer = DecentralizedTrainer("CartPole-v1", num_train_envs=4, num_test_envs=2, update_freq=64,
+                                   episodes_per_train=12, test_freq=6, episodes_per_test=2, seed=0, source=source)
+    stats = trainer.train([dqn(trainer)], learning_mask=[1], plot=False, progress=False)
+    assert stats["pool"]["actors"] == 2 and sum(stats["pool"]["transitions_per_actor"]) > 0
+    assert stats["num_collected_episodes"] >= 12 and source.pool is None  # closed at the end of the run
+    with pytest.raises(ValueError, match="leave processes=None"):
+        DecentralizedTrainer("CartPole-v1", processes=2, source=ActorPool(actors=2))
+
+
+def test_release_0_1_pool_arguments_build_the_same_source_and_warn():
+    from marl_note.contrib.pool import ActorPool
+
+    with pytest.warns(DeprecationWarning, match=r"source=marl_note.contrib.pool.ActorPool\(actors=N"):
+        trainer = DecentralizedTrainer("CartPole-v1", num_train_envs=4, actors=2, sync_every=3,
+                                       pool=dict(window_size=10))
+    assert isinstance(trainer.source, ActorPool)
+    assert (trainer.source.options.actors, trainer.source.options.sync_every,
+            trainer.source.options.window_size) == (2, 3, 10)
+    with pytest.raises(ValueError, match="not both"):
+        DecentralizedTrainer("CartPole-v1", actors=2, source=ActorPool(actors=2))

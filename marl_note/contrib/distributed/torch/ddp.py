@@ -1,7 +1,7 @@
 """PyTorch agents under ``torch.distributed``: the process group, gradient averaging, rank 0's weights.
 
 :func:`init_distributed` joins the process group that ``torchrun`` or
-:func:`marl_note.contrib.distributed.launch.launch` describe in the environment (gloo on CPU, nccl on
+:func:`marl_note.contrib.distributed.ranks.launch` describe in the environment (gloo on CPU, nccl on
 GPU) and returns the trainer's :class:`~marl_note.distributed.DistributedContext`, whose
 collective is a :class:`TorchCollective`. :func:`distribute` (what the trainer calls through
 ``prepare``) copies rank 0's parameters and buffers into an agent's modules and makes every
@@ -149,7 +149,7 @@ def init_distributed(backend: str | None = None, timeout: float = DEFAULT_TIMEOU
     missing = [v for v in ("MASTER_ADDR", "MASTER_PORT") if v not in os.environ]
     if missing:
         raise RuntimeError(f"WORLD_SIZE={world_size} but {missing} unset: start the ranks with torchrun or "
-                           f"marl_note.contrib.distributed.launch.launch")
+                           f"marl_note.contrib.distributed.ranks.launch")
     if backend == "nccl":
         torch.cuda.set_device(local_rank)
     if not dist.is_initialized():
