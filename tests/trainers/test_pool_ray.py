@@ -9,7 +9,8 @@ import pytest
 
 from marl_note.contrib.pool.pool import ActorError
 from marl_note.trainers import DecentralizedTrainer
-from tests.trainers.pool_envs import crashing_cartpole
+from marl_note.contrib.pool.pool import ActorError
+from tests.trainers.pool_envs import crashing_cartpole, failing_cartpole
 
 ray = pytest.importorskip("ray")
 torch = pytest.importorskip("torch")
@@ -108,9 +109,42 @@ def test_ray_actors_collect_ppo_rounds_synchronously(local_ray):
     assert max(v for _, v in trainer.run_state.series["policy_lag"].values()) == 0
 
 
+def test_a_ray_actor_stuck_in_its_env_raises_after_actor_timeout(local_ray, tmp_path, monkeypatch):
+    # one actor's env sleeps forever on its 300th step, after the first chunk, while the other actor
+    # keeps returning rounds (the budget is out of reach): the stuck one raises after actor_timeout, and
+    # its worker is killed
+    import dataclasses
+
+    from marl_note.contrib.pool.ray_backend import RayPool
+    from tests.trainers.test_pool_dead_actors import within
+
+    wait_started = RayPool._wait_started
+
+    def patiently(pool):  # starting a Ray worker takes seconds on a busy machine: not what this test times
+        options, pool.options = pool.options, dataclasses.replace(pool.options, actor_timeout=60)
+        try:
+            wait_started(pool)
+        finally:
+            pool.options = options
+
+    monkeypatch.setattr(RayPool, "_wait_started", patiently)
+    marker = tmp_path / "victim"
+    trainer = cartpole_trainer(functools.partial(failing_cartpole, os.getpid(), str(marker), "hang", 300),
+                               num_train_envs=2, num_test_envs=1, episodes_per_train=10**6, test_freq=10**6,
+                               pool={"backend": "ray", "actor_timeout": 3})
+    with pytest.raises(ActorError, match=r"actor [01] has been in one round for more than 3 s \(actor_timeout\)"):
+        trainer.train([dqn(trainer)], learning_mask=[1], plot=False, progress=False, callbacks=[within(60)])
+    victim = int(marker.read_text())
+    deadline = time.monotonic() + 15
+    while os.path.exists(f"/proc/{victim}") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not os.path.exists(f"/proc/{victim}")  # the stuck actor's worker was killed, not left sleeping
+
+
 def test_shutdown_leaves_no_process_behind(local_ray):
     ray.shutdown()
     deadline = time.monotonic() + 15
     while _children() - local_ray and time.monotonic() < deadline:
         time.sleep(0.2)
     assert _children() - local_ray == set()
+

@@ -9,7 +9,9 @@ round (``num_store`` episodes, or a share of ``update_freq`` env steps) it repor
 counters and finished episodes on the result queue, and starts a round only when the learner
 has granted it (``credits``: the learner consumed all but ``ROUNDS_AHEAD`` of its rounds);
 anything it raises is reported there as ``("error", actor, traceback)`` before the process exits.
-No framework is imported here.
+Its :class:`Pulse` moves at every env step and every wait, so the learner tells a stuck actor (in
+its env or its agent) from a busy one; its stderr goes to a pipe the learner reads
+(:mod:`~marl_note.contrib.pool.stderr`). No framework is imported here.
 """
 from __future__ import annotations
 
@@ -26,9 +28,12 @@ import numpy as np
 from marl_note.contrib.pool.board import WeightBoard
 from marl_note.contrib.pool.shell import load_acting_state
 from marl_note.replay.shared import SharedRing
+from marl_note.contrib.pool.board import WeightBoard
+from marl_note.contrib.pool.shell import load_acting_state
+from marl_note.contrib.pool.stderr import redirect
 from marl_note.types import Transitions
 
-__all__ = ["ActorConfig", "ActorSeat", "RoundRunner", "actor_main", "transition_columns_of"]
+__all__ = ["ActorConfig", "ActorSeat", "Pulse", "RoundRunner", "actor_main", "transition_columns_of"]
 
 
 @dataclass
@@ -65,6 +70,35 @@ def transition_columns_of(t: Transitions, stream_offset: int, order: int) -> dic
     return cols
 
 
+class Pulse:
+    """An actor's heartbeat: its counter in a shared array (``counts[index]``), moved at every env step and
+    every wait. The learner raises when one stays still for ``actor_timeout`` (:meth:`Pool.wait_rounds`)."""
+
+    def __init__(self, counts: Any, index: int):
+        self.counts, self.index = counts, index
+
+    def __call__(self) -> None:
+        self.counts[self.index] += 1
+
+
+class _PulsingEnvs:
+    """A vector env whose ``reset`` and ``step`` move the actor's pulse first (the rest is the env's)."""
+
+    def __init__(self, venv: Any, pulse: Any):
+        self._venv, self._pulse = venv, pulse
+
+    def reset(self, *args: Any, **kwargs: Any) -> Any:
+        self._pulse()
+        return self._venv.reset(*args, **kwargs)
+
+    def step(self, actions: Any) -> Any:
+        self._pulse()
+        return self._venv.step(actions)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._venv, name)
+
+
 class ActorSeat:
     """A learning seat inside an actor: acts with the shell, sends what it observes to a shard."""
 
@@ -91,8 +125,9 @@ class _Writer:
     """One learner's shard writes of one actor: its own shard, or a random one weighted by 1/len."""
 
     def __init__(self, config: ActorConfig, k: int, rings: list[list[SharedRing]], locks: Any, stop: Any,
-                 rng: np.random.Generator):
+                 rng: np.random.Generator, pulse: Any):
         self.config, self.k, self.rings, self.locks, self.stop, self.rng = config, k, rings, locks, stop, rng
+        self.pulse = pulse
         self.order = 0
         opts = config.options
         self.evict = opts.window_size
@@ -108,21 +143,33 @@ class _Writer:
             p = 1.0 / (1.0 + sizes)
             target = int(self.rng.choice(len(p), p=p / p.sum()))
         lock = self.locks[target][self.k] if opts.random else None
-        if lock is not None:
-            lock.acquire()
+        if lock is not None and not self._lock(lock):
+            return  # asked to stop while another actor held the shard
         try:
             self.rings[target][self.k].write(cols, evict=self.evict, timeout=opts.actor_timeout,
-                                             alive=lambda: _running(self.stop))
+                                             alive=self._waiting)
         finally:
             if lock is not None:
                 lock.release()
+
+    def _waiting(self) -> bool:
+        """While the shard has no room: alive (the pulse moves), unless asked to stop."""
+        self.pulse()
+        return _running(self.stop)
+
+    def _lock(self, lock: Any) -> bool:
+        """Acquire a shard's lock (``random``), the pulse moving meanwhile; False: asked to stop first."""
+        while not lock.acquire(timeout=0.05):
+            if not self._waiting():
+                return False
+        return True
 
     def clear(self) -> None:
         """``clearing_freq``: evict the oldest ``window_size_`` rows of this actor's own shard."""
         ring = self.rings[self.config.index][self.k]
         lock = self.locks[self.config.index][self.k] if self.config.options.random else None
-        if lock is not None:
-            lock.acquire()
+        if lock is not None and not self._lock(lock):
+            return
         try:
             ring.evict_oldest(self.config.options.window_size_)
         finally:
@@ -136,15 +183,27 @@ def _running(stop: Any) -> bool:
     return not stop.is_set() and (parent is None or parent.is_alive())
 
 
-def actor_main(payload: bytes, results: Any, stop: Any, locks: Any, credits: Any) -> None:
-    """Process entry: run rounds until ``stop`` is set; report rounds and any error on ``results``."""
+def _no_pulse() -> None:
+    pass
+
+
+def actor_main(payload: bytes, results: Any, stop: Any, locks: Any, credits: Any, pulse: Any = None,
+               stderr: Any = None) -> None:
+    """Process entry: run rounds until ``stop`` is set; report rounds and any error on ``results``.
+
+    ``pulse``: the actor's :class:`Pulse`; ``stderr``: the write end of the pipe its stderr goes to
+    (:mod:`~marl_note.contrib.pool.stderr`)."""
+    redirect(stderr)
+    pulse = pulse if pulse is not None else _no_pulse
+    pulse()
     index = -1
     boards: list[WeightBoard] = []
     rings: list[list[SharedRing]] = []
     try:
         config: ActorConfig = cloudpickle.loads(payload)
         index = config.index
-        _run(config, results, stop, locks, credits, boards, rings)
+        pulse()
+        _run(config, results, stop, locks, credits, boards, rings, pulse)
     except BaseException:  # reported to the learner, which raises it with this traceback
         results.put(("error", index, traceback.format_exc()))
     finally:
@@ -159,9 +218,11 @@ class RoundRunner:
     """One actor's collecting, shared by the process and the Ray backend: its slice of the envs, a
     collector whose learning seats act with ``sources[k]`` (anything with ``read(newer_than)``, like
     a :class:`WeightBoard`) and send what they observe to ``writers[k]`` (a callable taking
-    Transitions). :meth:`round` collects one round and returns its report."""
+    Transitions); ``pulse`` (if any) is called before every env reset and step. :meth:`round`
+    collects one round and returns its report."""
 
-    def __init__(self, config: ActorConfig, sources: list[Any], writers: list[Any], rng: np.random.Generator):
+    def __init__(self, config: ActorConfig, sources: list[Any], writers: list[Any], rng: np.random.Generator,
+                 pulse: Any = None):
         from marl_note.envs.vector import SyncVectorEnv
         from marl_note.trainers.collector import Collector
 
@@ -180,8 +241,9 @@ class RoundRunner:
             self.league = ActorLeague(config.league, sources[len(config.shells)], self.learners[k],
                                       config.shells[k], rng, turn=config.index)
         self.venv = SyncVectorEnv([config.env_fn] * config.num_envs)
+        envs: Any = self.venv if pulse is None else _PulsingEnvs(self.venv, pulse)
         try:
-            self.collector = Collector(self.venv, config.spec, seats, explore=config.explore, learn=config.learn,
+            self.collector = Collector(envs, config.spec, seats, explore=config.explore, learn=config.learn,
                                        matchmaker=self.league, check_finite=config.check_finite)
             self.collector.reset(seed=None if config.seed is None else config.seed + config.env_offset)
         except BaseException:
@@ -208,17 +270,18 @@ class RoundRunner:
 
 
 def _run(config: ActorConfig, results: Any, stop: Any, locks: Any, credits: Any, boards: list[WeightBoard],
-         rings: list[list[SharedRing]]) -> None:
+         rings: list[list[SharedRing]], pulse: Any) -> None:
     boards.extend(WeightBoard.attach(h) for h in config.boards)
     rings.extend([SharedRing.attach(h) for h in row] for row in config.rings)
     rng = np.random.default_rng([config.index, 0 if config.seed is None else config.seed])
-    writers = [_Writer(config, k, rings, locks, stop, rng) for k in range(len(config.shells))]
-    runner = RoundRunner(config, boards, writers, rng)
+    writers = [_Writer(config, k, rings, locks, stop, rng, pulse) for k in range(len(config.shells))]
+    runner = RoundRunner(config, boards, writers, rng, pulse)
     try:
         rounds = 0
         opts = config.options
         while _running(stop):
             if rounds >= credits[config.index]:  # the learner has not consumed our earlier rounds yet
+                pulse()
                 time.sleep(0.005)  # a short nap: the learner shares the cores
                 continue
             report = runner.round()

@@ -3,7 +3,9 @@
 :class:`Pool` creates, per learner, a :class:`~marl_note.contrib.pool.board.WeightBoard` and one
 :class:`~marl_note.replay.shared.SharedRing` shard per actor, and starts the actor processes
 (forkserver where the platform has it, else spawn). The learner's loop then calls
-:meth:`Pool.wait_rounds` (the actors' round reports, bounded, watching for dead actors),
+:meth:`Pool.wait_rounds` (the actors' round reports, bounded; every actor's liveness and pulse are
+checked on every report and every 50 ms without one, so a dead or stuck actor raises
+:class:`ActorError`),
 :meth:`Pool.drain` (every shard's new rows as Transitions per learner) and :meth:`Pool.publish`
 (a learner's acting state as a new version). :meth:`Pool.close` stops the actors and unlinks
 every block; it is idempotent, runs on every exit path of a run and, as a last resort, at
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import math
 import queue
+import signal
 import time
 import weakref
 from typing import Any
@@ -29,6 +32,12 @@ from marl_note.envs.main_guard import main_not_reimported
 from marl_note.envs.subproc_pool import start_context
 from marl_note.replay.buffer import transition_specs
 from marl_note.replay.shared import SharedRing
+from marl_note.contrib.pool.actor import ActorConfig, Pulse, actor_main
+from marl_note.contrib.pool.board import WeightBoard
+from marl_note.contrib.pool.league import LeaguePublisher
+from marl_note.contrib.pool.options import PoolOptions
+from marl_note.contrib.pool.shell import acting_shell, acting_state, on_policy, shell_refusal
+from marl_note.contrib.pool.stderr import StderrTails
 from marl_note.types import Transitions
 
 __all__ = ["Pool", "ActorError", "ActorPlan", "check_pool", "columns_to_transitions"]
@@ -38,7 +47,8 @@ ROUNDS_AHEAD = 2  # rounds an actor may collect beyond those the learner consume
 
 
 class ActorError(RuntimeError):
-    """An actor process failed; the message holds its traceback (or its exit code)."""
+    """An actor failed: the message holds its traceback, or its exit code and the end of its stderr
+    (it died without one), or how long it has been silent (stuck for ``actor_timeout``)."""
 
 
 def shard_specs(spec: Any, seat: str) -> dict[str, tuple[tuple[int, ...], Any]]:
@@ -76,8 +86,12 @@ def _preload_actor(ctx: Any) -> None:
             pass
 
 
-def _stop(procs: list[Any], stop: Any, results: Any, shms: list[Any]) -> None:
-    """Stop the actors (ask, then terminate, then kill; each bounded) and unlink every block."""
+def _stop(procs: list[Any], stop: Any, results: Any, shms: list[Any], stuck: set[int], tails: StderrTails) -> None:
+    """Stop the actors (ask, then terminate, then kill; each bounded; a ``stuck`` one is not asked) and
+    unlink every block."""
+    for i in stuck:  # it cannot hear the stop: do not wait for it
+        if procs[i].is_alive():
+            procs[i].kill()
     stop.set()
     deadline = time.monotonic() + 3.0
     while any(p.is_alive() for p in procs) and time.monotonic() < deadline:
@@ -97,6 +111,13 @@ def _stop(procs: list[Any], stop: Any, results: Any, shms: list[Any]) -> None:
     shms.clear()
     results.cancel_join_thread()
     results.close()
+    tails.close()
+
+
+def _stderr_tail(tail: str) -> str:
+    """The end of an actor's stderr, for its error message."""
+    tail = tail.strip()
+    return f"; the end of its stderr:\n{tail}" if tail else "; it wrote nothing to stderr"
 
 
 def check_pool(trainer: Any, learners: list[Any], options: PoolOptions) -> None:
@@ -240,14 +261,18 @@ class Pool(Feeding):
         ahead = 1 if self.synchronous else ROUNDS_AHEAD
         self.credits = ctx.RawArray("q", [ahead] * options.actors)  # rounds each actor may start
         self.stop = ctx.Event()
+        self.pulses = ctx.RawArray("q", options.actors)  # each actor's heartbeat counter (Pulse)
+        self.tails = StderrTails(options.actors, ctx)
         self.procs: list[Any] = []
         self._shms: list[Any] = []
+        self._stuck: set[int] = set()
         self.rows_per_actor = np.zeros(options.actors, np.int64)
         self.versions = np.full((options.actors, len(learners)), -1, np.int64)
         self.published = [-1] * len(learners)
         self.reported: set[int] = set()  # actors that reported a round
         self.frameworks: set[str] = set()  # frameworks an actor reported imported (none expected)
-        self._finalizer = weakref.finalize(self, _stop, self.procs, self.stop, self.results, self._shms)
+        self._finalizer = weakref.finalize(self, _stop, self.procs, self.stop, self.results, self._shms,
+                                           self._stuck, self.tails)
         try:
             self.boards = [self._own(WeightBoard.create(acting_state(a))) for a in learners]
             for k in range(len(learners)):
@@ -262,11 +287,15 @@ class Pool(Feeding):
             for config in plan.configs(boards=[b.handle for b in self.boards],
                                        rings=[[r.handle for r in row] for row in self.rings], league=self.league):
                 i = config.index
-                args = (cloudpickle.dumps(config), self.results, self.stop, self.locks, self.credits)
+                args = (cloudpickle.dumps(config), self.results, self.stop, self.locks, self.credits,
+                        Pulse(self.pulses, i), self.tails.writer(i))
                 proc = ctx.Process(target=actor_main, args=args, daemon=True, name=f"marl_note-actor-{i}")
                 with main_not_reimported():
                     proc.start()
                 self.procs.append(proc)
+            self.tails.started()
+            now = time.monotonic()
+            self._heard = [(0, now)] * options.actors  # per actor: its pulse count, and when it last moved
         except BaseException:
             self.close()
             raise
@@ -287,19 +316,22 @@ class Pool(Feeding):
 
     def wait_rounds(self, env_steps: int) -> list[tuple]:
         """Round reports until they sum to ``env_steps`` env steps (at least one report, and one from
-        every actor before the first chunk ends); bounded by
-        ``actor_timeout`` without a report. An actor's error or death raises :class:`ActorError`."""
+        every actor before the first chunk ends); bounded by ``actor_timeout`` without a report. On every
+        report and every 50 ms without one, every actor is checked: an error it reported, its death
+        (its exit code and the end of its stderr) or its pulse standing still for ``actor_timeout``
+        (stuck in its env or agent) raise :class:`ActorError`."""
         got: list[tuple] = []
         deadline = time.monotonic() + self.options.actor_timeout
         while self.more_rounds(got, env_steps, self.reported):
+            self.check_actors()
             try:
                 msg = self.results.get(timeout=0.05)
             except queue.Empty:
                 self.feed()  # an actor may be waiting for room in its shard
-                self._check_alive()
                 if time.monotonic() > deadline:
                     raise ActorError(f"no round from any actor for {self.options.actor_timeout} s "
-                                     f"(actor_timeout); the actors are alive but stuck") from None
+                                     f"(actor_timeout); the actors are alive and stepping their envs, but none "
+                                     f"finished a round") from None
                 continue
             if msg[0] == "error":
                 raise ActorError(f"actor {msg[1]} failed:\n{msg[2]}")
@@ -316,17 +348,43 @@ class Pool(Feeding):
             for i in range(self.options.actors):
                 self.credits[i] += 1
 
-    def _check_alive(self) -> None:
+    def check_actors(self) -> None:
+        """Raise :class:`ActorError` if an actor died or its pulse has not moved for ``actor_timeout``."""
+        now = time.monotonic()
         for i, p in enumerate(self.procs):
             if not p.is_alive():
-                try:  # its traceback may still be on the way
-                    while True:
-                        msg = self.results.get(timeout=0.5)
-                        if msg[0] == "error":
-                            raise ActorError(f"actor {msg[1]} failed:\n{msg[2]}")
-                except queue.Empty:
-                    pass
-                raise ActorError(f"actor {i} (pid {p.pid}) died with exit code {p.exitcode} without a traceback")
+                self._died(i, p)
+            count = self.pulses[i]
+            seen, since = self._heard[i]
+            if count != seen:
+                self._heard[i] = (count, now)
+            elif now - since > self.options.actor_timeout:
+                self._stuck.add(i)
+                tail = _stderr_tail(self.tails.tail(i, wait=0))
+                raise ActorError(f"actor {i} (pid {p.pid}) has been silent for {self.options.actor_timeout} s "
+                                 f"(actor_timeout): no env step and no wait since then, so it is stuck in its "
+                                 f"env or its agent; it is stopped with the others{tail}")
+
+    def _died(self, i: int, p: Any) -> None:
+        """Raise for actor ``i``, found dead: with the traceback it reported, if one comes within half a
+        second, else with its exit code and the end of its stderr."""
+        deadline = time.monotonic() + 0.5
+        while time.monotonic() < deadline:  # its traceback may still be on the way (the others' rounds too)
+            try:
+                msg = self.results.get(timeout=max(0.0, deadline - time.monotonic()))
+            except (queue.Empty, OSError, EOFError, ValueError):
+                break
+            if msg[0] == "error":
+                raise ActorError(f"actor {msg[1]} failed:\n{msg[2]}")
+        code = p.exitcode
+        how = ""
+        if code is not None and code < 0:
+            try:
+                how = f" ({signal.Signals(-code).name})"
+            except ValueError:
+                pass
+        raise ActorError(f"actor {i} (pid {p.pid}) died with exit code {code}{how} without a traceback; the "
+                         f"other actors are stopped{_stderr_tail(self.tails.tail(i))}")
 
     def drain(self) -> list[Transitions | None]:
         """Per learner: every shard's new rows, in each actor's write order, as one Transitions (or None)."""
@@ -350,4 +408,6 @@ class Pool(Feeding):
     def close(self) -> None:
         """Stop every actor and unlink every shared block (idempotent)."""
         self._finalizer()
-        self.locks = None  # release the semaphores now, not at interpreter exit
+        # release the semaphores (the locks', the queue's, the event's) now, not when the last reference
+        # goes: an ActorError's traceback holds this pool for as long as the error is kept
+        self.locks = self.results = self.stop = None

@@ -13,7 +13,9 @@
   exploration state); each round call carries the newest version and its reference, and an actor
   fetches the weights only when the version moved;
 - an actor's exception reaches the learner as :class:`~marl_note.contrib.pool.pool.ActorError`
-  with the actor's traceback.
+  with the actor's traceback, and so does a dead actor (Ray's error); an actor whose round has run
+  for ``actor_timeout`` seconds since it could start (its previous round came back, or the call was
+  made, whichever is later) raises it as stuck, while the other actors' rounds keep coming.
 
 Ray is imported here only, when a :class:`RayPool` is built: ``ray.init(address)`` if Ray is not
 initialised yet (and ``ray.shutdown()`` at :meth:`RayPool.close` in that case); a Ray the caller
@@ -142,7 +144,8 @@ class RayPool(Feeding):
         self.reported: set[int] = set()
         self.frameworks: set[str] = set()
         self.procs: list[Any] = []  # the actor handles
-        self._inflight: list[deque] = [deque() for _ in range(options.actors)]
+        self._inflight: list[deque] = [deque() for _ in range(options.actors)]  # (round call, when made)
+        self._returned = [time.monotonic()] * options.actors  # when each actor's last round came back
         self._pending: list[list[dict[str, np.ndarray]]] = [[] for _ in learners]
         started = not ray.is_initialized()
         if started:
@@ -157,6 +160,7 @@ class RayPool(Feeding):
             for config in plan.configs(boards=[], rings=[], league=self.league):
                 self.procs.append(remote.remote(cloudpickle.dumps(config), self._published()))
             self._wait_started()
+            self._returned = [time.monotonic()] * options.actors
             for i in range(options.actors):
                 for _ in range(1 if self.synchronous else ROUNDS_AHEAD):
                     self._submit(i)
@@ -184,7 +188,7 @@ class RayPool(Feeding):
         return [(v, [ref]) for v, ref in zip(self.published, self._refs)] + self._league_ref
 
     def _submit(self, i: int) -> None:
-        self._inflight[i].append(self.procs[i].round.remote(self._published()))
+        self._inflight[i].append((self.procs[i].round.remote(self._published()), time.monotonic()))
 
     # -- the learner's loop ----------------------------------------------------------------------
     def publish(self, k: int) -> None:
@@ -203,7 +207,8 @@ class RayPool(Feeding):
         got: list[tuple] = []
         deadline = time.monotonic() + self.options.actor_timeout
         while self.more_rounds(got, env_steps, self.reported):
-            heads = {q[0]: i for i, q in enumerate(self._inflight) if q}
+            self.check_actors()
+            heads = {q[0][0]: i for i, q in enumerate(self._inflight) if q}
             ready, _ = self.ray.wait(list(heads), num_returns=1, timeout=0.05)
             if not ready:
                 if time.monotonic() > deadline:
@@ -213,6 +218,7 @@ class RayPool(Feeding):
                 continue
             i = heads[ready[0]]
             self._inflight[i].popleft()
+            self._returned[i] = time.monotonic()
             try:
                 report, columns = self.ray.get(ready[0])
             except self.ray.exceptions.RayError as exc:
@@ -234,6 +240,19 @@ class RayPool(Feeding):
         if self.synchronous:
             for i in range(len(self.procs)):
                 self._submit(i)
+
+    def check_actors(self) -> None:
+        """Raise :class:`ActorError` for an actor whose oldest round call has not returned ``actor_timeout``
+        seconds after it could start (the later of the call and the return of the actor's previous round;
+        it starts no later than that, so a slow learner never makes an actor look stuck)."""
+        now, timeout = time.monotonic(), self.options.actor_timeout
+        for i, calls in enumerate(self._inflight):
+            if not calls:
+                continue
+            ref, made = calls[0]
+            if now - max(made, self._returned[i]) > timeout and not self.ray.wait([ref], timeout=0)[0]:
+                raise ActorError(f"actor {i} has been in one round for more than {timeout} s (actor_timeout): it "
+                                 f"is stuck in its env or its agent; it is killed with the others")
 
     def drain(self) -> list[Transitions | None]:
         """Per learner: the transitions of the rounds received since the last drain (or None)."""
