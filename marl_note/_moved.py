@@ -62,6 +62,7 @@ MODULES = {
     "marl_note.replay.triplet": "marl_note.compat.triplet",
     "marl_note.replay.compact_state": "marl_note.replay.compact",
     "marl_note.agents.torch.compiling": "marl_note.agents.torch.common",
+    "marl_note.agents.checkpoints.npz_codec": "marl_note.agents.checkpoints.format",
 }
 
 NAMES: dict[str, dict[str, str]] = {
@@ -135,7 +136,7 @@ def new_name(old: str) -> str | None:
     """Where module ``old`` (or a module inside a moved package) lives now; None if it did not move."""
     if old in MODULES:
         return MODULES[old]
-    if not old.startswith(("marl_note.trainers.", "marl_note.agents.", "marl_note.replay.")):
+    if not old.startswith(("marl_note.trainers.", "marl_note.agents.", "marl_note.replay.")):  # nothing else moved
         return None
     head, _, tail = old.rpartition(".")
     while head:

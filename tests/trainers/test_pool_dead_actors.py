@@ -12,9 +12,9 @@ from multiprocessing import shared_memory, synchronize
 
 import pytest
 
+from marl_note.contrib.pool.pool import ActorError
 from marl_note.trainers import DecentralizedTrainer
 from marl_note.trainers.callbacks import LambdaCallback
-from marl_note.contrib.pool.pool import ActorError
 from tests.trainers.pool_envs import failing_cartpole
 
 torch = pytest.importorskip("torch")

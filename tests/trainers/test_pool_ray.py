@@ -9,7 +9,6 @@ import pytest
 
 from marl_note.contrib.pool.pool import ActorError
 from marl_note.trainers import DecentralizedTrainer
-from marl_note.contrib.pool.pool import ActorError
 from tests.trainers.pool_envs import crashing_cartpole, failing_cartpole
 
 ray = pytest.importorskip("ray")

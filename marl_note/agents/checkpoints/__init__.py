@@ -3,8 +3,7 @@
 - :mod:`~marl_note.agents.checkpoints.format`: the on-disk format: :class:`CheckpointError`,
   :func:`write_checkpoint` / :func:`read_checkpoint` (atomic, checksummed),
   :func:`check_checkpoint_target`, Gymnasium spaces as JSON.
-- :mod:`~marl_note.agents.checkpoints.npz_codec`: arrays as ``.npz`` bytes and back, every header
-  checked before anything is allocated.
+  The arrays travel as ``.npz`` bytes, every header checked before anything is allocated.
 - :mod:`~marl_note.agents.checkpoints.config_codec`: constructor-config capture and its JSON encoding.
 - :mod:`~marl_note.agents.checkpoints.state_check`: saved arrays checked against a live agent or
   replay buffer before anything is assigned.

@@ -1,5 +1,9 @@
 """Checkpoint files: a JSON manifest and numpy arrays, in a directory or a zip. No pickle.
 
+The arrays are ``.npz`` bytes (:func:`npz_bytes` / :func:`npz_arrays`), parsed here without pickle
+and without trusting the file: every ``.npy`` header is read and checked against the data that
+follows it (and against what the loading agent can hold) before any array is allocated.
+
 A directory checkpoint holds ``manifest.json`` and ``arrays-<hash>.npz`` (checkpoints written
 before content-named arrays hold ``arrays.npz``; both load); a ``.zip`` checkpoint holds
 ``manifest.json`` and ``arrays.npz``. The manifest records a checksum of itself and of the
@@ -14,17 +18,17 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import os
 import re
 import sys
 import zipfile
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import IO, Any
 
 import gymnasium as gym
 import numpy as np
 
-from marl_note.agents.checkpoints.npz_codec import npz_arrays, npz_bytes
 from marl_note.atomic_files import (
     create_temp,
     fsync_dir,
@@ -454,3 +458,75 @@ def _json_default(obj: Any) -> Any:
     if isinstance(obj, tuple):
         return list(obj)
     raise TypeError(f"cannot write {type(obj).__name__} into a checkpoint manifest")
+
+
+def npz_bytes(arrays: Mapping[str, Any]) -> bytes:
+    """``np.savez`` of ``arrays``; refuses object (pickle-needing) arrays with a TypeError naming the key."""
+    clean = {}
+    for key, value in arrays.items():
+        arr = np.asarray(value)
+        if arr.dtype.hasobject or arr.dtype.kind in "OV":
+            raise TypeError(f"checkpoint array {key!r} has dtype {arr.dtype}: only numeric/bool/str arrays "
+                            f"can be saved without pickle")
+        clean[key] = arr
+    buf = io.BytesIO()
+    np.savez(buf, **clean)  # type: ignore[arg-type]  # numpy's stub types **kwds as its allow_pickle flag
+    return buf.getvalue()
+
+
+def npz_arrays(data: bytes, where: str, check: Callable[[str, tuple[int, ...], np.dtype], None] | None = None
+               ) -> dict[str, np.ndarray]:
+    """The arrays of ``.npz`` bytes; :class:`CheckpointError` naming ``where`` for anything damaged.
+
+    Each member's ``.npy`` header is read first (a few hundred bytes, even from a compressed
+    member) and must account exactly for the member's size; ``check(name, shape, dtype)`` may
+    refuse the array then, before its data is read or decompressed.
+    """
+    out: dict[str, np.ndarray] = {}
+    key = None
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as zf:
+            for info in zf.infolist():
+                if not info.filename.endswith(".npy"):
+                    raise CheckpointError(f"{where}: unexpected member {info.filename!r} (not a numpy .npy array)")
+                key = info.filename[:-4]
+                if key in out:
+                    raise CheckpointError(f"{where}: array {key!r} is stored twice")
+                with zf.open(info) as member:
+                    out[key] = _npy_array(member, info.file_size, key, where, check)
+    except CheckpointError:
+        raise
+    except Exception as exc:  # zipfile, zlib, struct, header parsing: the file is damaged
+        what = f"array {key!r}" if key is not None else "the archive"
+        raise CheckpointError(f"{where}: {what} is damaged ({type(exc).__name__}: {exc})") from None
+    return out
+
+
+def _npy_array(f: IO[bytes], size: int, key: str, where: str,
+               check: Callable[[str, tuple[int, ...], np.dtype], None] | None) -> np.ndarray:
+    version = np.lib.format.read_magic(f)
+    if version == (1, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+    elif version == (2, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+    else:
+        raise CheckpointError(f"{where}: array {key!r} uses .npy format {version}, which this reader does not take")
+    if dtype.hasobject:
+        raise CheckpointError(f"{where}: array {key!r} has dtype {dtype}, which needs pickle; refusing to load it")
+    count = math.prod(shape)
+    offset = f.tell()
+    if count * dtype.itemsize != size - offset:
+        raise CheckpointError(f"{where}: array {key!r} is damaged: its header says {dtype} {shape} "
+                              f"({count * dtype.itemsize} bytes) but {size - offset} bytes follow")
+    if check is not None:
+        try:
+            check(key, tuple(int(d) for d in shape), dtype)
+        except CheckpointError as exc:
+            raise CheckpointError(f"{where}: {exc}") from None
+    if count == 0:
+        return np.zeros(shape, dtype)
+    raw = f.read(count * dtype.itemsize)
+    if len(raw) != count * dtype.itemsize:
+        raise CheckpointError(f"{where}: array {key!r} is truncated: {len(raw)} of {count * dtype.itemsize} bytes")
+    flat = np.frombuffer(raw, dtype=dtype, count=count)
+    return flat.reshape(shape, order="F" if fortran else "C").copy()

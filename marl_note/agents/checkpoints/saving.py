@@ -55,7 +55,6 @@ from marl_note.agents.checkpoints.restoring import (
     replay_of,
     resolve_class,
 )
-from marl_note.agents.checkpoints.space_check import check_agent_spaces
 from marl_note.agents.checkpoints.state_check import check_agent_state, load_checked
 
 __all__ = ["Saving"]
@@ -225,6 +224,8 @@ class Saving:
         what = (f"{type(self).__name__}.restore_param({os.fspath(path)!r}) "
                 f"[weights of a {info['backend']} {info['algorithm']}]")
         if strict:
+            from marl_note.agents.checkpoints.space_check import check_agent_spaces  # loading weights only
+
             check_agent_spaces(self, info, what, info["space_params"],
                                hint="; pass strict=False to load the weights anyway")
         arrays = read_arrays(self, manifest, path, params_only=True)  # each header checked before its data is read

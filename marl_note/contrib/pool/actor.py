@@ -27,10 +27,8 @@ import numpy as np
 
 from marl_note.contrib.pool.board import WeightBoard
 from marl_note.contrib.pool.shell import load_acting_state
-from marl_note.replay.shared import SharedRing
-from marl_note.contrib.pool.board import WeightBoard
-from marl_note.contrib.pool.shell import load_acting_state
 from marl_note.contrib.pool.stderr import redirect
+from marl_note.replay.shared import SharedRing
 from marl_note.types import Transitions
 
 __all__ = ["ActorConfig", "ActorSeat", "Pulse", "RoundRunner", "actor_main", "transition_columns_of"]

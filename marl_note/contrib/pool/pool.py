@@ -23,21 +23,16 @@ from typing import Any
 import cloudpickle
 import numpy as np
 
-from marl_note.contrib.pool.actor import ActorConfig, actor_main
-from marl_note.contrib.pool.board import WeightBoard
-from marl_note.contrib.pool.league import LeaguePublisher
-from marl_note.contrib.pool.options import PoolOptions
-from marl_note.contrib.pool.shell import acting_shell, acting_state, on_policy, shell_refusal
-from marl_note.envs.main_guard import main_not_reimported
-from marl_note.envs.subproc_pool import start_context
-from marl_note.replay.buffer import transition_specs
-from marl_note.replay.shared import SharedRing
 from marl_note.contrib.pool.actor import ActorConfig, Pulse, actor_main
 from marl_note.contrib.pool.board import WeightBoard
 from marl_note.contrib.pool.league import LeaguePublisher
 from marl_note.contrib.pool.options import PoolOptions
 from marl_note.contrib.pool.shell import acting_shell, acting_state, on_policy, shell_refusal
 from marl_note.contrib.pool.stderr import StderrTails
+from marl_note.envs.main_guard import main_not_reimported
+from marl_note.envs.subproc_pool import start_context
+from marl_note.replay.buffer import transition_specs
+from marl_note.replay.shared import SharedRing
 from marl_note.types import Transitions
 
 __all__ = ["Pool", "ActorError", "ActorPlan", "check_pool", "columns_to_transitions"]
