@@ -78,6 +78,9 @@ NAMES: dict[str, dict[str, str]] = {
         "RankFailedError": "marl_note.contrib.distributed", "launch": "marl_note.contrib.distributed",
     },
     "marl_note.replay": {"TripletReplayBuffer": "marl_note.compat.triplet"},
+    # the zoo's module re-exported these; training and writing a result live in their own modules
+    "marl_note.cli.zoo": {"train_recipe": "marl_note.cli.zoo_run", "prepare": "marl_note.cli.zoo_run",
+                          "write_result": "marl_note.cli.zoo_write"},
 }
 
 

@@ -10,16 +10,9 @@ from pathlib import Path
 import pytest
 
 from marl_note.cli import main
-from marl_note.cli.zoo import (
-    RecipeError,
-    load_recipe,
-    prepare,
-    recipe,
-    recipe_names,
-    recipes,
-    train_recipe,
-    write_result,
-)
+from marl_note.cli.zoo import RecipeError, load_recipe, recipe, recipe_names, recipes
+from marl_note.cli.zoo_run import prepare, train_recipe
+from marl_note.cli.zoo_write import write_result
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITE = ["CartPole-v1", "Acrobot-v1", "MountainCar-v0", "LunarLander-v3", "Pendulum-v1", "tictactoe_v3",

@@ -14,7 +14,8 @@ import marl_note.trainers
 from marl_note.cli import main
 from marl_note.cli.common import CLIError
 from marl_note.cli.envs import OPTIONAL_PACKAGES, resolve_env
-from marl_note.cli.zoo import RecipeError, prepare, recipe, tomllib  # tomllib, or tomli on Python 3.10
+from marl_note.cli.zoo import RecipeError, recipe, tomllib  # tomllib, or tomli on Python 3.10
+from marl_note.cli.zoo_run import prepare
 
 ROOT = Path(__file__).resolve().parents[1]
 # env -> (the module it needs, the modules that import that one)

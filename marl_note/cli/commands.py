@@ -25,55 +25,18 @@ from marl_note.cli.agents import build_learners, check_agent_kwargs, check_algor
 from marl_note.cli.agents import seat_agents as arrange_seats
 from marl_note.cli.common import CLIError, parse_assignments, setup_errors
 from marl_note.cli.envs import EnvChoice, resolve_env
+from marl_note.cli.results import is_board_game, random_players, seat_results
 from marl_note.cli.runs import Source, check_out_dir, check_source_fits, inspect_checkpoint, load_source, write_run
 
-__all__ = ["evaluate", "play", "seat_results", "train"]
+__all__ = ["evaluate", "play", "train"]
 
 
 def _say(text: str) -> None:
     print(text, flush=True)
 
 
-def _is_board_game(spec: Any) -> bool:
-    """Turn-based with several seats (the classic games): reported as win/draw/loss per seat."""
-    return bool(spec.turn_based and spec.num_agents > 1)
-
-
-def _random_players(spec: Any, seed: int | None) -> dict[str, Any]:
-    from marl_note.trainers.evaluation import baseline_opponents
-
-    return baseline_opponents(spec, "random", seed=None if seed is None else seed + 55_555)
-
-
-def seat_results(trainer: Any, ours: Mapping[str, Any], theirs: Mapping[str, Any], episodes: int) -> dict[str, Any]:
-    """Greedy games of ``ours`` (``{seat: agent}``) with ``theirs`` in the remaining seats.
-
-    Board games: ``{seat: {mean_return, win, draw, loss, episodes}}`` for each seat of ``ours``,
-    each seat playing ``episodes`` games with ``theirs`` in every other seat (one agent in every
-    seat: ``trainer.test_against``). Other envs: one test of ``episodes`` episodes,
-    ``{seat: {mean_return, episodes}}``.
-    """
-    from marl_note.trainers.evaluation import seat_outcomes
-
-    spec, names = trainer.spec, list(trainer.possible_agents)
-    if not _is_board_game(spec):
-        res = trainer.test([ours.get(s, theirs.get(s)) for s in names], episodes=episodes)
-        return {s: {"mean_return": float(res["rewards"][:, k].mean()), "episodes": int(len(res["rewards"]))}
-                for k, s in enumerate(names)}
-    agents = list(ours.values())
-    if len(ours) == len(names) and all(a is agents[0] for a in agents):
-        return trainer.test_against(agents[0], opponent=dict(theirs), episodes=episodes * len(names))["per_seat"]
-    out = {}
-    for k, seat in enumerate(names):
-        if seat in ours:
-            res = trainer.test([ours[s] if s == seat else theirs[s] for s in names], episodes=episodes,
-                               learning_mask=[s == seat for s in names])
-            out[seat] = seat_outcomes(res["rewards"], k)
-    return out
-
-
 def _report(results: Mapping[str, Any], spec: Any, ours: Any, against: str) -> None:
-    if _is_board_game(spec):
+    if is_board_game(spec):
         _say(f"greedy games against {against}:")
         for seat, r in results.items():
             _say(f"  as {seat}: win {r['win']:.1%}, draw {r['draw']:.1%}, loss {r['loss']:.1%} "
@@ -112,7 +75,7 @@ def _trainer(choice: EnvChoice, **options: Any) -> Any:
 def _opponents(spec: Any, env_name: str, backend: str | None, seed: int | None,
                source: Source | None) -> dict[str, Any]:
     """Random players in every seat, replaced by the checkpoint's agents where ``source`` plays."""
-    players = _random_players(spec, seed)
+    players = random_players(spec, seed)
     if source is not None:
         players.update(load_source(source, check_source_fits(source, spec, env_name, fill=True), backend))
     return players
@@ -167,15 +130,15 @@ def train(args: Any) -> int:
         stats = trainer.train(seats, learning_mask=[s in plan.learners for s in trainer.possible_agents],
                               plot=args.plot, progress=not args.quiet, callbacks=budget)
         # independent agents in a board game test against each other: a constant-sum metric that says nothing
-        telling = stats["test_history"] and not (plan.mode == "independent" and _is_board_game(spec))
+        telling = stats["test_history"] and not (plan.mode == "independent" and is_board_game(spec))
         _say(f"trained {stats['num_collected_episodes']} episodes, {stats['num_collected_steps']} env steps, "
              f"{stats['num_gradient_steps']} gradient steps in {time.perf_counter() - started:.0f} s"
              + (f"; best test metric {stats['best_reward']:.3f} (after {stats['best_episode']} episodes)"
                 if telling else ""))
         results = None
-        if args.eval_episodes and _is_board_game(spec):
+        if args.eval_episodes and is_board_game(spec):
             ours = {s: a for s, a in zip(trainer.possible_agents, seats) if s in plan.learners}
-            results = seat_results(trainer, ours, _random_players(spec, args.seed), args.eval_episodes)
+            results = seat_results(trainer, ours, random_players(spec, args.seed), args.eval_episodes)
             _report(results, spec, ours, "a random player")
         record = {"env": choice.name, "env_kwargs": dict(choice.kwargs), "algo": args.algo, "backend": args.backend,
                   "mode": plan.mode, "seats": plan.seat_map, "opponent": args.opponent, "seed": args.seed,

@@ -6,8 +6,7 @@ episodes), the seeds, and in ``[result]`` the score it reached: only a measured 
 machine and seeds, else ``status = "not measured"``. :func:`load_recipe` reads and checks a file
 (unknown keys, wrong types, unknown env or algorithm names are refused with a
 :class:`RecipeError` naming the file and the key); :func:`recipe` finds a shipped recipe by env
-name. Training one is :func:`marl_note.cli.zoo_run.train_recipe`, importable from here too
-(``python -m marl_note train --env NAME`` does the same from the command line). Everything here
+name. Training one is :func:`marl_note.cli.zoo_run.train_recipe` (``python -m marl_note train --env NAME`` does the same from the command line). Everything here
 is numpy only.
 
 Example:
@@ -41,6 +40,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from marl_note._moved import package_getattr
 from marl_note.cli.common import CLIError
 from marl_note.file_reads import JSON_LIMIT, FileRefused, read_regular
 
@@ -77,18 +77,7 @@ _RESULT = {"status": (str,), "date": (str,), "machine": (str,), "seeds": (list,)
 _RESULT_STATUS = ("measured", "not measured")
 
 
-def __getattr__(name: str) -> Any:
-    """``train_recipe`` and ``prepare`` (defined in :mod:`marl_note.cli.zoo_run`) and ``write_result``
-    (:mod:`marl_note.cli.zoo_write`) are importable from here too."""
-    if name in ("train_recipe", "prepare"):
-        from marl_note.cli import zoo_run
-
-        return getattr(zoo_run, name)
-    if name == "write_result":
-        from marl_note.cli import zoo_write
-
-        return zoo_write.write_result
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = package_getattr(__name__)  # train_recipe, prepare, write_result: see marl_note._moved
 
 
 class RecipeError(CLIError):

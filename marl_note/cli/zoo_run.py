@@ -27,6 +27,7 @@ import numpy as np
 from marl_note.cli.agents import build_learners, check_algorithm, import_backend, plan_seats, seat_agents
 from marl_note.cli.common import CLIError, setup_errors
 from marl_note.cli.envs import EnvChoice, resolve_env
+from marl_note.cli.results import seat_results
 from marl_note.cli.zoo import Recipe, RecipeError
 
 __all__ = ["Budget", "RecipeRun", "WrappedEnv", "prepare", "train_recipe", "wrap_choice"]
@@ -172,8 +173,6 @@ class RecipeRun:
         """Greedy episodes of the trained seats: ``score`` (mean return over the scored seats), per-seat means,
         and for board games ``per_seat`` win/draw/loss against a random player in the other seat."""
         if self.board_game:
-            from marl_note.cli.commands import seat_results
-
             ours = {s: a for s, a in zip(self.trainer.possible_agents, self.seats) if s in self.plan.learners}
             per_seat = seat_results(self.trainer, ours, self._random(), episodes)
             return {"score": float(np.mean([r["mean_return"] for r in per_seat.values()])), "per_seat": per_seat}
@@ -183,8 +182,6 @@ class RecipeRun:
         """The same measurement with random players in every seat (for board games: random against random)."""
         players = self._random()
         if self.board_game:
-            from marl_note.cli.commands import seat_results
-
             names = list(self.trainer.possible_agents)
             per_seat = {}
             for seat in names:  # one random player in ``seat``, others random too (fresh seeds)
