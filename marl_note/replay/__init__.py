@@ -8,7 +8,7 @@ from marl_note.replay.feed import ReplayFeed
 from marl_note.replay.her import HERSample, HindsightRelabeler, goal_observation, goal_observation_space
 from marl_note.replay.her_buffer import HERReplayBuffer
 from marl_note.replay.joint import JointReplayBuffer
-from marl_note.replay.memory import ReplayMemoryError
+from marl_note.replay.memory import InsufficientMemoryError, ReplayMemoryError
 from marl_note.replay.nstep import NStepAccumulator
 from marl_note.replay.prioritized import PrioritizedReplayBuffer
 from marl_note.replay.rollout import RolloutBuffer, compute_gae
@@ -19,4 +19,5 @@ from marl_note.replay.triplet import TripletReplayBuffer
 __all__ = ["ReplayBuffer", "CompactReplayBuffer",
            "PrioritizedReplayBuffer", "SumTree", "NStepAccumulator", "RolloutBuffer", "compute_gae",
            "RingStorage", "HERReplayBuffer", "HindsightRelabeler", "HERSample", "goal_observation",
-           "goal_observation_space", "JointReplayBuffer", "ReplayMemoryError", "ReplayFeed", "TripletReplayBuffer"]
+           "goal_observation_space", "InsufficientMemoryError", "JointReplayBuffer", "ReplayMemoryError", "ReplayFeed",
+           "TripletReplayBuffer"]
