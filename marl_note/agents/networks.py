@@ -12,6 +12,13 @@ A conv torso in front of a network ``prefix`` is a ``Conv2d -> act -> ...`` stac
 activated, then flattened in PyTorch's ``C, H, W`` order) under ``{prefix}.conv.{2j}.weight``
 (``[out, in, kh, kw]``) and ``.bias``; the network's own layers keep their names.
 
+Before drawing a network, :func:`mlp_weights` and :func:`conv_weights` count its weights and
+refuse one that cannot be trained in the machine's available memory with an
+:class:`~marl_note.replay.memory.InsufficientMemoryError` naming ``hidden_sizes`` (the replay
+buffers' check, :mod:`marl_note.replay.memory`): each weight takes at least
+:data:`TRAINING_BYTES_PER_WEIGHT` bytes while training (the numpy draw, the framework's copy, its
+gradient and Adam's two moments, all float32; target networks and acting copies come on top).
+
 Example:
     >>> import numpy as np
     >>> w = mlp_weights("q_net", 4, (8,), 2, np.random.default_rng(0))
@@ -27,11 +34,17 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-__all__ = ["ACTIVATIONS", "INITS", "activate", "init_linear", "mlp_weights", "mlp_forward", "check_hidden_sizes",
-           "conv_weights", "conv_forward", "torso_weights"]
+from marl_note.replay.memory import check_memory
+
+__all__ = ["ACTIVATIONS", "INITS", "TRAINING_BYTES_PER_WEIGHT", "activate", "init_linear", "mlp_weights",
+           "mlp_forward", "check_hidden_sizes", "check_network_fits", "conv_weights", "conv_forward", "mlp_size",
+           "torso_weights"]
 
 ACTIVATIONS = ("relu", "tanh", "elu", "gelu")
 INITS = ("default", "orthogonal")
+# float32 bytes per weight while training, at least: the numpy draw, the framework's copy, its gradient,
+# Adam's two moments (the draw's float64 temporary of one layer at a time fits within the last two)
+TRAINING_BYTES_PER_WEIGHT = 5 * 4
 
 
 def check_hidden_sizes(hidden_sizes: Iterable[int]) -> tuple[int, ...]:
@@ -43,6 +56,41 @@ def check_hidden_sizes(hidden_sizes: Iterable[int]) -> tuple[int, ...]:
     if any(h <= 0 for h in sizes):
         raise ValueError(f"hidden_sizes must be positive, got {sizes}")
     return sizes
+
+
+def mlp_size(in_dim: int, hidden_sizes: Iterable[int], out_dim: int | None) -> int:
+    """The number of weights (and biases) of the MLP ``in_dim -> hidden_sizes -> [out_dim]``, without drawing it.
+
+    Example:
+        >>> mlp_size(4, (8,), 2)  # 4 * 8 + 8 + 8 * 2 + 2
+        58
+    """
+    sizes = [int(in_dim), *check_hidden_sizes(hidden_sizes)] + ([int(out_dim)] if out_dim is not None else [])
+    return sum(a * b + b for a, b in zip(sizes, sizes[1:]))
+
+
+def check_network_fits(weights: int, what: str, available: int | None = None,
+                       advice: str = "lower hidden_sizes (or the input size)") -> None:
+    """Refuse (before drawing) a network of ``weights`` weights that cannot be trained in the available memory.
+
+    Raises :class:`~marl_note.replay.memory.InsufficientMemoryError` naming ``what`` (the network
+    and its ``hidden_sizes``) when :data:`TRAINING_BYTES_PER_WEIGHT` bytes per weight exceed the
+    machine's available memory (``available``, default: what the machine reports), and warns above
+    half of it; the message ends in ``advice``.
+
+    Example:
+        >>> check_network_fits(mlp_size(4, (8,), 2), "network q_net", available=8 * 10**9)  # 58 weights fit
+        >>> check_network_fits(mlp_size(4, (100_000, 100_000), 2), "network q_net", available=8 * 10**9)
+        Traceback (most recent call last):
+        ...
+        marl_note.replay.memory.InsufficientMemoryError: network q_net has 10,000,800,002 weights: training them \
+needs 200 GB, but only 8 GB of memory is available on this machine; lower hidden_sizes ...
+    """
+    check_memory(weights * TRAINING_BYTES_PER_WEIGHT, f"{what} has {weights:,} weights: training them",
+                 f"{advice}: each weight takes at least {TRAINING_BYTES_PER_WEIGHT} "
+                 f"bytes while training (float32: the numpy draw, the framework's copy, its gradient and Adam's two "
+                 f"moments)",
+                 available=available, stacklevel=5)
 
 
 def init_linear(fan_in: int, fan_out: int, rng: np.random.Generator, init: str = "default",
@@ -71,8 +119,14 @@ def init_linear(fan_in: int, fan_out: int, rng: np.random.Generator, init: str =
 
 def mlp_weights(prefix: str, in_dim: int, hidden_sizes: Iterable[int], out_dim: int | None,
                 rng: np.random.Generator, init: str = "default", out_gain: float = 1.0) -> dict[str, np.ndarray]:
-    """Weights of ``Linear -> act -> ... [-> Linear(out_dim)]``, hidden layers with gain sqrt(2)."""
+    """Weights of ``Linear -> act -> ... [-> Linear(out_dim)]``, hidden layers with gain sqrt(2).
+
+    A network too large to train in the available memory is refused before any layer is drawn
+    (:func:`check_network_fits`).
+    """
     sizes = list(check_hidden_sizes(hidden_sizes))
+    check_network_fits(mlp_size(in_dim, sizes, out_dim),
+                       f"network {prefix} (hidden_sizes={tuple(sizes)} on {int(in_dim)} inputs)")
     layers = [(h, math.sqrt(2)) for h in sizes] + ([(int(out_dim), out_gain)] if out_dim is not None else [])
     out, last = {}, int(in_dim)
     for j, (units, gain) in enumerate(layers):
@@ -121,6 +175,10 @@ def conv_weights(prefix: str, in_channels: int, layers, rng: np.random.Generator
         >>> {k: v.shape for k, v in w.items()}
         {'q_net.conv.0.weight': (4, 2, 3, 3), 'q_net.conv.0.bias': (4,)}
     """
+    sizes = [int(in_channels), *(int(layer[0]) for layer in layers)]
+    check_network_fits(sum((a * k * k + 1) * b for a, b, (_, k, _, _) in zip(sizes, sizes[1:], layers)),
+                       f"conv torso {prefix}.conv (conv_layers={tuple(tuple(layer) for layer in layers)})",
+                       advice="use fewer or narrower conv_layers")
     out, last = {}, int(in_channels)
     for j, (channels, k, _, _) in enumerate(layers):
         w, b = init_linear(last * k * k, channels, rng, init, math.sqrt(2))

@@ -25,6 +25,7 @@ from marl_note.cli.agents import build_learners, check_agent_kwargs, check_algor
 from marl_note.cli.agents import seat_agents as arrange_seats
 from marl_note.cli.common import CLIError, parse_assignments, setup_errors
 from marl_note.cli.envs import EnvChoice, resolve_env
+from marl_note.cli.limits import check_settings
 from marl_note.cli.results import is_board_game, random_players, seat_results
 from marl_note.cli.runs import Source, check_out_dir, check_source_fits, inspect_checkpoint, load_source, write_run
 
@@ -65,11 +66,18 @@ def _env(name: str | None, source: Source | None, env_args: list[str] | None) ->
     return choice
 
 
-def _trainer(choice: EnvChoice, **options: Any) -> Any:
+def _trainer(choice: EnvChoice, num_envs: int, **options: Any) -> Any:
+    """The trainer over ``choice`` (``num_envs``: the value of --num-envs, named when too many envs do not fit)."""
+    from marl_note.replay import InsufficientMemoryError
     from marl_note.trainers import DecentralizedTrainer
 
-    with setup_errors(f"cannot build env {choice.name}"):
-        return DecentralizedTrainer(choice.factory, **options)
+    try:
+        with setup_errors(f"cannot build env {choice.name}"):
+            return DecentralizedTrainer(choice.factory, **options)
+    except CLIError as exc:
+        if isinstance(exc.__cause__, InsufficientMemoryError):
+            raise CLIError(f"--num-envs {num_envs} is too many: {exc.__cause__}") from None
+        raise
 
 
 def _opponents(spec: Any, env_name: str, backend: str | None, seed: int | None,
@@ -98,13 +106,14 @@ def train(args: Any) -> int:
         return zoo(args)
     with setup_errors():
         recipe = apply_recipe(args)  # without --algo: the zoo's recipe for --env fills what was not given
+        check_settings(args)  # budgets, counts and the seed, recipe values included
         agent_kwargs = {**(recipe.agent_kwargs() if recipe else {}), **parse_assignments(args.agent_arg, "--agent-arg")}
         check_agent_kwargs(args.algo, agent_kwargs)
         choice = wrap_choice(_env(args.env, None, args.env_arg), recipe.wrappers if recipe else ())
         opponent_source = _opponent_source(args.opponent, "--opponent")
         out = args.out or os.path.join("runs", f"{choice.name}-{args.algo}")
         test_freq = args.test_freq or max(1, args.episodes // 10)
-        trainer = _trainer(choice, num_train_envs=args.num_envs, num_test_envs=args.num_envs,
+        trainer = _trainer(choice, args.num_envs, num_train_envs=args.num_envs, num_test_envs=args.num_envs,
                            batch_size=args.batch_size, update_freq=args.update_freq, test_freq=test_freq,
                            episodes_per_train=args.episodes, episodes_per_test=args.test_episodes, seed=args.seed,
                            processes=args.processes, plot_path=os.path.join(out, "metric.png"),
@@ -176,11 +185,12 @@ def _describe(plan: Any, opponent: str | None) -> str:
 
 def evaluate(args: Any) -> int:
     """``evaluate``: see ``python -m marl_note evaluate --help``."""
+    check_settings(args)
     with setup_errors():
         source = inspect_checkpoint(args.checkpoint)
         opponent_source = _opponent_source(args.opponent, "--opponent")
         choice = _env(args.env, source, args.env_arg)
-        trainer = _trainer(choice, num_train_envs=1, num_test_envs=min(args.num_envs, args.episodes),
+        trainer = _trainer(choice, args.num_envs, num_train_envs=1, num_test_envs=min(args.num_envs, args.episodes),
                            episodes_per_test=args.episodes, seed=args.seed)
     try:
         with setup_errors():
@@ -202,6 +212,7 @@ def play(args: Any) -> int:
     """``play``: see ``python -m marl_note play --help``."""
     from marl_note.cli.play import board_for, play_game
 
+    check_settings(args)
     with setup_errors():
         if args.env is not None:
             board_for(args.env)  # before looking at the checkpoint

@@ -47,10 +47,16 @@ class Board:
         return str(int(action) + 1)
 
     def parse(self, text: str) -> int | None:
-        """The action a person typed, or None if it is no move of this game."""
-        if not re.fullmatch(r"\d+", text):
+        """The action a person typed, or None if it is no move of this game (any length of input).
+
+        Example:
+            >>> TicTacToe().parse("05"), TicTacToe().parse("10"), TicTacToe().parse("9" * 5000)
+            (4, None, None)
+        """
+        digits = text.lstrip("0")
+        if not re.fullmatch(r"\d+", text) or len(digits) > len(str(self.n_actions)):  # no int() of a huge number
             return None
-        action = int(text) - 1
+        action = int(digits or "0") - 1
         return action if 0 <= action < self.n_actions else None
 
     def render(self, obs: Any, seat_index: int) -> str:
@@ -144,7 +150,8 @@ def _ask(board: Board, mark: str, mask: np.ndarray | None, read: Callable[[], st
             return None
         action = board.parse(text)
         if action is None:
-            write(f"{text!r} is not a move; legal moves: {shown}")
+            quoted = repr(text) if len(text) <= 40 else f"{text[:20]!r}... ({len(text)} characters)"
+            write(f"{quoted} is not a move; legal moves: {shown}")
         elif action not in legal:
             write(f"{board.label(action)} is not a legal move now ({board.why_illegal(action)}); legal moves: {shown}")
         else:

@@ -33,6 +33,7 @@ import dataclasses
 import difflib
 import importlib
 import inspect
+import math
 import os
 import re
 import sys
@@ -43,6 +44,7 @@ from typing import Any
 from marl_note._moved import package_getattr
 from marl_note.cli.common import CLIError
 from marl_note.file_reads import JSON_LIMIT, FileRefused, read_regular
+from marl_note.validation import MAX_COUNT, MAX_MINUTES, MAX_SEED, shown
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -203,7 +205,7 @@ def load_recipe(path: str | os.PathLike) -> Recipe:
         raise RecipeError(f"recipe {path} cannot be read ({exc.strerror or exc})") from None
     except FileRefused as exc:
         raise RecipeError(f"recipe {exc}") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+    except ValueError as exc:  # a TOMLDecodeError or UnicodeDecodeError, or an integer of over 4300 digits
         raise RecipeError(f"{path} is not valid TOML: {exc}") from None
     return check_recipe(data, path)
 
@@ -230,8 +232,9 @@ def check_recipe(data: Mapping[str, Any], path: str = "<recipe>") -> Recipe:
         raise RecipeError(f"{path}: seats {seats!r} does not fit algo {algo!r}: use 'joint' with maddpg, else "
                           f"'independent' or 'self-play'")
     seeds = data["seeds"]
-    if not seeds or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):
-        raise RecipeError(f"{path}: seeds must be a non-empty list of non-negative integers, got {seeds!r}")
+    if not seeds or not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s <= MAX_SEED for s in seeds):
+        raise RecipeError(f"{path}: seeds must be a non-empty list of integers from 0 to {MAX_SEED:,}, got "
+                          f"{shown(seeds)}")
     score_seats = data.get("score_seats")
     if score_seats is not None and (not score_seats or not all(isinstance(s, str) for s in score_seats)):
         raise RecipeError(f"{path}: score_seats must be a non-empty list of seat names, got {score_seats!r}")
@@ -283,7 +286,14 @@ def _check_options(table: Mapping[str, Any], schema: Mapping[str, str], section:
             (number and value > 0) if kind == "positive number" else number
         if not ok:
             what = {"positive": "positive integer"}.get(kind, kind)
-            raise RecipeError(f"{path}: [{section}] {key} must be a {what}, got {value!r}")
+            raise RecipeError(f"{path}: [{section}] {key} must be a {what}, got {shown(value)}")
+        if isinstance(value, float) and not math.isfinite(value):
+            what = "positive number" if kind == "positive number" else "number"
+            raise RecipeError(f"{path}: [{section}] {key} must be a finite {what}, got {value!r}")
+        limit = MAX_COUNT if kind == "positive" else MAX_MINUTES if kind == "positive number" else None
+        if limit is not None and value > limit:
+            meaning = " (a year)" if kind == "positive number" else ""
+            raise RecipeError(f"{path}: [{section}] {key} must be at most {limit:,}{meaning}, got {shown(value)}")
 
 
 def _check_budget(budget: Mapping[str, Any], path: str) -> None:

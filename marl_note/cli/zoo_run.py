@@ -29,6 +29,7 @@ from marl_note.cli.common import CLIError, setup_errors
 from marl_note.cli.envs import EnvChoice, resolve_env
 from marl_note.cli.results import seat_results
 from marl_note.cli.zoo import Recipe, RecipeError
+from marl_note.validation import MAX_SEED, shown
 
 __all__ = ["Budget", "RecipeRun", "WrappedEnv", "prepare", "train_recipe", "wrap_choice"]
 
@@ -210,6 +211,9 @@ def prepare(recipe: Recipe, seed: int | None = None, backend: str = "torch", pro
     imported; a problem raises a :class:`~marl_note.cli.zoo.RecipeError` naming the recipe.
     """
     seed = recipe.seeds[0] if seed is None else int(seed)
+    if not 0 <= seed <= MAX_SEED:
+        raise RecipeError(f"recipe {recipe.path}: seed must be an integer from 0 to {MAX_SEED:,}, got "
+                          f"{shown(seed)}")
     options = dict(recipe.trainer)
     kwargs = {**recipe.agent_kwargs(), **dict(agent_kwargs or {})}
     with _recipe_errors(recipe):

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from marl_note.replay.her import HERSample, HindsightRelabeler, goal_observation, goal_observation_space
     from marl_note.replay.her_buffer import HERReplayBuffer
     from marl_note.replay.joint import JointReplayBuffer
-    from marl_note.replay.memory import ReplayMemoryError
+    from marl_note.replay.memory import InsufficientMemoryError, ReplayMemoryError
     from marl_note.replay.nstep import NStepAccumulator
     from marl_note.replay.prioritized import PrioritizedReplayBuffer
     from marl_note.replay.rollout import RolloutBuffer, compute_gae
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 __all__ = ["ReplayBuffer", "CompactReplayBuffer",
            "PrioritizedReplayBuffer", "SumTree", "NStepAccumulator", "RolloutBuffer", "compute_gae",
            "RingStorage", "HERReplayBuffer", "HindsightRelabeler", "HERSample", "goal_observation",
-           "goal_observation_space", "JointReplayBuffer", "ReplayMemoryError", "ReplayFeed"]
+           "goal_observation_space", "InsufficientMemoryError", "JointReplayBuffer", "ReplayMemoryError", "ReplayFeed"]
 
 # each name loads its own module on first use; TripletReplayBuffer moved to marl_note.compat.triplet and warns
 __getattr__ = lazy_package(__name__, {
@@ -36,6 +36,7 @@ __getattr__ = lazy_package(__name__, {
     "goal_observation_space": "marl_note.replay.her",
     "HERReplayBuffer": "marl_note.replay.her_buffer",
     "JointReplayBuffer": "marl_note.replay.joint",
+    "InsufficientMemoryError": "marl_note.replay.memory",
     "ReplayMemoryError": "marl_note.replay.memory",
     "NStepAccumulator": "marl_note.replay.nstep",
     "PrioritizedReplayBuffer": "marl_note.replay.prioritized",

@@ -7,6 +7,10 @@ available on the machine, and warns (once per buffer) above :data:`WARN_FRACTION
 :func:`available_bytes` reads ``MemAvailable`` from ``/proc/meminfo`` (Linux); where that is
 unknown the check is skipped. Tests replace ``available_bytes`` on this module to patch it.
 
+:func:`check_memory` is the same check for anything else estimated before it is built (network
+weights, AlphaZero's position buffer, the actor pool's shards, a vector of envs): it raises
+:class:`InsufficientMemoryError`, of which :class:`ReplayMemoryError` is the replay buffers' kind.
+
 Example:
     >>> import numpy as np
     >>> storage_nbytes(1000, {"obs": ((120, 457, 3), np.dtype(np.uint8)), "rew": ((), np.dtype(np.float32))})
@@ -27,7 +31,18 @@ WARN_FRACTION = 0.5  # warn when a buffer needs more than this share of the avai
 _MEMINFO = "/proc/meminfo"
 
 
-class ReplayMemoryError(MemoryError, ValueError):
+class InsufficientMemoryError(MemoryError, ValueError):
+    """Something whose estimated size exceeds the machine's available memory (raised before allocating it).
+
+    A :class:`MemoryError` and a :class:`ValueError` (bad input: a size or count is too large).
+
+    Example:
+        >>> issubclass(InsufficientMemoryError, MemoryError) and issubclass(InsufficientMemoryError, ValueError)
+        True
+    """
+
+
+class ReplayMemoryError(InsufficientMemoryError):
     """A replay buffer whose storage would not fit in the machine's available memory (raised before allocating).
 
     A :class:`MemoryError` and a :class:`ValueError` (bad input: the capacity is too large).
@@ -69,24 +84,53 @@ def format_bytes(n: float) -> str:
     return f"{int(n)} B"
 
 
-def check_fits(nbytes: int, capacity: int, warn: bool = True) -> None:
+def check_memory(nbytes: int, what: str, advice: str, warn: bool = True,
+                 error: type[InsufficientMemoryError] = InsufficientMemoryError, available: int | None = None,
+                 where: str = "of memory is available on this machine", stacklevel: int = 4) -> None:
+    """Raise ``error`` if ``nbytes`` (what ``what`` needs) exceed the available memory; the message ends in ``advice``.
+
+    ``available`` (default: :func:`available_bytes`) is the room to compare with, ``where`` says
+    what it is. Warns (a ``UserWarning``) when it fits but takes more than :data:`WARN_FRACTION`
+    of it and ``warn`` is true. Does nothing where the available memory is unknown.
+
+    Example:
+        >>> check_memory(10**12, "a table of 10**12 bytes", "make it smaller", available=8 * 10**9)
+        Traceback (most recent call last):
+        ...
+        marl_note.replay.memory.InsufficientMemoryError: a table of 10**12 bytes needs 1 TB, but only 8 GB of \
+memory is available on this machine; make it smaller
+    """
+    avail = available_bytes() if available is None else available
+    if avail is None or nbytes <= WARN_FRACTION * avail:
+        return
+    if nbytes > avail:
+        raise error(f"{what} needs {format_bytes(nbytes)}, but only {format_bytes(avail)} {where}; {advice}")
+    if warn:
+        warnings.warn(f"{what} needs {format_bytes(nbytes)}, more than {WARN_FRACTION:.0%} of the "
+                      f"{format_bytes(avail)} available on this machine; {advice}", stacklevel=stacklevel)
+
+
+def check_fits(nbytes: int, capacity: int, warn: bool = True, option: str = "replay buffer_size",
+               capacity_means: str = "the buffer's capacity", item: str = "transition") -> None:
     """Raise :class:`ReplayMemoryError` if a storage of ``nbytes`` for ``capacity`` rows cannot fit in memory.
 
     Warns (a ``UserWarning``) when it fits but takes more than
     :data:`WARN_FRACTION` of the available memory and ``warn`` is true. Does nothing where the
-    available memory is unknown.
+    available memory is unknown. ``option``, ``capacity_means`` and ``item`` name the capacity in
+    the message (AlphaZero's position buffer: ``"AlphaZero buffer_size"``, ``"positions kept"``,
+    ``"position"``).
     """
     avail = available_bytes()
     if avail is None or nbytes <= WARN_FRACTION * avail:
         return
     per_item = nbytes / max(1, capacity)
-    what = (f"replay buffer_size={capacity} (the buffer's capacity) needs {format_bytes(nbytes)} "
-            f"({format_bytes(per_item)} per transition)")
+    what = (f"{option}={capacity} ({capacity_means}) needs {format_bytes(nbytes)} "
+            f"({format_bytes(per_item)} per {item})")
     fits = int(avail // per_item)
     if nbytes > avail:
         raise ReplayMemoryError(f"{what}, but only {format_bytes(avail)} of memory is available on this machine; "
-                                f"lower buffer_size (at most about {fits} transitions fit) or store smaller "
+                                f"lower {option.split()[-1]} (at most about {fits} {item}s fit) or store smaller "
                                 f"observations")
     if warn:
         warnings.warn(f"{what}, more than {WARN_FRACTION:.0%} of the {format_bytes(avail)} available on this "
-                      f"machine; consider a smaller buffer_size", stacklevel=4)
+                      f"machine; consider a smaller {option.split()[-1]}", stacklevel=4)

@@ -18,6 +18,7 @@ from marl_note.envs.subproc_errors import check_timeout
 from marl_note.envs.vector import SyncVectorEnv
 from marl_note.trainers.callbacks import CallbackList, EpisodeEvents, metric_value
 from marl_note.trainers.collector import Collector
+from marl_note.trainers.env_memory import check_envs_fit, workers_of
 from marl_note.trainers.evaluation import baseline_opponents, evaluate_against
 from marl_note.trainers.plot import check_plot_path
 from marl_note.trainers.run_loop import RunLoop
@@ -26,6 +27,8 @@ from marl_note.trainers.seats import check_learners, check_seats, learner_of, po
 from marl_note.trainers.series import Recorder, learner_labels
 from marl_note.trainers.source import CollectorSource, ExperienceSource
 from marl_note.types import EnvSpec
+from marl_note.validation import MAX_COUNT
+from marl_note.validation import positive_int as count
 
 Seats = Sequence[Agent] | Mapping[str, Agent]  # one agent per seat, in seat order or keyed by agent id
 
@@ -48,6 +51,11 @@ class DecentralizedTrainer:
     - ``test_freq``: finished training episodes between periodic tests;
     - ``episodes_per_train``: the training budget, in finished training episodes;
     - ``episodes_per_test``: episodes per periodic test, shared over the test envs.
+
+    Every count (these, ``batch_size`` and the env counts) is a positive integer of at most
+    :data:`~marl_note.validation.MAX_COUNT`; env counts whose envs (and worker processes) cannot
+    fit in the machine's available memory are refused before any env is built
+    (:mod:`marl_note.trainers.env_memory`).
 
     Hooks:
     ``train_fn(num_collected_episodes, num_collected_steps)`` before each collection chunk,
@@ -115,13 +123,13 @@ class DecentralizedTrainer:
         check_not_reimporting_main("DecentralizedTrainer")
         self.env_fn = env_factory(env)
         self.check_finite = bool(check_finite)
-        self.num_train_envs = positive_int("num_train_envs", num_train_envs)
-        self.num_test_envs = positive_int("num_test_envs", num_test_envs)
-        self.batch_size = positive_int("batch_size", batch_size)
-        self.update_freq = positive_int("update_freq", update_freq)
-        self.test_freq = positive_int("test_freq", test_freq)
-        self.episodes_per_train = positive_int("episodes_per_train", episodes_per_train)
-        self.episodes_per_test = positive_int("episodes_per_test", episodes_per_test)
+        self.num_train_envs = count("num_train_envs", num_train_envs, maximum=MAX_COUNT)
+        self.num_test_envs = count("num_test_envs", num_test_envs, maximum=MAX_COUNT)
+        self.batch_size = count("batch_size", batch_size, maximum=MAX_COUNT)
+        self.update_freq = count("update_freq", update_freq, maximum=MAX_COUNT)
+        self.test_freq = count("test_freq", test_freq, maximum=MAX_COUNT)
+        self.episodes_per_train = count("episodes_per_train", episodes_per_train, maximum=MAX_COUNT)
+        self.episodes_per_test = count("episodes_per_test", episodes_per_test, maximum=MAX_COUNT)
         for name, fn in (("train_fn", train_fn), ("test_fn", test_fn), ("save_best_fn", save_best_fn),
                          ("save_last_fn", save_last_fn), ("stop_fn", stop_fn), ("reward_metric", reward_metric)):
             if fn is not None and not callable(fn):
@@ -148,11 +156,14 @@ class DecentralizedTrainer:
         self.distributed.shard_batch(self.batch_size)  # the global batch must split evenly over the ranks
         self.source.check(self)
         self.plot_path = check_plot_path(plot_path)  # a .png path, checked before any work
+        workers = workers_of(self.num_train_envs, self.num_test_envs, processes, actors)
+        check_envs_fit(self.num_train_envs, self.num_test_envs, workers, warn=False)  # before building one
         probe = adapt(self.env_fn())
         try:
             self.spec: EnvSpec = make_spec(probe)
         finally:
             probe.close()
+        check_envs_fit(self.num_train_envs, self.num_test_envs, workers, self.spec)  # with its observations
         self._train_venv = self._test_venv = None
         self.stop_training = False  # set True (by a callback or hook) to end training after the current chunk
         self.history: list[tuple[int, float]] = []

@@ -36,6 +36,7 @@ from marl_note.agents.networks import ACTIVATIONS, check_hidden_sizes, mlp_weigh
 from marl_note.agents.schedule import gradient_steps, mean_metrics
 from marl_note.contrib.alphazero.mcts import MCTS, BoardSimulator
 from marl_note.contrib.board_games.rules import CONNECT_FOUR, TIC_TAC_TOE
+from marl_note.replay.memory import check_fits, storage_nbytes
 from marl_note.types import Transitions
 from marl_note.validation import (
     non_negative_float,
@@ -118,6 +119,11 @@ def board_simulator_for(observation_space: gym.Space, action_space: gym.Space) -
 class PositionReplay:
     """A ring buffer of training positions: encoded observation, legal moves, visit distribution, outcome.
 
+    Preallocated at full size: before allocating, a ``capacity`` whose positions would not fit in
+    the machine's available memory is refused with a
+    :class:`~marl_note.replay.memory.ReplayMemoryError` (as the replay buffers are; see
+    :mod:`marl_note.replay.memory`).
+
     Example:
         >>> replay = PositionReplay(3, obs_dim=2, n_actions=2)
         >>> replay.add(np.ones((4, 2)), np.ones((4, 2), bool), np.full((4, 2), 0.5), np.array([1, -1, 0, 1.0]))
@@ -127,6 +133,11 @@ class PositionReplay:
 
     def __init__(self, capacity: int, obs_dim: int | tuple[int, ...], n_actions: int):
         self.capacity = positive_int("capacity", capacity)
+        specs = {"obs": (tuple(int(d) for d in np.atleast_1d(obs_dim)), np.dtype(np.float32)),
+                 "legal": ((int(n_actions),), np.dtype(bool)), "pi": ((int(n_actions),), np.dtype(np.float32)),
+                 "z": ((), np.dtype(np.float32))}
+        check_fits(storage_nbytes(self.capacity, specs), self.capacity, option="AlphaZero buffer_size",
+                   capacity_means="positions kept for training", item="position")
         self.obs = np.zeros((capacity, *np.atleast_1d(obs_dim)), np.float32)
         self.legal = np.zeros((capacity, n_actions), bool)
         self.pi = np.zeros((capacity, n_actions), np.float32)

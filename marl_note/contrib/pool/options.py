@@ -36,6 +36,8 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +56,15 @@ def _count(name: str, value: Any, allow_none: bool = True) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be a positive integer{' or None' if allow_none else ''}, got {value!r}")
     return int(value)
+
+
+def _shm_free_bytes() -> int | None:
+    """Free bytes of ``/dev/shm`` (where shared-memory blocks live on Linux), or None where unknown."""
+    try:
+        st = os.statvfs("/dev/shm")
+    except (OSError, AttributeError):
+        return None
+    return int(st.f_bavail * st.f_frsize)
 
 
 @dataclass(frozen=True)
@@ -112,6 +123,45 @@ class PoolOptions:
             if shard_only:
                 raise ValueError(f"{shard_only} act on shared-memory shards, which backend='ray' does not have "
                                  f"(its transitions go through Ray's object store)")
+
+    def check_shards_fit(self, shard_specs: Sequence[Mapping[str, tuple[tuple[int, ...], Any]]],
+                         available: int | None = None) -> None:
+        """Refuse shards that cannot fit before they are created: ``actors`` shards of ``shard_capacity``
+        rows for each learner, whose columns are ``shard_specs[k]``.
+
+        Compared with the machine's available memory and the free space of ``/dev/shm`` (where the
+        shards live), whichever is smaller (``available`` replaces both); raises
+        :class:`~marl_note.replay.memory.InsufficientMemoryError` naming ``shard_capacity``.
+
+        Example:
+            >>> import numpy as np
+            >>> specs = [{"obs": ((84, 84, 3), np.uint8), "next_obs": ((84, 84, 3), np.uint8)}]
+            >>> PoolOptions(actors=4, shard_capacity=10**6).check_shards_fit(specs, available=16 * 10**9)
+            Traceback (most recent call last):
+            ...
+            marl_note.replay.memory.InsufficientMemoryError: pool shard_capacity=1000000 rows in each of 4 shards \
+(4 actors x 1 learner, 42.3 kB a row) needs 169 GB, ... lower shard_capacity (at most about 94482 rows fit) or use \
+fewer actors
+        """
+        from marl_note.replay import memory
+
+        if self.backend != "process" or not shard_specs:
+            return
+        row = sum(memory.item_nbytes(specs) for specs in shard_specs)  # one row in each learner's shard
+        nbytes = self.actors * self.shard_capacity * row
+        where = "of memory is available on this machine"
+        room = available
+        if room is None:
+            room = memory.available_bytes()
+            shm = _shm_free_bytes()
+            if shm is not None and (room is None or shm < room):
+                room, where = shm, "is free in /dev/shm, where the shards live"
+        learners = len(shard_specs)
+        memory.check_memory(nbytes, f"pool shard_capacity={self.shard_capacity} rows in each of "
+                                    f"{self.actors * learners} shards ({self.actors} actors x {learners} learner"
+                                    f"{'s' if learners > 1 else ''}, {memory.format_bytes(row / learners)} a row)",
+                            f"lower shard_capacity (at most about {int((room or 0) // (self.actors * row))} rows "
+                            f"fit) or use fewer actors", available=room, where=where)
 
     def learner_thread_cap(self) -> int | None:
         """The learner's intra-op thread cap for this run (None: leave the framework's threads alone)."""

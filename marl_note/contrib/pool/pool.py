@@ -276,6 +276,7 @@ class Pool(Feeding):
                 self.boards.append(self._own(WeightBoard.create(self.league.state())))
                 self.publish_league()
             plan = ActorPlan(trainer, seats, learners, explore, learn, options, seed)
+            options.check_shards_fit([plan.shard_specs(k) for k in range(len(learners))])  # before creating one
             self.rings = [[self._own(SharedRing.create(plan.shard_specs(k), options.shard_capacity))
                            for k in range(len(learners))] for _ in range(options.actors)]
             self.locks = [[ctx.Lock() for _ in learners] for _ in range(options.actors)] if options.random else None
