@@ -84,7 +84,7 @@ def test_fitting_algorithms_and_the_reasons_match_the_command_line_on_every_env(
 
 def test_reading_the_registry_imports_no_framework_and_none_of_alphazero():
     """Names, entries, numpy cores, fitting and on-policy answers without torch, TensorFlow or AlphaZero's
-    modules (an optional part, registered by dotted path)."""
+    modules (an optional part, registered by dotted path); the check modules import no framework either."""
     code = """
 import sys
 import gymnasium as gym
@@ -95,6 +95,7 @@ spec = EnvSpec(("a",), {"a": gym.spaces.Box(-1, 1, (3,))}, {"a": gym.spaces.Disc
 assert [registry.get(n).problem(spec) is None for n in ("dqn", "ddpg")] == [True, False]
 cores = [registry.get(n).core_cls() for n in ("dqn", "ppo", "ddpg", "sac", "maddpg")]
 assert [registry.is_on_policy(c) for c in cores] == [False, True, False, False, False]
+import marl_note.agents.checks, marl_note.envs.checks, marl_note.replay.checks
 bad = [m for m in sys.modules if m.split(".")[0] in ("torch", "tensorflow", "keras", "ray")
        or m.startswith(("marl_note.agents.alphazero", "marl_note.agents.torch", "marl_note.agents.tf",
                         "marl_note.trainers", "marl_note.cli", "marl_note.contrib", "marl_note.compat"))]
