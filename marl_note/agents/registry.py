@@ -289,11 +289,12 @@ _BUILTIN = (
     Algorithm("maddpg", "marl_note.agents.maddpg.MADDPGCore", "marl_note.agents.torch.maddpg.MADDPG",
               "marl_note.agents.tf.maddpg.MADDPG", ("Discrete", "Box"), on_policy=False, joint=True, images=False,
               tiny=_TINY),
-    # AlphaZero is an optional part (it moves to marl_note.contrib.alphazero, which will register this entry
-    # itself); until then its entry is here, by dotted paths only: reading the registry imports none of it.
-    Algorithm("alphazero", "marl_note.agents.alphazero.AlphaZeroCore", "marl_note.agents.torch.alphazero.AlphaZero",
-              "marl_note.agents.tf.alphazero.AlphaZero", ("Discrete",), on_policy=False,
-              fits="marl_note.agents.alphazero_entry.fit_problem", cases="marl_note.agents.alphazero_entry.check_cases",
+    # AlphaZero is an optional part (marl_note.contrib.alphazero); its entry names it by dotted paths only, so
+    # reading the registry imports none of it (a contrib part registering its own entry is a follow-up)
+    Algorithm("alphazero", "marl_note.contrib.alphazero.core.AlphaZeroCore",
+              "marl_note.contrib.alphazero.torch.alphazero.AlphaZero", "marl_note.contrib.alphazero.tf.alphazero.AlphaZero",
+              ("Discrete",), on_policy=False, fits="marl_note.contrib.alphazero.entry.fit_problem",
+              cases="marl_note.contrib.alphazero.entry.check_cases",
               tiny={"hidden_sizes": (8,), "buffer_size": 256, "learning_starts": 8, "update_steps": 1,
                     "num_simulations": 4}),
 )

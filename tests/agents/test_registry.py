@@ -97,7 +97,7 @@ cores = [registry.get(n).core_cls() for n in ("dqn", "ppo", "ddpg", "sac", "madd
 assert [registry.is_on_policy(c) for c in cores] == [False, True, False, False, False]
 import marl_note.agents.checks, marl_note.envs.checks, marl_note.replay.checks
 bad = [m for m in sys.modules if m.split(".")[0] in ("torch", "tensorflow", "keras", "ray")
-       or m.startswith(("marl_note.agents.alphazero", "marl_note.agents.torch", "marl_note.agents.tf",
+       or m.startswith(("marl_note.contrib.alphazero.core", "marl_note.agents.torch", "marl_note.agents.tf",
                         "marl_note.trainers", "marl_note.cli", "marl_note.contrib", "marl_note.compat"))]
 assert not bad, bad
 """

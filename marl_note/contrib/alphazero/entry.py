@@ -21,9 +21,9 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from marl_note.agents.alphazero import board_simulator_for
 from marl_note.agents.checks import AgentCase
-from marl_note.agents.mcts import BoardSimulator
+from marl_note.contrib.alphazero.core import board_simulator_for
+from marl_note.contrib.alphazero.mcts import BoardSimulator
 from marl_note.types import Transitions
 
 __all__ = ["BoardTask", "check_cases", "fit_problem"]
