@@ -3,7 +3,7 @@
 The restructuring of 0.2 moved the optional parts into :mod:`marl_note.contrib` and the original
 library's workflow into :mod:`marl_note.compat`. This module is the one place that knows where
 each went, and the one core module that loads an optional part: it does so by name, only when a
-program imports an old path (``marl_note.contrib.pool``) or an old name
+program imports an old path (``marl_note.trainers.pool``) or an old name
 (``from marl_note.agents.torch import AlphaZero``), and it says where the thing lives now.
 Everything here goes in the next release.
 
@@ -17,7 +17,7 @@ Example:
     >>> import warnings
     >>> with warnings.catch_warnings(record=True) as caught:
     ...     warnings.simplefilter("always")
-    ...     import marl_note.contrib.pool as old
+    ...     import marl_note.trainers.pool as old
     >>> import marl_note.contrib.pool as new
     >>> old is new, "marl_note.contrib.pool" in str(caught[0].message)
     (True, True)
@@ -35,34 +35,35 @@ from typing import Any
 __all__ = ["MODULES", "NAMES", "install", "package_getattr", "actor_pool", "new_name"]
 
 MODULES = {
-    "marl_note.contrib.pool": "marl_note.contrib.pool",
-    "marl_note.contrib.adaptive": "marl_note.contrib.adaptive",
-    "marl_note.contrib.finders.finders": "marl_note.contrib.finders.finders",
-    "marl_note.contrib.finders.parts": "marl_note.contrib.finders.parts",
-    "marl_note.contrib.finders.results": "marl_note.contrib.finders.results",
-    "marl_note.contrib.finders.parallel": "marl_note.contrib.finders.parallel",
-    "marl_note.contrib.distributed.launch": "marl_note.contrib.distributed.ranks",
-    "marl_note.contrib.distributed.torch.ddp": "marl_note.contrib.distributed.torch.ddp",
-    "marl_note.contrib.distributed.tf.multiworker": "marl_note.contrib.distributed.tf.multiworker",
-    "marl_note.contrib.alphazero.core": "marl_note.contrib.alphazero.core",
-    "marl_note.contrib.alphazero.mcts": "marl_note.contrib.alphazero.mcts",
-    "marl_note.contrib.board_games": "marl_note.contrib.board_games",
-    "marl_note.contrib.alphazero.torch.alphazero": "marl_note.contrib.alphazero.torch.alphazero",
-    "marl_note.contrib.alphazero.tf.alphazero": "marl_note.contrib.alphazero.tf.alphazero",
-    "marl_note.compat.workflow": "marl_note.compat.workflow",
-    "marl_note.compat.set_options": "marl_note.compat.set_options",
-    "marl_note.compat.rebuild": "marl_note.compat.rebuild",
-    "marl_note.compat.train_bindings": "marl_note.compat.train_bindings",
-    "marl_note.compat.facade": "marl_note.compat.facade",
-    "marl_note.compat.animate": "marl_note.compat.animate",
-    "marl_note.compat.rl": "marl_note.compat.rl",
-    "marl_note.compat.rl_config": "marl_note.compat.rl_config",
-    "marl_note.compat.torch.rl": "marl_note.compat.torch.rl",
-    "marl_note.compat.tf.rl": "marl_note.compat.tf.rl",
-    "marl_note.compat.triplet": "marl_note.compat.triplet",
+    "marl_note.trainers.pool": "marl_note.contrib.pool",
+    "marl_note.trainers.adaptive": "marl_note.contrib.adaptive",
+    "marl_note.trainers.finders": "marl_note.contrib.finders.finders",
+    "marl_note.trainers.finder_parts": "marl_note.contrib.finders.parts",
+    "marl_note.trainers.finder_results": "marl_note.contrib.finders.results",
+    "marl_note.trainers.parallel_finder": "marl_note.contrib.finders.parallel",
+    "marl_note.trainers.distributed": "marl_note.contrib.distributed.ranks",
+    "marl_note.agents.torch.distributed": "marl_note.contrib.distributed.torch.ddp",
+    "marl_note.agents.tf.distributed": "marl_note.contrib.distributed.tf.multiworker",
+    "marl_note.agents.alphazero": "marl_note.contrib.alphazero.core",
+    "marl_note.agents.mcts": "marl_note.contrib.alphazero.mcts",
+    "marl_note.agents.board_games": "marl_note.contrib.board_games",
+    "marl_note.agents.torch.alphazero": "marl_note.contrib.alphazero.torch.alphazero",
+    "marl_note.agents.tf.alphazero": "marl_note.contrib.alphazero.tf.alphazero",
+    "marl_note.agents.workflow": "marl_note.compat.workflow",
+    "marl_note.agents.set_options": "marl_note.compat.set_options",
+    "marl_note.agents.rebuild": "marl_note.compat.rebuild",
+    "marl_note.agents.train_bindings": "marl_note.compat.train_bindings",
+    "marl_note.trainers.facade": "marl_note.compat.facade",
+    "marl_note.trainers.animate": "marl_note.compat.animate",
+    "marl_note.agents.rl_config": "marl_note.compat.rl_config",
+    "marl_note.agents.rl": "marl_note.compat.rl",
+    "marl_note.agents.torch.rl": "marl_note.compat.torch.rl",
+    "marl_note.agents.tf.rl": "marl_note.compat.tf.rl",
+    "marl_note.replay.triplet": "marl_note.compat.triplet",
     "marl_note.replay.compact_state": "marl_note.replay.compact",
     "marl_note.agents.torch.compiling": "marl_note.agents.torch.common",
     "marl_note.agents.checkpoints.npz_codec": "marl_note.agents.checkpoints.format",
+    "marl_note.agents.alphazero_entry": "marl_note.contrib.alphazero.entry",
 }
 
 NAMES: dict[str, dict[str, str]] = {
