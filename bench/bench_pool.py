@@ -41,7 +41,7 @@ from pettingzoo.classic import tictactoe_v3  # noqa: E402
 
 from marl_note.agents import RandomAgent  # noqa: E402
 from marl_note.agents.torch import DQN  # noqa: E402
-from marl_note.contrib.board_games import WinOrBlockPlayer
+from marl_note.contrib.board_games import WinOrBlockPlayer  # noqa: E402
 from marl_note.trainers import DecentralizedTrainer, OpponentPool, strength  # noqa: E402
 
 

@@ -31,7 +31,8 @@ def test_docstring_examples_run(name):
 
 @pytest.mark.parametrize("package", ["marl_note.envs", "marl_note.replay", "marl_note.agents",
                                      "marl_note.trainers", "marl_note.agents.torch", "marl_note.agents.tf",
-                                     "marl_note.contrib.pool", "marl_note.contrib.finders", "marl_note.contrib.adaptive",
+                                     "marl_note.contrib.pool", "marl_note.contrib.finders",
+                                     "marl_note.contrib.adaptive",
                                      "marl_note.contrib.alphazero", "marl_note.contrib.board_games",
                                      "marl_note.compat.torch", "marl_note.compat.tf"])
 def test_public_classes_have_a_runnable_example(package):

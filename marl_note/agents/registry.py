@@ -292,7 +292,8 @@ _BUILTIN = (
     # AlphaZero is an optional part (marl_note.contrib.alphazero); its entry names it by dotted paths only, so
     # reading the registry imports none of it (a contrib part registering its own entry is a follow-up)
     Algorithm("alphazero", "marl_note.contrib.alphazero.core.AlphaZeroCore",
-              "marl_note.contrib.alphazero.torch.alphazero.AlphaZero", "marl_note.contrib.alphazero.tf.alphazero.AlphaZero",
+              "marl_note.contrib.alphazero.torch.alphazero.AlphaZero",
+              "marl_note.contrib.alphazero.tf.alphazero.AlphaZero",
               ("Discrete",), on_policy=False, fits="marl_note.contrib.alphazero.entry.fit_problem",
               cases="marl_note.contrib.alphazero.entry.check_cases",
               tiny={"hidden_sizes": (8,), "buffer_size": 256, "learning_starts": 8, "update_steps": 1,

@@ -51,7 +51,8 @@ ALGORITHMS: dict[str, Algorithm] = {
     "ddpg": Algorithm("DDPG", "marl_note.agents.ddpg.DDPGCore", ("Box",)),
     "sac": Algorithm("SAC", "marl_note.agents.sac.SACCore", ("Discrete", "Box")),
     "maddpg": Algorithm("MADDPG", "marl_note.agents.maddpg.MADDPGCore", ("Discrete", "Box"), joint=True),
-    "alphazero": Algorithm("AlphaZero", "marl_note.contrib.alphazero.core.AlphaZeroCore", ("Discrete",), board_games=True),
+    "alphazero": Algorithm("AlphaZero", "marl_note.contrib.alphazero.core.AlphaZeroCore", ("Discrete",),
+                           board_games=True),
 }
 BACKENDS = {"torch": ("PyTorch", "pip install 'marl_note[torch]'"),
             "tf": ("TensorFlow", "pip install 'marl_note[tf]'")}

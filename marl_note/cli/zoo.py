@@ -6,7 +6,8 @@ episodes), the seeds, and in ``[result]`` the score it reached: only a measured 
 machine and seeds, else ``status = "not measured"``. :func:`load_recipe` reads and checks a file
 (unknown keys, wrong types, unknown env or algorithm names are refused with a
 :class:`RecipeError` naming the file and the key); :func:`recipe` finds a shipped recipe by env
-name. Training one is :func:`marl_note.cli.zoo_run.train_recipe` (``python -m marl_note train --env NAME`` does the same from the command line). Everything here
+name. Training one is :func:`marl_note.cli.zoo_run.train_recipe` (``python -m marl_note train --env
+NAME`` does the same from the command line). Everything here
 is numpy only.
 
 Example:

@@ -11,7 +11,8 @@ take a trainer (its current or last run), a ``RunState``, a ``{name: [(episodes,
 dict (``"test_metric"`` for the test history, other names placed by
 :func:`~marl_note.trainers.series.panel_of`) or the test history itself. They write a PNG
 atomically (default ``runs/<what>_<time>.png``), show it too when matplotlib uses an interactive
-backend (``show=None``; ``True``/``False`` force it), and return the file's absolute path. Writing never changes matplotlib's backend.
+backend (``show=None``; ``True``/``False`` force it), and return the file's absolute path. Writing
+never changes matplotlib's backend.
 
 Example:
     >>> import tempfile, os

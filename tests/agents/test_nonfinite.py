@@ -25,7 +25,7 @@ def backend(name):
 
 def custom_rl(name):
     """A tiny user-defined DQN on the backend's RL base class."""
-    mod = backend(name)
+    backend(name)
     if name == "torch":
         import torch
 
@@ -63,7 +63,7 @@ def custom_rl(name):
 def two_optimizer_rl(name):
     """A torch RL agent with two optimisers (the autograd.grad path): both must be held back."""
     import torch
-    mod = backend(name)
+    backend(name)
 
     class Two(importlib.import_module(f"marl_note.compat.{name}").RL):
         def __init__(self):

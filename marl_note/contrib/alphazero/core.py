@@ -3,7 +3,8 @@
 :class:`AlphaZeroCore` acts by :class:`~marl_note.contrib.alphazero.mcts.MCTS` guided by its policy/value
 network and learns from its own games: each position it searched while exploring is stored with
 the search's visit distribution and, when the episode ends, the game's outcome for the player who
-was to move. The backends (:mod:`marl_note.contrib.alphazero.torch.alphazero`, :mod:`marl_note.contrib.alphazero.tf.alphazero`)
+was to move. The backends (:mod:`marl_note.contrib.alphazero.torch.alphazero`,
+:mod:`marl_note.contrib.alphazero.tf.alphazero`)
 add only the network and one gradient step.
 
 Where the search starts: the trainer hands an agent observations and masks, not env states. For

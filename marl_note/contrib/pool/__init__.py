@@ -15,7 +15,7 @@ The shards themselves are :class:`~marl_note.replay.shared.SharedRing` s.
 """
 from marl_note.contrib.pool.board import WeightBoard
 from marl_note.contrib.pool.options import PoolOptions
-from marl_note.contrib.pool.pool import ActorError, Pool
+from marl_note.contrib.pool.pool import ActorError
 from marl_note.contrib.pool.source import ActorPool
 
 __all__ = ["ActorError", "ActorPool", "PoolOptions", "WeightBoard"]

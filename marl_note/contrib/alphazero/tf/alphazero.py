@@ -70,7 +70,8 @@ class AlphaZeroNetworks(TFNetworks):
 
 
 class AlphaZero(AlphaZeroCore):
-    """AlphaZero in TensorFlow/Keras; arguments, behaviour, state as :class:`~marl_note.contrib.alphazero.core.AlphaZeroCore`.
+    """AlphaZero in TensorFlow/Keras; arguments, behaviour, state as
+    :class:`~marl_note.contrib.alphazero.core.AlphaZeroCore`.
 
     Example:
         >>> import gymnasium as gym, numpy as np
