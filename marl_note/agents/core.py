@@ -2,10 +2,13 @@
 
 A built-in algorithm lives in three files (docs/ARCHITECTURE.md, "Adding an algorithm"):
 
-- ``agents/<algo>.py``: a frozen ``<Algo>Config`` dataclass (defaults and validation, written once)
-  and ``<Algo>Core(AgentCore)``: acting, storing, the update schedule, exploration, extra state
-  and ``repr``, all numpy. It draws the initial weights in numpy (:mod:`marl_note.agents.networks`)
-  and hands them, with numpy batches, to its networks.
+- ``agents/<algo>.py``: a frozen ``<Algo>Config`` dataclass (defaults and validation, written once;
+  built from the option groups of :mod:`marl_note.agents.options`) and ``<Algo>Core(AgentCore)``
+  with ``config_class = <Algo>Config``: acting, storing, the update schedule, exploration, extra
+  state and ``repr``, all numpy. Its ``__init__(observation_space, action_space, *, config=None,
+  seed=None, ..., **overrides)`` starts from ``cfg = self._resolve_config(config, overrides)``.
+  It draws the initial weights in numpy (:mod:`marl_note.agents.networks`) and hands them, with
+  numpy batches, to its networks.
 - ``agents/torch/<algo>.py`` and ``agents/tf/<algo>.py``: ``<Algo>Networks`` (a
   :class:`~marl_note.agents.torch.common.TorchNetworks` or
   :class:`~marl_note.agents.tf.common.TFNetworks`): the networks built from those weights,
@@ -37,6 +40,7 @@ from marl_note.agents.checkpoints.saving import Saving
 from marl_note.agents.knobs import Adjustable
 from marl_note.agents.noise_scale import GradientNoiseScale
 from marl_note.agents.numpy_policy import NumpyPolicy
+from marl_note.agents.options import RENAMED, config_signature, resolve_config
 from marl_note.agents.workflow import Workflow
 from marl_note.rng import rng_from_array, rng_to_array
 from marl_note.validation import positive_float, positive_int
@@ -55,9 +59,27 @@ class AgentCore(Workflow, Saving, Adjustable):
     their ``__init__`` and add their own state through ``_extra_state`` / ``_load_extra_state``.
     The original library's workflow (``set``, ``train``, ``visualize_*``) comes from
     :class:`~marl_note.agents.workflow.Workflow`.
+
+    A class that names its ``config_class`` takes ``config=`` and keyword overrides of that
+    config's fields in its own ``__init__`` (see :mod:`marl_note.agents.options`); its ``__init__``
+    is given the signature that lists every field, and checkpoints record the resolved fields.
     """
 
     Networks: ClassVar[type]  # the backend's networks class, set by the public class
+    config_class: ClassVar[type | None] = None  # the algorithm's config dataclass
+    renamed_params: ClassVar[Mapping[str, str]] = RENAMED  # deprecated constructor names (checkpoints map them)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        init = cls.__dict__.get("__init__")
+        if init is not None and "config_class" in cls.__dict__:  # before Saving wraps __init__ to record it
+            init.__signature__ = config_signature(init, cls.__dict__["config_class"])
+        super().__init_subclass__(**kwargs)
+
+    def _resolve_config(self, config: Any, overrides: Mapping[str, Any]) -> Any:
+        """This class's checked config: ``config`` (None: the defaults) with ``overrides`` applied."""
+        assert self.config_class is not None
+        return resolve_config(self.config_class, config, overrides, type(self).__name__,
+                              ("config", "seed", "device", "compile", "numpy_acting"))
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, *, seed: int | None,
                  device: Any = "cpu", compile: bool = False):
