@@ -113,7 +113,7 @@ def bench_step(reps: int, calls: int, seed: int, batch: int = 64) -> None:
     for PR in (False, True):
         agents = {}
         for name, mod in BACKENDS.items():
-            agent = mod.DQN(OBS, ACT, seed=seed, PR=PR, learning_starts=0)
+            agent = mod.DQN(OBS, ACT, seed=seed, prioritized=PR, learning_starts=0)
             agent.observe(random_transitions(5000, np.random.default_rng(seed)))
             agents[name] = agent
         if not PR:

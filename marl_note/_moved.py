@@ -64,6 +64,8 @@ MODULES = {
     "marl_note.agents.torch.compiling": "marl_note.agents.torch.common",
     "marl_note.agents.checkpoints.npz_codec": "marl_note.agents.checkpoints.format",
     "marl_note.agents.alphazero_entry": "marl_note.contrib.alphazero.entry",
+    "marl_note.agents.maddpg_config": "marl_note.agents.maddpg",
+    "marl_note.agents.knobs": "marl_note.agents.core",
 }
 
 NAMES: dict[str, dict[str, str]] = {

@@ -2,10 +2,13 @@
 
 A built-in algorithm lives in three files (docs/ARCHITECTURE.md, "Adding an algorithm"):
 
-- ``agents/<algo>.py``: a frozen ``<Algo>Config`` dataclass (defaults and validation, written once)
-  and ``<Algo>Core(AgentCore)``: acting, storing, the update schedule, exploration, extra state
-  and ``repr``, all numpy. It draws the initial weights in numpy (:mod:`marl_note.agents.networks`)
-  and hands them, with numpy batches, to its networks.
+- ``agents/<algo>.py``: a frozen ``<Algo>Config`` dataclass (defaults and validation, written once;
+  built from the option groups of :mod:`marl_note.agents.options`) and ``<Algo>Core(AgentCore)``
+  with ``config_class = <Algo>Config``: acting, storing, the update schedule, exploration, extra
+  state and ``repr``, all numpy. Its ``__init__(observation_space, action_space, *, config=None,
+  seed=None, ..., **overrides)`` starts from ``cfg = self._resolve_config(config, overrides)``.
+  It draws the initial weights in numpy (:mod:`marl_note.agents.networks`) and hands them, with
+  numpy batches, to its networks.
 - ``agents/torch/<algo>.py`` and ``agents/tf/<algo>.py``: ``<Algo>Networks`` (a
   :class:`~marl_note.agents.torch.common.TorchNetworks` or
   :class:`~marl_note.agents.tf.common.TFNetworks`): the networks built from those weights,
@@ -26,6 +29,8 @@ Example:
 """
 from __future__ import annotations
 
+import dataclasses
+import math
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -34,18 +39,96 @@ import gymnasium as gym
 import numpy as np
 
 from marl_note.agents.checkpoints.saving import Saving
-from marl_note.agents.knobs import Adjustable
+from marl_note.agents.exploration.policies import LinearSchedule
 from marl_note.agents.numpy_policy import NumpyPolicy
+from marl_note.agents.options import RENAMED, config_signature, resolve_config
 from marl_note.rng import rng_from_array, rng_to_array
 from marl_note.validation import positive_float, positive_int
 
 if TYPE_CHECKING:
     from marl_note.agents.noise_scale import GradientNoiseScale
 
-__all__ = ["AgentCore", "LEGACY_STATE_KEYS"]
+__all__ = ["AgentCore", "LEGACY_STATE_KEYS", "Adjustable"]
 
 # keys that release 0.1.0 wrote and nothing reads any more: ignored when a checkpoint is loaded
 LEGACY_STATE_KEYS = ("torch_rng",)
+
+
+class Adjustable:
+    """``hyperparameters()`` / ``set_hyperparameter()`` over a core's config, policy and replay."""
+
+    cfg: Any
+    nets: Any
+
+    def _config_knobs(self) -> tuple[str, ...]:
+        """The config fields that may change at run time (each core names its own)."""
+        return ()
+
+    def _eps_policy(self) -> Any:
+        policy = getattr(self, "policy", None)
+        return policy if type(policy).__name__ == "EpsGreedyQPolicy" else None
+
+    def _prioritized_replay(self) -> Any:
+        replay = getattr(self, "replay", None)
+        return replay if callable(getattr(replay, "set_alpha", None)) else None
+
+    def _windowed_replay(self) -> Any:
+        replay = getattr(self, "replay", None)
+        return replay if callable(getattr(replay, "set_window", None)) else None
+
+    def hyperparameters(self) -> dict[str, float]:
+        """``{name: current value}`` of every hyperparameter :meth:`set_hyperparameter` accepts."""
+        out = {name: float(getattr(self.cfg, name)) for name in self._config_knobs()
+               if getattr(self.cfg, name) is not None}
+        if self._eps_policy() is not None:
+            out["eps"] = float(self._eps_policy().eps)
+        replay = self._prioritized_replay()
+        if replay is not None:
+            out["alpha"], out["beta"] = float(replay.alpha), float(replay.beta)
+        replay = self._windowed_replay()
+        if replay is not None:
+            out["window_size"] = float(replay.capacity if replay.window is None else replay.window)
+        return out
+
+    def set_hyperparameter(self, name: str, value: float) -> float:
+        """Set one hyperparameter from the next step on (checked first; nothing changes on an error);
+        returns the value now in force."""
+        known = self.hyperparameters()
+        replay = getattr(self, "replay", None)
+        if name == "window_size" and name not in known and replay is not None:
+            raise KeyError(f"{type(self).__name__}'s replay ({type(replay).__name__}) has no sampling window "
+                           f"(uniform, prioritized and compact replay buffers have one)")
+        if name not in known:
+            raise KeyError(f"{type(self).__name__} has no adjustable hyperparameter {name!r}; "
+                           f"it has {sorted(known)}")
+        try:
+            value = float(value)
+        except (TypeError, ValueError):
+            raise TypeError(f"{name} must be a number, got {type(value).__name__}") from None
+        if not math.isfinite(value):
+            raise ValueError(f"{name} must be finite, got {value}")
+        if name in self._config_knobs():
+            self.cfg = dataclasses.replace(self.cfg, **{name: value})  # the config checks it
+            for attr in ("cfg", "config"):
+                if hasattr(self.nets, attr):
+                    setattr(self.nets, attr, self.cfg)
+            if callable(getattr(self.nets, "set_hyperparameter", None)):
+                self.nets.set_hyperparameter(name, float(getattr(self.cfg, name)))
+            if name == "gamma" and "gamma" in vars(self):
+                self.gamma = self.cfg.gamma
+        elif name == "eps":
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"eps must be in [0, 1], got {value}")
+            self._eps_policy().schedule = LinearSchedule(value, None, 1)
+        elif name == "window_size":
+            if not value.is_integer():
+                raise ValueError(f"window_size must be a whole number of items, got {value}")
+            self._windowed_replay().set_window(int(value))
+        elif name == "alpha":
+            self._prioritized_replay().set_alpha(value)
+        else:
+            self._prioritized_replay().set_beta(value)
+        return self.hyperparameters()[name]
 
 
 class AgentCore(Saving, Adjustable):
@@ -56,9 +139,26 @@ class AgentCore(Saving, Adjustable):
     their ``__init__`` and add their own state through ``_extra_state`` / ``_load_extra_state``.
     The original library's workflow (``set``, ``train``, ``visualize_*``) is not part of the core:
     :mod:`marl_note.compat` adds it (``from marl_note.compat.torch import DQN``).
+    A class that names its ``config_class`` takes ``config=`` and keyword overrides of that
+    config's fields in its own ``__init__`` (see :mod:`marl_note.agents.options`); its ``__init__``
+    is given the signature that lists every field, and checkpoints record the resolved fields.
     """
 
     Networks: ClassVar[type]  # the backend's networks class, set by the public class
+    config_class: ClassVar[type | None] = None  # the algorithm's config dataclass
+    renamed_params: ClassVar[Mapping[str, str]] = RENAMED  # deprecated constructor names (checkpoints map them)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        init = cls.__dict__.get("__init__")
+        if init is not None and "config_class" in cls.__dict__:  # before Saving wraps __init__ to record it
+            init.__signature__ = config_signature(init, cls.__dict__["config_class"])
+        super().__init_subclass__(**kwargs)
+
+    def _resolve_config(self, config: Any, overrides: Mapping[str, Any]) -> Any:
+        """This class's checked config: ``config`` (None: the defaults) with ``overrides`` applied."""
+        assert self.config_class is not None
+        return resolve_config(self.config_class, config, overrides, type(self).__name__,
+                              ("config", "seed", "device", "compile", "numpy_acting"))
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, *, seed: int | None,
                  device: Any = "cpu", compile: bool = False):

@@ -19,21 +19,12 @@ import numpy as np
 from marl_note.agents.core import AgentCore
 from marl_note.agents.encoders import agent_encoder, replay_space
 from marl_note.agents.exploration.noise import ExplorationNoise
-from marl_note.agents.networks import ACTIVATIONS, check_hidden_sizes
-from marl_note.agents.schedule import NewSteps, check_update_count, gradient_steps, mean_metrics
+from marl_note.agents.options import FeedOptions, TorsoOptions, UpdateCountOptions
+from marl_note.agents.schedule import NewSteps, gradient_steps, mean_metrics
 from marl_note.agents.spaces import ActionScaler, check_box_action_space, check_transitions
-from marl_note.agents.torsos import check_torso, head_weights
-from marl_note.replay.feed import ReplayFeed, check_num_steps, check_prioritized_options
+from marl_note.agents.torsos import head_weights
 from marl_note.types import Transitions
-from marl_note.validation import (
-    non_negative_float,
-    non_negative_int,
-    open_unit_interval,
-    optional,
-    positive_float,
-    positive_int,
-    unit_interval,
-)
+from marl_note.validation import non_negative_float, open_unit_interval, optional, positive_float, unit_interval
 
 __all__ = ["DDPGConfig", "DDPGBatch", "DDPGCore"]
 
@@ -52,8 +43,11 @@ def _target_clip(value: Any) -> tuple[float, float] | None:
 
 
 @dataclass(frozen=True)
-class DDPGConfig:
+class DDPGConfig(UpdateCountOptions, FeedOptions, TorsoOptions):
     """DDPG's hyperparameters, checked once (the constructor arguments of the same names).
+
+    The network, replay and schedule options are the groups of :mod:`marl_note.agents.options`;
+    the fields below are DDPG's own, and the defaults where DDPG differs from a group's.
 
     Example:
         >>> DDPGConfig(hidden_sizes=[64], target_clip=(-50, 0)).hidden_sizes
@@ -65,50 +59,26 @@ class DDPGConfig:
     """
 
     hidden_sizes: tuple[int, ...] = (256, 256)
-    activation: str = "relu"
     actor_lr: float = 1e-3
     critic_lr: float = 1e-3
     gamma: float = 0.98
     tau: float = 0.05
-    buffer_size: int = 100_000
-    learning_starts: int = 1000
-    replay_ratio: float = 1.0
-    update_steps: int | None = None
-    update_count: str = "env_steps"
     action_l2: float = 0.0
     target_clip: tuple[float, float] | None = None
     max_grad_norm: float | None = None
-    PR: bool = False
-    alpha: float = 0.6
-    beta: float = 0.4
-    initial_TD: float = 1.0
-    num_steps: int = 1
-    torso: str = "auto"
-    conv_layers: Any = None
+    noise: Any = None
 
-    def __post_init__(self) -> None:
-        if self.activation not in ACTIVATIONS:
-            raise ValueError(f"unknown activation {self.activation!r}; choose one of {list(ACTIVATIONS)}")
-        alpha, beta, initial_TD = check_prioritized_options(self.alpha, self.beta, self.initial_TD)
+    def _check(self) -> None:
         checked = dict(
-            hidden_sizes=check_hidden_sizes(self.hidden_sizes),
             actor_lr=positive_float("actor_lr", self.actor_lr),
             critic_lr=positive_float("critic_lr", self.critic_lr),
             gamma=unit_interval("gamma", self.gamma, "the discount"),
             tau=open_unit_interval("tau", self.tau, "the rate at which the target networks follow"),
-            buffer_size=positive_int("buffer_size", self.buffer_size),
-            learning_starts=non_negative_int("learning_starts", self.learning_starts),
-            replay_ratio=non_negative_float("replay_ratio", self.replay_ratio, "gradient steps per new transition"),
-            update_steps=optional(non_negative_int, "update_steps", self.update_steps),
-            update_count=check_update_count(self.update_count),
             action_l2=non_negative_float("action_l2", self.action_l2),
             target_clip=_target_clip(self.target_clip),
-            max_grad_norm=optional(positive_float, "max_grad_norm", self.max_grad_norm),
-            PR=bool(self.PR), alpha=alpha, beta=beta, initial_TD=initial_TD,
-            num_steps=check_num_steps(self.num_steps))
-        checked["torso"], checked["conv_layers"] = check_torso(self.torso, self.conv_layers)
+            max_grad_norm=optional(positive_float, "max_grad_norm", self.max_grad_norm))
         for name, value in checked.items():
-            object.__setattr__(self, name, value)
+            self._put(name, value)
 
 
 class DDPGBatch(NamedTuple):
@@ -121,9 +91,6 @@ class DDPGBatch(NamedTuple):
     alive: np.ndarray  # [B] 1 - terminated
     discount: np.ndarray  # [B] gamma, or gamma**k for n-step transitions
     weights: np.ndarray  # [B] importance weights (ones without prioritized replay)
-
-
-_D = DDPGConfig  # the defaults below are DDPGConfig's, written there once
 
 
 class DDPGCore(AgentCore):
@@ -141,7 +108,8 @@ class DDPGCore(AgentCore):
     gradient steps per ``update()`` call, or ``max(1, round(replay_ratio * new transitions))``
     when that is None, and none until ``learning_starts`` transitions are stored.
 
-    Replay options (shared with DQN): ``PR=True, alpha, beta, initial_TD`` for prioritized replay
+    Replay options (shared with DQN and SAC, see :class:`~marl_note.agents.options.FeedOptions`):
+    ``prioritized=True, alpha, beta, initial_td`` for prioritized replay
     (``|TD|`` is fed back after each step), ``num_steps=n`` for n-step returns, and for goal envs
     (Dict observations with ``observation``/``achieved_goal``/``desired_goal``)
     ``her=dict(strategy="future", k=4), compute_reward=env.compute_reward`` or
@@ -175,38 +143,23 @@ class DDPGCore(AgentCore):
         ['actor.0.bias', 'actor.0.weight', 'actor.2.bias', 'actor.2.weight', 'actor.4.bias', 'actor.4.weight']
     """
 
-    def __init__(self, observation_space: gym.Space, action_space: gym.Space, *,
-                 hidden_sizes: tuple[int, ...] = _D.hidden_sizes, activation: str = _D.activation,
-                 actor_lr: float = _D.actor_lr, critic_lr: float = _D.critic_lr, gamma: float = _D.gamma,
-                 tau: float = _D.tau, buffer_size: int = _D.buffer_size, learning_starts: int = _D.learning_starts,
-                 replay_ratio: float = _D.replay_ratio, update_steps: int | None = _D.update_steps, noise=None,
-                 update_count: str = _D.update_count,
-                 action_l2: float = _D.action_l2, target_clip: tuple[float, float] | None = _D.target_clip,
-                 max_grad_norm: float | None = _D.max_grad_norm, PR: bool = _D.PR, alpha: float = _D.alpha,
-                 beta: float = _D.beta, initial_TD: float = _D.initial_TD, num_steps: int = _D.num_steps,
-                 her=None, compute_reward=None, replay=None, augment=None, seed: int | None = None,
-                 device: Any = "cpu", compile: bool = False, numpy_acting: bool = True,
-                 torso: str = _D.torso, conv_layers: Any = _D.conv_layers):
+    config_class = DDPGConfig
+
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, *, config: DDPGConfig | None = None,
+                 seed: int | None = None, device: Any = "cpu", compile: bool = False, numpy_acting: bool = True,
+                 **overrides: Any):
         super().__init__(observation_space, action_space, seed=seed, device=device, compile=compile)
         box = check_box_action_space(action_space, "DDPG")
-        cfg = DDPGConfig(
-            hidden_sizes=hidden_sizes, activation=activation, actor_lr=actor_lr, critic_lr=critic_lr, gamma=gamma,
-            tau=tau, buffer_size=buffer_size, learning_starts=learning_starts, replay_ratio=replay_ratio,
-            update_steps=update_steps, update_count=update_count, action_l2=action_l2, target_clip=target_clip,
-            max_grad_norm=max_grad_norm,
-            PR=PR, alpha=alpha, beta=beta, initial_TD=initial_TD, num_steps=num_steps, torso=torso,
-            conv_layers=conv_layers)
+        cfg = self._resolve_config(config, overrides)
         # Dict/Tuple flattened, images to a conv torso, goal dicts as HER reads them
         self.encoder = agent_encoder(observation_space, cfg.torso, cfg.conv_layers)
         self.cfg = cfg = replace(cfg, torso=self.encoder.torso, conv_layers=self.encoder.conv_layers or None)
         self.scaler = ActionScaler(box, "DDPG")
-        self._feed = ReplayFeed(replay_space(observation_space, self.encoder), action_space,
-                                buffer_size=cfg.buffer_size, gamma=cfg.gamma,
-                                PR=cfg.PR, alpha=cfg.alpha, beta=cfg.beta, initial_TD=cfg.initial_TD,
-                                num_steps=cfg.num_steps, her=her, compute_reward=compute_reward, replay=replay,
-                                augment=augment, seed=int(self.rng.integers(0, 2**63 - 1)))
+        self._feed = cfg.replay_feed(replay_space(observation_space, self.encoder), action_space, cfg.gamma,
+                                     seed=int(self.rng.integers(0, 2**63 - 1)))
         self.replay = self._feed.replay
-        self.noise = ExplorationNoise(noise, (self.scaler.dim,), sigma=0.1, seed=int(self.rng.integers(0, 2**63 - 1)))
+        self.noise = ExplorationNoise(cfg.noise, (self.scaler.dim,), sigma=0.1,
+                                      seed=int(self.rng.integers(0, 2**63 - 1)))
         self._new = NewSteps(cfg.update_count)  # what replay_ratio multiplies
 
         act_dim = self.scaler.dim

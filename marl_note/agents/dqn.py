@@ -15,7 +15,7 @@ Example:
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -23,75 +23,47 @@ import gymnasium as gym
 import numpy as np
 
 from marl_note.agents.core import AgentCore
-from marl_note.agents.encoders import agent_encoder, check_conv_layers, replay_space, torso_factory
+from marl_note.agents.encoders import agent_encoder, replay_space, torso_factory
 from marl_note.agents.exploration.masked import masked_argmax
 from marl_note.agents.exploration.policies import EpsGreedyQPolicy
-from marl_note.agents.networks import ACTIVATIONS, check_hidden_sizes, init_linear, mlp_weights, torso_weights
-from marl_note.agents.schedule import NewSteps, check_update_count, gradient_steps, mean_metrics
+from marl_note.agents.networks import init_linear, mlp_weights, torso_weights
+from marl_note.agents.options import FeedOptions, TorsoOptions, UpdateCountOptions
+from marl_note.agents.schedule import NewSteps, gradient_steps, mean_metrics
 from marl_note.agents.spaces import check_mask, check_transitions
-from marl_note.replay.feed import ReplayFeed, check_num_steps, check_prioritized_options
 from marl_note.types import Transitions
-from marl_note.validation import (
-    check_callable,
-    non_negative_float,
-    non_negative_int,
-    open_unit_interval,
-    optional,
-    positive_float,
-    positive_int,
-    unit_interval,
-)
+from marl_note.validation import open_unit_interval, optional, positive_float, positive_int, unit_interval
 
 __all__ = ["DQNConfig", "DQNCore", "q_net_weights"]
 
 
 @dataclass(frozen=True)
-class DQNConfig:
-    """DQN's hyperparameters (see :class:`DQNCore` for what each one does), checked on creation."""
+class DQNConfig(UpdateCountOptions, FeedOptions, TorsoOptions):
+    """DQN's hyperparameters (see :class:`DQNCore` for what each one does), checked on creation.
 
+    The network, replay and schedule options are the groups of :mod:`marl_note.agents.options`;
+    the fields below are DQN's own, and the defaults where DQN differs from a group's.
+    """
+
+    user_torso = True  # DQN also takes a user-supplied torso (torso=factory)
     hidden_sizes: tuple[int, ...] = (128, 128)
-    activation: str = "relu"
+    replay_ratio: float = 0.25
     lr: float = 1e-3
     gamma: float = 0.99
-    buffer_size: int = 100_000
-    learning_starts: int = 1000
     double: bool = True
     target_update: int = 100
     target_update_agent_steps: int | None = None
     tau: float | None = None
     criterion: str = "huber"
     max_grad_norm: float | None = 10.0
-    replay_ratio: float = 0.25
-    update_steps: int | None = None
-    update_count: str = "env_steps"
     policy: Any = None
-    replay: Any = None
-    PR: bool = False
-    alpha: float = 0.6
-    beta: float = 0.4
-    initial_TD: float = 1.0
-    num_steps: int = 1
-    her: Any = None
-    compute_reward: Callable | None = None
-    augment: Callable | None = None
     dueling: bool = False
-    torso: str = "auto"
-    conv_layers: Any = None
 
-    def __post_init__(self) -> None:
-        def put(name: str, value: Any) -> None:
-            object.__setattr__(self, name, value)
-
-        put("hidden_sizes", check_hidden_sizes(self.hidden_sizes))
-        if self.activation not in ACTIVATIONS:
-            raise ValueError(f"unknown activation {self.activation!r}; choose one of {list(ACTIVATIONS)}")
+    def _check(self) -> None:
+        put = self._put
         if self.criterion not in ("huber", "mse"):
             raise ValueError(f"criterion must be 'huber' or 'mse', got {self.criterion!r}")
         put("lr", positive_float("lr", self.lr))
         put("gamma", unit_interval("gamma", self.gamma, "the discount factor"))
-        put("buffer_size", positive_int("buffer_size", self.buffer_size))
-        put("learning_starts", non_negative_int("learning_starts", self.learning_starts,
-                                                "transitions stored before the first gradient step"))
         put("target_update", positive_int("target_update", self.target_update, "gradient steps between target copies"))
         put("target_update_agent_steps", optional(positive_int, "target_update_agent_steps",
                                                   self.target_update_agent_steps,
@@ -101,24 +73,11 @@ class DQNConfig:
             raise ValueError("give tau (the target follows after every gradient step) or "
                              "target_update_agent_steps (copied every that many agent steps), not both")
         put("max_grad_norm", optional(positive_float, "max_grad_norm", self.max_grad_norm))
-        put("replay_ratio", non_negative_float("replay_ratio", self.replay_ratio,
-                                               "gradient steps per new transition"))
-        put("update_steps", optional(non_negative_int, "update_steps", self.update_steps,
-                                     "gradient steps per update() call"))
-        put("update_count", check_update_count(self.update_count))
         if self.policy is not None and not callable(getattr(self.policy, "select", None)):
             raise TypeError(f"policy must have select(values, mask, rng), got {type(self.policy).__name__}")
-        alpha, beta, initial_TD = check_prioritized_options(self.alpha, self.beta, self.initial_TD)
-        put("alpha", alpha)
-        put("beta", beta)
-        put("initial_TD", initial_TD)
-        put("num_steps", check_num_steps(self.num_steps))
-        check_callable("compute_reward", self.compute_reward, "compute_reward(achieved_goal, desired_goal, info)")
-        check_callable("augment", self.augment, "transitions -> transitions (or a list of them)")
         if torso_factory(self.torso) is not None and self.dueling:
             raise ValueError("a user-supplied torso takes dueling=False (its features go straight to the Q-network)")
-        put("conv_layers", None if self.conv_layers is None else check_conv_layers(self.conv_layers))
-        for name in ("double", "PR", "dueling"):
+        for name in ("double", "dueling"):
             put(name, bool(getattr(self, name)))
         if self.dueling and not self.hidden_sizes:
             raise ValueError("dueling=True needs at least one hidden layer in hidden_sizes (the shared torso "
@@ -176,8 +135,8 @@ class DQNCore(AgentCore):
     ``torso="auto" | "mlp" | "conv"``, ``conv_layers``: a conv torso ``q_net.conv.*`` for images;
     ``torso=factory``: your module ``q_net.user.*``, recorded by import path, ``dueling=False``).
 
-    Replay options (shared with DDPG, see :class:`~marl_note.replay.feed.ReplayFeed`):
-    ``PR=True, alpha, beta, initial_TD`` builds a prioritized buffer (``|TD|`` fed back after each
+    Replay options (shared with DDPG and SAC, see :class:`~marl_note.agents.options.FeedOptions`):
+    ``prioritized=True, alpha, beta, initial_td`` builds a prioritized buffer (``|TD|`` fed back after each
     gradient step); ``num_steps=n`` stores n-step transitions (their ``discount`` is ``gamma**k``);
     for goal envs (Dict observations with ``observation``/``achieved_goal``/``desired_goal``)
     ``her=dict(strategy="future", k=4), compute_reward=env.compute_reward`` (or
@@ -189,6 +148,11 @@ class DQNCore(AgentCore):
     The agent acts through a numpy copy of its Q-network (:class:`~marl_note.agents.numpy_policy.NumpyPolicy`,
     refreshed after every weight change, equal to the framework's output to float32 rounding);
     ``numpy_acting=False`` acts through the framework instead.
+
+    The hyperparameters are :class:`DQNConfig`'s fields: pass them by name, or a config and the
+    names that differ from it (``DQN(obs_space, act_space, config=DQNConfig(lr=1e-3), gamma=0.95)``);
+    ``agent.cfg`` is the checked config. ``seed``, ``device``, ``compile`` and ``numpy_acting`` are
+    the runtime options.
 
     ``compile=True`` compiles the gradient step (``torch.compile`` of the loss, falling back to
     eager mode with a warning where that fails; XLA in TensorFlow). Both backends start from the
@@ -210,34 +174,16 @@ class DQNCore(AgentCore):
         [1.0]
     """
 
-    def __init__(self, observation_space: gym.Space, action_space: gym.Space, *,
-                 hidden_sizes: tuple[int, ...] = DQNConfig.hidden_sizes, activation: str = DQNConfig.activation,
-                 lr: float = DQNConfig.lr, gamma: float = DQNConfig.gamma, buffer_size: int = DQNConfig.buffer_size,
-                 learning_starts: int = DQNConfig.learning_starts, double: bool = DQNConfig.double,
-                 target_update: int = DQNConfig.target_update, tau: float | None = DQNConfig.tau,
-                 target_update_agent_steps: int | None = DQNConfig.target_update_agent_steps,
-                 criterion: str = DQNConfig.criterion, max_grad_norm: float | None = DQNConfig.max_grad_norm,
-                 replay_ratio: float = DQNConfig.replay_ratio, update_steps: int | None = DQNConfig.update_steps,
-                 update_count: str = DQNConfig.update_count,
-                 policy: Any = None, replay: Any = None, seed: int | None = None, device: Any = "cpu",
-                 compile: bool = False, PR: bool = DQNConfig.PR, alpha: float = DQNConfig.alpha,
-                 beta: float = DQNConfig.beta, initial_TD: float = DQNConfig.initial_TD,
-                 num_steps: int = DQNConfig.num_steps, her: Any = None, compute_reward: Callable | None = None,
-                 augment: Callable | None = None, dueling: bool = DQNConfig.dueling, numpy_acting: bool = True,
-                 torso: str = DQNConfig.torso, conv_layers: Any = DQNConfig.conv_layers):
+    config_class = DQNConfig
+
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, *, config: DQNConfig | None = None,
+                 seed: int | None = None, device: Any = "cpu", compile: bool = False, numpy_acting: bool = True,
+                 **overrides: Any):
         if not isinstance(action_space, gym.spaces.Discrete):
             raise TypeError(f"DQN needs a Discrete action space, got {action_space!r}; "
                             f"use a continuous-control agent for Box actions")
         super().__init__(observation_space, action_space, seed=seed, device=device, compile=compile)
-        self.cfg = cfg = DQNConfig(
-            hidden_sizes=hidden_sizes, activation=activation, lr=lr, gamma=gamma, buffer_size=buffer_size,
-            learning_starts=learning_starts, double=double, target_update=target_update, tau=tau,
-            target_update_agent_steps=target_update_agent_steps,
-            criterion=criterion, max_grad_norm=max_grad_norm, replay_ratio=replay_ratio, update_steps=update_steps,
-            update_count=update_count,
-            policy=policy, replay=replay, PR=PR, alpha=alpha, beta=beta, initial_TD=initial_TD, num_steps=num_steps,
-            her=her, compute_reward=compute_reward, augment=augment, dueling=dueling, torso=torso,
-            conv_layers=conv_layers)
+        cfg = self._resolve_config(config, overrides)
         self.encoder = agent_encoder(observation_space, cfg.torso, cfg.conv_layers)  # goal dicts as HER reads them
         user_path = None if self.encoder.factory is None else self.encoder.factory[0]
         self.cfg = cfg = replace(cfg, torso=user_path or self.encoder.torso,
@@ -249,12 +195,8 @@ class DQNCore(AgentCore):
         self.n_actions, self.action_start = int(action_space.n), int(action_space.start)
         self.gamma = cfg.gamma
         self.policy = cfg.policy if cfg.policy is not None else EpsGreedyQPolicy(1.0, 0.05, n_steps_annealing=10_000)
-        self._feed = ReplayFeed(replay_space(observation_space, self.encoder), action_space,
-                                buffer_size=cfg.buffer_size, gamma=cfg.gamma,
-                                PR=cfg.PR, alpha=cfg.alpha, beta=cfg.beta, initial_TD=cfg.initial_TD,
-                                num_steps=cfg.num_steps, her=cfg.her, compute_reward=cfg.compute_reward,
-                                replay=cfg.replay, augment=cfg.augment,
-                                seed=None if cfg.replay is not None else int(self.rng.integers(0, 2**63 - 1)))
+        self._feed = cfg.replay_feed(replay_space(observation_space, self.encoder), action_space, cfg.gamma,
+                                     seed=None if cfg.replay is not None else int(self.rng.integers(0, 2**63 - 1)))
         self.replay = self._feed.replay
         self._new = NewSteps(cfg.update_count)  # what replay_ratio multiplies
         self._target_block = 0  # agent_steps // target_update_agent_steps at the last target copy

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import gymnasium as gym
@@ -19,18 +19,69 @@ from marl_note.agents.exploration.masked import masked_argmax
 from marl_note.agents.exploration.noise import GaussianWhiteNoiseProcess
 from marl_note.agents.exploration.per_env import PerEnvNoise
 from marl_note.agents.exploration.policies import GumbelSoftmaxPolicy
-from marl_note.agents.maddpg_config import MADDPGConfig
 from marl_note.agents.maddpg_seats import MADDPGSeat, check_agent_spaces
 from marl_note.agents.networks import mlp_weights
+from marl_note.agents.options import BufferOptions, NetworkOptions, ScheduleOptions
 from marl_note.agents.schedule import gradient_steps, mean_metrics
 from marl_note.agents.spaces import ActionScaler, ObsEncoder, check_mask
 from marl_note.replay.joint import JointReplayBuffer
 from marl_note.types import JointTransitions
-from marl_note.validation import positive_int
+from marl_note.validation import (
+    check_callable,
+    non_negative_float,
+    open_unit_interval,
+    optional,
+    positive_float,
+    positive_int,
+    unit_interval,
+)
 
 __all__ = ["MADDPGConfig", "MADDPGCore", "MADDPGSeat"]
 
-_D = MADDPGConfig  # the defaults of the constructor below are the config's
+@dataclass(frozen=True)
+class MADDPGConfig(ScheduleOptions, BufferOptions, NetworkOptions):
+    """MADDPG's hyperparameters, checked once (see :class:`MADDPGCore` for their meaning).
+
+    The network, buffer and schedule options are the groups of :mod:`marl_note.agents.options`; the
+    fields below are MADDPG's own, and the defaults where MADDPG differs from a group's.
+    ``centralized_critic`` was ``MARL`` in the original library (a deprecated constructor name).
+
+    Example:
+        >>> MADDPGConfig(centralized_critic=False).centralized_critic
+        False
+        >>> MADDPGConfig(tau=0.0)
+        Traceback (most recent call last):
+        ...
+        ValueError: tau must be in (0, 1] (the rate of the Polyak target update), got 0.0
+    """
+
+    learning_starts: int = 1024
+    replay_ratio: float = 0.05
+    actor_lr: float = 1e-2
+    critic_lr: float = 1e-2
+    gamma: float = 0.95
+    tau: float = 0.01
+    temperature: float = 1.0
+    noise_sigma: float = 0.1
+    noise: Mapping[str, Any] | None = None
+    action_reg: float = 1e-3
+    max_grad_norm: float | None = 0.5
+    centralized_critic: bool = True
+    reward_done_func_ma: Callable | None = None
+
+    def _check(self) -> None:
+        put = self._put
+        for name in ("actor_lr", "critic_lr", "temperature"):
+            put(name, positive_float(name, getattr(self, name)))
+        put("gamma", unit_interval("gamma", self.gamma, "the discount"))
+        put("tau", open_unit_interval("tau", self.tau, "the rate of the Polyak target update"))
+        for name in ("noise_sigma", "action_reg"):
+            put(name, non_negative_float(name, getattr(self, name)))
+        put("max_grad_norm", optional(positive_float, "max_grad_norm", self.max_grad_norm))
+        if self.noise is not None and not isinstance(self.noise, Mapping):
+            raise TypeError(f"noise must be a dict {{agent: noise process}}, got {type(self.noise).__name__}")
+        check_callable("reward_done_func_ma", self.reward_done_func_ma, "(joint) -> (rew, terminated)")
+        put("centralized_critic", bool(self.centralized_critic))
 
 
 class MADDPGCore(AgentCore):
@@ -51,7 +102,7 @@ class MADDPGCore(AgentCore):
     ascends ``Q_i`` with the other agents' stored actions (its own relaxed sample masked by ``mask``), minus
     ``action_reg`` times its mean squared logits (Box: actions). Rows where agent ``i`` did not
     act are masked out of its losses. Targets follow with rate ``tau`` after every gradient step.
-    ``centralized_critic=False`` (alias ``MARL=False``) gives independent critics ``Q_i(o_i, a_i)``.
+    ``centralized_critic=False`` (the original library's ``MARL=False``) gives independent critics ``Q_i(o_i, a_i)``.
 
     The trainer plays :meth:`seat_agents` (one actor per seat) and hands this object the joint
     rows (``observe_joint``); ``update(batch_size)`` runs ``update_steps`` gradient steps, or
@@ -93,23 +144,13 @@ class MADDPGCore(AgentCore):
 
     saving_spaces = ("observation_spaces", "action_spaces")
 
+    config_class = MADDPGConfig
+
     def __init__(self, observation_spaces: Mapping[str, gym.Space], action_spaces: Mapping[str, gym.Space], *,
-                 hidden_sizes: Sequence[int] = _D.hidden_sizes, activation: str = _D.activation,
-                 actor_lr: float = _D.actor_lr, critic_lr: float = _D.critic_lr, gamma: float = _D.gamma,
-                 tau: float = _D.tau, buffer_size: int = _D.buffer_size, learning_starts: int = _D.learning_starts,
-                 replay_ratio: float = _D.replay_ratio, update_steps: int | None = _D.update_steps,
-                 temperature: float = _D.temperature, noise_sigma: float = _D.noise_sigma,
-                 noise: Mapping[str, Any] | None = _D.noise, action_reg: float = _D.action_reg,
-                 max_grad_norm: float | None = _D.max_grad_norm, centralized_critic: bool = _D.centralized_critic,
-                 MARL: bool | None = _D.MARL, reward_done_func_ma: Callable | None = _D.reward_done_func_ma,
-                 seed: int | None = None, device: Any = "cpu", compile: bool = False, numpy_acting: bool = True):
+                 config: MADDPGConfig | None = None, seed: int | None = None, device: Any = "cpu",
+                 compile: bool = False, numpy_acting: bool = True, **overrides: Any):
         self.agents = check_agent_spaces(observation_spaces, action_spaces)
-        self.cfg = cfg = MADDPGConfig(
-            hidden_sizes=hidden_sizes, activation=activation, actor_lr=actor_lr, critic_lr=critic_lr,
-            gamma=gamma, tau=tau, buffer_size=buffer_size, learning_starts=learning_starts,
-            replay_ratio=replay_ratio, update_steps=update_steps, temperature=temperature, noise_sigma=noise_sigma,
-            noise=noise, action_reg=action_reg, max_grad_norm=max_grad_norm, centralized_critic=centralized_critic,
-            MARL=MARL, reward_done_func_ma=reward_done_func_ma)
+        self.cfg = cfg = self._resolve_config(config, overrides)
         unknown = set(cfg.noise or {}) - set(self.agents)
         if unknown:
             raise ValueError(f"noise names unknown agents {sorted(unknown)}")

@@ -17,12 +17,12 @@ import gymnasium as gym
 import numpy as np
 
 from marl_note.agents.core import AgentCore
-from marl_note.agents.encoders import TORSOS, ObsEncoder, check_conv_layers
+from marl_note.agents.encoders import ObsEncoder
 from marl_note.agents.exploration.masked import masked_argmax, masked_softmax, sample_categorical
-from marl_note.agents.networks import ACTIVATIONS, check_hidden_sizes, mlp_weights, torso_weights
+from marl_note.agents.networks import mlp_weights, torso_weights
+from marl_note.agents.options import PriorityOptions, TorsoOptions
 from marl_note.agents.spaces import check_mask, check_transitions
 from marl_note.replay import PrioritizedReplayBuffer, RolloutBuffer, compute_gae
-from marl_note.replay.feed import check_prioritized_options
 from marl_note.types import Transitions
 from marl_note.validation import non_negative_float, optional, positive_float, positive_int, unit_interval
 
@@ -46,8 +46,12 @@ def action_output(action_space: gym.Space) -> tuple[bool, int]:
 
 
 @dataclasses.dataclass(frozen=True)
-class PPOConfig:
+class PPOConfig(PriorityOptions, TorsoOptions):
     """PPO's hyperparameters, defaults written once and checked once.
+
+    The network and prioritized-sampling options are the groups of :mod:`marl_note.agents.options`
+    (``alpha``, ``beta``, ``initial_td`` with ``prioritized=True``, see :class:`PPOCore`); the
+    fields below are PPO's own, and the defaults where PPO differs from a group's.
 
     Example:
         >>> PPOConfig(n_steps=4).n_steps, PPOConfig().clip_range
@@ -58,7 +62,6 @@ class PPOConfig:
         ValueError: n_epochs must be a positive integer (passes over each rollout), got 0
     """
 
-    hidden_sizes: tuple[int, ...] = (64, 64)
     activation: str = "tanh"
     shared: bool = False
     lr: float = 3e-4
@@ -74,51 +77,35 @@ class PPOConfig:
     deterministic_eval: bool = True
     target_kl: float | None = None
     log_std_init: float = 0.0
-    PR: bool = False
-    alpha: float = 0.6
-    beta: float = 0.4
-    initial_TD: float = 1.0
     lambda_: float = 0.5
     initial_ratio: float = 1.0
-    torso: str = "auto"
-    conv_layers: Any = None
 
-    def __post_init__(self) -> None:
-        put = object.__setattr__
-        put(self, "hidden_sizes", check_hidden_sizes(self.hidden_sizes))
-        if self.activation not in ACTIVATIONS:
-            raise ValueError(f"unknown activation {self.activation!r}; choose one of {list(ACTIVATIONS)}")
-        for name in ("shared", "normalize_advantage", "deterministic_eval", "PR"):
-            put(self, name, bool(getattr(self, name)))
-        put(self, "lr", positive_float("lr", self.lr, "the Adam learning rate"))
-        put(self, "gamma", unit_interval("gamma", self.gamma, "the discount"))
-        put(self, "gae_lambda", unit_interval("gae_lambda", self.gae_lambda, "GAE's lambda"))
-        put(self, "clip_range", positive_float("clip_range", self.clip_range, "the ratio's clip range"))
-        put(self, "ent_coef", non_negative_float("ent_coef", self.ent_coef, "the entropy bonus weight"))
-        put(self, "vf_coef", non_negative_float("vf_coef", self.vf_coef, "the value loss weight"))
-        put(self, "n_epochs", positive_int("n_epochs", self.n_epochs, "passes over each rollout"))
-        put(self, "n_steps", positive_int("n_steps", self.n_steps, "transitions per rollout"))
-        put(self, "max_grad_norm", optional(positive_float, "max_grad_norm", self.max_grad_norm))
-        put(self, "target_kl", optional(positive_float, "target_kl", self.target_kl))
+    def _check(self) -> None:
+        put = self._put
+        for name in ("shared", "normalize_advantage", "deterministic_eval"):
+            put(name, bool(getattr(self, name)))
+        put("lr", positive_float("lr", self.lr, "the Adam learning rate"))
+        put("gamma", unit_interval("gamma", self.gamma, "the discount"))
+        put("gae_lambda", unit_interval("gae_lambda", self.gae_lambda, "GAE's lambda"))
+        put("clip_range", positive_float("clip_range", self.clip_range, "the ratio's clip range"))
+        put("ent_coef", non_negative_float("ent_coef", self.ent_coef, "the entropy bonus weight"))
+        put("vf_coef", non_negative_float("vf_coef", self.vf_coef, "the value loss weight"))
+        put("n_epochs", positive_int("n_epochs", self.n_epochs, "passes over each rollout"))
+        put("n_steps", positive_int("n_steps", self.n_steps, "transitions per rollout"))
+        put("max_grad_norm", optional(positive_float, "max_grad_norm", self.max_grad_norm))
+        put("target_kl", optional(positive_float, "target_kl", self.target_kl))
         log_std = float(self.log_std_init)
         if not math.isfinite(log_std):
             raise ValueError(f"log_std_init must be a finite number, got {self.log_std_init!r}")
-        put(self, "log_std_init", log_std)
-        alpha, beta, initial_td = check_prioritized_options(self.alpha, self.beta, self.initial_TD)
-        put(self, "alpha", alpha), put(self, "beta", beta), put(self, "initial_TD", initial_td)
-        put(self, "lambda_", unit_interval("lambda_", self.lambda_, "the weight of |TD| against |ratio - 1| "
-                                                                   "in the priority"))
-        put(self, "initial_ratio", non_negative_float("initial_ratio", self.initial_ratio))
-        if self.torso not in TORSOS:
-            raise ValueError(f"torso must be one of {list(TORSOS)} (a user-supplied torso is for DQN), "
-                             f"got {self.torso!r}")
-        put(self, "conv_layers", None if self.conv_layers is None else check_conv_layers(self.conv_layers))
+        put("log_std_init", log_std)
+        put("lambda_", unit_interval("lambda_", self.lambda_, "the weight of |TD| against |ratio - 1| in the priority"))
+        put("initial_ratio", non_negative_float("initial_ratio", self.initial_ratio))
         if self.initial_priority <= 0:
-            raise ValueError("the initial priority lambda_ * initial_TD + (1 - lambda_) * initial_ratio must be > 0")
+            raise ValueError("the initial priority lambda_ * initial_td + (1 - lambda_) * initial_ratio must be > 0")
 
     @property
     def initial_priority(self) -> float:
-        return self.lambda_ * self.initial_TD + (1.0 - self.lambda_) * self.initial_ratio
+        return self.lambda_ * self.initial_td + (1.0 - self.lambda_) * self.initial_ratio
 
 
 class PPOCore(AgentCore):
@@ -138,10 +125,10 @@ class PPOCore(AgentCore):
     so both backends start from the same ones. ``compile=True`` compiles the minibatch step
     (``torch.compile``, eager with a warning where that fails; XLA in TensorFlow).
 
-    ``PR=True`` draws each epoch's minibatches (as many as a plain epoch has) with replacement
+    ``prioritized=True`` draws each epoch's minibatches (as many as a plain epoch has) with replacement
     from a :class:`~marl_note.replay.PrioritizedReplayBuffer` over the rollout instead of a
     permutation: priorities ``lambda_ * |return - V(s)| + (1 - lambda_) * |ratio - 1|`` are fed
-    back after every minibatch, items start at ``lambda_ * initial_TD + (1 - lambda_) *
+    back after every minibatch, items start at ``lambda_ * initial_td + (1 - lambda_) *
     initial_ratio``, ``alpha`` is the prioritization exponent and the importance weights'
     ``beta`` anneals linearly to 1 over 100k gradient steps; both loss terms are weighted.
     Acting goes through a numpy copy of the policy network and ``log_std``
@@ -161,25 +148,14 @@ class PPOCore(AgentCore):
         4
     """
 
-    def __init__(self, observation_space: gym.Space, action_space: gym.Space, *,
-                 hidden_sizes: tuple[int, ...] = (64, 64), activation: str = "tanh", shared: bool = False,
-                 lr: float = 3e-4, gamma: float = 0.99, gae_lambda: float = 0.95, clip_range: float = 0.2,
-                 ent_coef: float = 0.0, vf_coef: float = 0.5, n_epochs: int = 10, n_steps: int = 2048,
-                 max_grad_norm: float | None = 0.5, normalize_advantage: bool = True,
-                 deterministic_eval: bool = True, target_kl: float | None = None, log_std_init: float = 0.0,
-                 seed: int | None = None, device: Any = "cpu", compile: bool = False,
-                 PR: bool = False, alpha: float = 0.6, beta: float = 0.4, initial_TD: float = 1.0,
-                 lambda_: float = 0.5, initial_ratio: float = 1.0, numpy_acting: bool = True,
-                 torso: str = "auto", conv_layers: Any = None):
+    config_class = PPOConfig
+
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, *, config: PPOConfig | None = None,
+                 seed: int | None = None, device: Any = "cpu", compile: bool = False, numpy_acting: bool = True,
+                 **overrides: Any):
         self.continuous, self.out_dim = action_output(action_space)
         super().__init__(observation_space, action_space, seed=seed, device=device, compile=compile)
-        self.cfg = PPOConfig(hidden_sizes=hidden_sizes, activation=activation, shared=shared, lr=lr, gamma=gamma,
-                             gae_lambda=gae_lambda, clip_range=clip_range, ent_coef=ent_coef, vf_coef=vf_coef,
-                             n_epochs=n_epochs, n_steps=n_steps, max_grad_norm=max_grad_norm,
-                             normalize_advantage=normalize_advantage, deterministic_eval=deterministic_eval,
-                             target_kl=target_kl,
-                             log_std_init=log_std_init, PR=PR, alpha=alpha, beta=beta, initial_TD=initial_TD,
-                             lambda_=lambda_, initial_ratio=initial_ratio, torso=torso, conv_layers=conv_layers)
+        self.cfg = self._resolve_config(config, overrides)
         self.encoder = ObsEncoder(observation_space, self.cfg.torso, self.cfg.conv_layers)
         self.cfg = dataclasses.replace(self.cfg, torso=self.encoder.torso, conv_layers=self.encoder.conv_layers or None)
         self.action_start = 0 if self.continuous else int(action_space.start)  # type: ignore[attr-defined]
@@ -269,7 +245,7 @@ class PPOCore(AgentCore):
         x, act, mask, old_logp, adv, ret, values = self._rollout_arrays(data)
         sums = np.zeros(len(_METRICS))
         steps = 0
-        per = self._prioritized_rollout(data) if cfg.PR else None
+        per = self._prioritized_rollout(data) if cfg.prioritized else None
         for _ in range(cfg.n_epochs):
             epoch_kl = []
             for idx, w in self._minibatches(n, batch_size, per):
@@ -312,7 +288,7 @@ class PPOCore(AgentCore):
         return x, act, mask, old_logp, adv, ret, values
 
     def _config_knobs(self) -> tuple[str, ...]:
-        return ("clip_range", "gamma", "alpha", "beta") if self.cfg.PR else ("clip_range", "gamma")
+        return ("clip_range", "gamma", "alpha", "beta") if self.cfg.prioritized else ("clip_range", "gamma")
 
     # -- gradient noise scale ----------------------------------------------------------------------
     def _minibatch_grad_sq(self, arrays: tuple[np.ndarray, ...], idx: np.ndarray) -> float:
@@ -357,7 +333,7 @@ class PPOCore(AgentCore):
 
     def _minibatches(self, n: int, batch_size: int, per: PrioritizedReplayBuffer | None
                      ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """``(indices, importance weights)`` for one epoch (weights are ones without ``PR``)."""
+        """``(indices, importance weights)`` for one epoch (weights are ones without ``prioritized``)."""
         if per is None:
             perm = self.rng.permutation(n)
             for start in range(0, n, batch_size):

@@ -20,11 +20,10 @@ from marl_note import validation as check
 from marl_note.agents.core import AgentCore
 from marl_note.agents.encoders import agent_encoder, replay_space
 from marl_note.agents.exploration.masked import masked_argmax, masked_softmax, sample_categorical, uniform_legal
-from marl_note.agents.networks import ACTIVATIONS, check_hidden_sizes
-from marl_note.agents.schedule import NewSteps, check_update_count, gradient_steps, mean_metrics
+from marl_note.agents.options import FeedOptions, TorsoOptions, UpdateCountOptions
+from marl_note.agents.schedule import NewSteps, gradient_steps, mean_metrics
 from marl_note.agents.spaces import ActionScaler, check_box_action_space, check_mask, check_transitions
-from marl_note.agents.torsos import check_torso, conv_of, head_weights
-from marl_note.replay.feed import ReplayFeed, check_num_steps, check_prioritized_options
+from marl_note.agents.torsos import conv_of, head_weights
 from marl_note.types import Transitions
 
 __all__ = ["SACConfig", "SACCore", "LOG_STD_MIN", "LOG_STD_MAX", "MASKED_LOGIT", "TRAIN_INPUTS", "squash_log_std"]
@@ -49,8 +48,11 @@ def squash_log_std(raw: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class SACConfig:
+class SACConfig(UpdateCountOptions, FeedOptions, TorsoOptions):
     """SAC's hyperparameters, checked once (see :class:`SACCore` for what each one does).
+
+    The network, replay and schedule options are the groups of :mod:`marl_note.agents.options`;
+    the fields below are SAC's own, and the defaults where SAC differs from a group's.
 
     Example:
         >>> SACConfig(tau=0.01).tau
@@ -62,57 +64,31 @@ class SACConfig:
     """
 
     hidden_sizes: tuple[int, ...] = (256, 256)
-    activation: str = "relu"
     actor_lr: float = 3e-4
     critic_lr: float = 3e-4
     temperature_lr: float = 3e-4
     gamma: float = 0.99
     tau: float = 0.005
-    buffer_size: int = 100_000
-    learning_starts: int = 1000
-    replay_ratio: float = 1.0
-    update_steps: int | None = None
-    update_count: str = "env_steps"
     init_temperature: float = 1.0
     autotune: bool = True
     target_entropy: float | None = None
     target_entropy_scale: float = 0.98
     max_grad_norm: float | None = None
-    PR: bool = False
-    alpha: float = 0.6
-    beta: float = 0.4
-    initial_TD: float = 1.0
-    num_steps: int = 1
-    torso: str = "auto"
-    conv_layers: Any = None
 
-    def __post_init__(self):
+    def _check(self) -> None:
         def put(name, check_fn, meaning=""):
-            object.__setattr__(self, name, check_fn(name, getattr(self, name), meaning))
+            self._put(name, check_fn(name, getattr(self, name), meaning))
 
-        object.__setattr__(self, "hidden_sizes", check_hidden_sizes(self.hidden_sizes))
-        if self.activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {list(ACTIVATIONS)}, got {self.activation!r}")
         for name in ("actor_lr", "critic_lr", "temperature_lr"):
             put(name, check.positive_float, "a learning rate")
         put("gamma", check.unit_interval, "the discount")
         put("tau", check.open_unit_interval, "the Polyak rate of the target critics")
-        put("buffer_size", check.positive_int, "transitions the replay holds")
-        put("learning_starts", check.non_negative_int, "transitions stored before the first update")
-        put("replay_ratio", check.non_negative_float, "gradient steps per new transition")
-        put("update_steps", partial(check.optional, check.non_negative_int), "gradient steps per update() call")
-        object.__setattr__(self, "update_count", check_update_count(self.update_count))
         put("init_temperature", check.positive_float, "the entropy coefficient alpha before any update")
         if not isinstance(self.autotune, (bool, np.bool_)):
             raise TypeError(f"autotune must be True or False, got {self.autotune!r}")
         put("target_entropy", partial(check.optional, _finite))
         put("target_entropy_scale", check.unit_interval, "Discrete target entropy / log(legal actions)")
         put("max_grad_norm", partial(check.optional, check.positive_float))
-        alpha, beta, initial_TD = check_prioritized_options(self.alpha, self.beta, self.initial_TD)
-        for name, value in (("alpha", alpha), ("beta", beta), ("initial_TD", initial_TD),
-                            ("num_steps", check_num_steps(self.num_steps)),
-                            *zip(("torso", "conv_layers"), check_torso(self.torso, self.conv_layers), strict=True)):
-            object.__setattr__(self, name, value)
 
 
 def _finite(name: str, value: Any, meaning: str = "") -> float:
@@ -151,7 +127,8 @@ class SACCore(AgentCore):
     ``update_steps`` gradient steps, or ``max(1, round(replay_ratio * new transitions))`` when
     that is None, and none before ``learning_starts`` transitions are stored.
 
-    Replay options are DQN's and DDPG's: ``PR=True, alpha, beta, initial_TD`` (prioritized
+    Replay options are DQN's and DDPG's (:class:`~marl_note.agents.options.FeedOptions`):
+    ``prioritized=True, alpha, beta, initial_td`` (prioritized
     replay; the mean ``|TD|`` of the twin critics is fed back; ``alpha`` here is the
     prioritization exponent, the temperature is ``init_temperature``), ``num_steps=n``,
     ``her=..., compute_reward=...`` for goal envs, ``replay=<buffer>`` and ``augment=fn``.
@@ -183,26 +160,12 @@ class SACCore(AgentCore):
         [1, 0]
     """
 
-    def __init__(self, observation_space: gym.Space, action_space: gym.Space, *,
-                 hidden_sizes: tuple[int, ...] = (256, 256), activation: str = "relu",
-                 actor_lr: float = 3e-4, critic_lr: float = 3e-4, temperature_lr: float = 3e-4,
-                 gamma: float = 0.99, tau: float = 0.005, buffer_size: int = 100_000,
-                 learning_starts: int = 1000, replay_ratio: float = 1.0, update_steps: int | None = None,
-                 update_count: str = "env_steps",
-                 init_temperature: float = 1.0, autotune: bool = True, target_entropy: float | None = None,
-                 target_entropy_scale: float = 0.98, max_grad_norm: float | None = None,
-                 PR: bool = False, alpha: float = 0.6, beta: float = 0.4, initial_TD: float = 1.0,
-                 num_steps: int = 1, her=None, compute_reward=None, replay=None, augment=None,
+    config_class = SACConfig
+
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, *, config: SACConfig | None = None,
                  seed: int | None = None, device: Any = "cpu", compile: bool = False, numpy_acting: bool = True,
-                 torso: str = "auto", conv_layers: Any = None):
-        cfg = SACConfig(
-            hidden_sizes=hidden_sizes, activation=activation, actor_lr=actor_lr, critic_lr=critic_lr,
-            temperature_lr=temperature_lr, gamma=gamma, tau=tau, buffer_size=buffer_size,
-            learning_starts=learning_starts, replay_ratio=replay_ratio, update_steps=update_steps,
-            update_count=update_count, init_temperature=init_temperature, autotune=autotune,
-            target_entropy=target_entropy,
-            target_entropy_scale=target_entropy_scale, max_grad_norm=max_grad_norm, PR=PR, alpha=alpha, beta=beta,
-            initial_TD=initial_TD, num_steps=num_steps, torso=torso, conv_layers=conv_layers)
+                 **overrides: Any):
+        cfg = self._resolve_config(config, overrides)
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
         if not self.discrete and not isinstance(action_space, gym.spaces.Box):
             raise TypeError(f"SAC needs a Discrete or Box action space, got {action_space!r}")
@@ -212,11 +175,8 @@ class SACCore(AgentCore):
         # Dict/Tuple flattened, images to a conv torso, goal dicts as HER reads them
         self.encoder = agent_encoder(observation_space, cfg.torso, cfg.conv_layers)
         self.cfg = cfg = replace(cfg, torso=self.encoder.torso, conv_layers=self.encoder.conv_layers or None)
-        self._feed = ReplayFeed(replay_space(observation_space, self.encoder), action_space,
-                                buffer_size=cfg.buffer_size, gamma=cfg.gamma,
-                                PR=cfg.PR, alpha=cfg.alpha, beta=cfg.beta, initial_TD=cfg.initial_TD,
-                                num_steps=cfg.num_steps, her=her, compute_reward=compute_reward, replay=replay,
-                                augment=augment, seed=int(self.rng.integers(0, 2**63 - 1)))
+        self._feed = cfg.replay_feed(replay_space(observation_space, self.encoder), action_space, cfg.gamma,
+                                     seed=int(self.rng.integers(0, 2**63 - 1)))
         self.replay = self._feed.replay
         if isinstance(action_space, gym.spaces.Discrete):
             self.n_actions, self.action_start = int(action_space.n), int(action_space.start)

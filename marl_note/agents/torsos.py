@@ -1,4 +1,4 @@
-"""Torso options and initial weights of actor-critic networks (DDPG, SAC, MADDPG), numpy only.
+"""Initial weights of actor-critic networks over a torso (DDPG, SAC), numpy only.
 
 An actor reads the encoded observation; a critic ``Q(s, a)`` reads it too and takes the action
 *after* the torso: an image goes through the critic's own conv torso ``{prefix}.conv``, the flat
@@ -12,8 +12,9 @@ Example:
     >>> w = head_weights("critic", enc, (16,), 1, np.random.default_rng(0), extra_in=2)
     >>> {k: v.shape for k, v in w.items() if k.endswith("weight")}  # 3x3x4 conv features + 2 action units
     {'critic.conv.0.weight': (4, 3, 3, 3), 'critic.0.weight': (16, 38), 'critic.2.weight': (1, 16)}
-    >>> check_torso("auto", None), check_torso("conv", [(8, 3, 1, 1)])
-    (('auto', None), ('conv', ((8, 3, 1, 1),)))
+
+The torso options themselves (``torso``, ``conv_layers``) are checked by
+:class:`~marl_note.agents.options.TorsoOptions`.
 """
 from __future__ import annotations
 
@@ -21,19 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from marl_note.agents.encoders import TORSOS, ObsEncoder, check_conv_layers
+from marl_note.agents.encoders import ObsEncoder
 from marl_note.agents.networks import mlp_weights, torso_weights
 
-__all__ = ["check_torso", "head_weights", "conv_of"]
-
-
-def check_torso(torso: Any, conv_layers: Any, who: str = "DDPG, SAC and MADDPG") -> tuple[str, Any]:
-    """``(torso, conv_layers)`` checked: a named torso (``"auto"``, ``"mlp"``, ``"conv"``) and
-    ``(channels, kernel, stride, padding)`` layers or None; a ValueError otherwise."""
-    if not isinstance(torso, str) or torso not in TORSOS:
-        raise ValueError(f"torso must be one of {list(TORSOS)} for {who} (a user-supplied torso is for DQN), "
-                         f"got {torso!r}")
-    return torso, None if conv_layers is None else check_conv_layers(conv_layers)
+__all__ = ["head_weights", "conv_of"]
 
 
 def head_weights(prefix: str, encoder: ObsEncoder, hidden_sizes: tuple[int, ...], out_dim: int,

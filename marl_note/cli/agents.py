@@ -112,11 +112,11 @@ def check_agent_kwargs(algo: str, kwargs: Mapping[str, Any]) -> None:
     """Refuse ``--agent-arg`` names the algorithm's constructor does not take (checked without a backend)."""
     module, _, name = ALGORITHMS[algo].core.rpartition(".")
     params = inspect.signature(getattr(importlib.import_module(module), name).__init__).parameters
-    allowed = sorted(p for p in params if p != "self" and p not in _SET_BY_CLI)
+    allowed = sorted(p for p in params if p not in ("self", "config", *_SET_BY_CLI))  # config: a dataclass
     for key in kwargs:
         if key in _SET_BY_CLI:
             raise CLIError(f"--agent-arg {key}=... is set by the command line (spaces from the env, seed from --seed)")
-        if key not in params:
+        if key not in allowed:
             raise CLIError(f"--agent-arg {key}: {ALGORITHMS[algo].cls} takes no argument {key!r}; it takes "
                            f"{', '.join(allowed)}")
 

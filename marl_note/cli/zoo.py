@@ -310,7 +310,7 @@ def _check_agent(algo: str, agent: Mapping[str, Any], path: str) -> None:
             "maddpg": "marl_note.agents.maddpg.MADDPGCore"}[algo]
     module, _, cls = core.rpartition(".")
     params = inspect.signature(getattr(importlib.import_module(module), cls).__init__).parameters
-    allowed = sorted(p for p in params if p != "self" and p not in _SET_ELSEWHERE)
+    allowed = sorted(p for p in params if p not in ("self", "config", *_SET_ELSEWHERE))  # config: a dataclass
     for key, value in agent.items():
         if key not in allowed:
             raise RecipeError(f"{path}: [agent] {key!r} is no option of {algo}{_did_you_mean(key, allowed)}; "

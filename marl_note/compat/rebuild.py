@@ -19,8 +19,8 @@ from typing import Any
 __all__ = ["REPLAY_OPTIONS", "rebuild", "replay_held"]
 
 # constructor arguments a built-in agent's replay buffer (or rollout) is built from
-REPLAY_OPTIONS = ("buffer_size", "PR", "alpha", "beta", "initial_TD", "num_steps", "her", "compute_reward", "replay",
-                  "augment")
+REPLAY_OPTIONS = ("buffer_size", "prioritized", "alpha", "beta", "initial_td", "num_steps", "her", "compute_reward",
+                  "replay", "augment")
 _CARRIED = ("_feed", "replay", "rollout")  # the objects that hold an agent's stored transitions
 
 

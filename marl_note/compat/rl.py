@@ -18,11 +18,12 @@ and define:
 - ``update_param()`` (optional): called after every gradient step (or every
   ``update_param_steps`` agent steps / ``update_param_batches`` gradient steps), e.g. to sync a
   target network with ``hard_update`` / ``soft_update``; ``self.updates`` counts the steps.
-- ``td_error(s, a, next_s, r, d)`` (with ``PR=True``): ``|TD|`` per batch item, the new
+- ``td_error(s, a, next_s, r, d)`` (with ``prioritized=True``): ``|TD|`` per batch item, the new
   priorities; called without gradients after each gradient step on the same batch.
 
 The original library's options (see :class:`~marl_note.compat.rl_config.RLConfig`): ``num_steps``
-(n-step rows, ``self.batch.discount``), ``PR`` (prioritized replay, ``self.batch.weights``),
+(n-step rows, ``self.batch.discount``), ``prioritized`` (the original ``PR``: prioritized replay,
+``self.batch.weights``),
 ``TRL`` (the loss gets ordered step triplets of one episode: every argument gains a pair axis,
 ``s`` ``[B, 2, ...]`` holding ``(s_i, s_k)``, ``next_s`` ``(s_k, s_j)``; see
 :class:`~marl_note.compat.triplet.TripletReplayBuffer`) and ``IRL`` (``action(s)`` returns
@@ -56,6 +57,7 @@ from marl_note.agents.encoders import replay_space
 from marl_note.agents.exploration.masked import masked_argmax
 from marl_note.agents.exploration.noise import GaussianWhiteNoiseProcess
 from marl_note.agents.exploration.policies import EpsGreedyQPolicy
+from marl_note.agents.options import RENAMED
 from marl_note.agents.schedule import run_update_schedule
 from marl_note.agents.spaces import ObsEncoder, check_mask, check_transitions
 from marl_note.compat.rl_config import REPLAY_FIELDS, RLConfig, discover, loss_list, loss_metrics
@@ -101,20 +103,18 @@ class RLCore(AgentCore):
                             f"to subclass marl_note.compat.{backend_of(cls)}.RL")
         return super().__new__(cls)
 
-    def __init__(self, observation_space: gym.Space, action_space: gym.Space, *, policy: Any = None,
-                 noise: Any = None, buffer_size: int = 100_000, learning_starts: int = 1000, update_steps: int = 1,
-                 gamma: float = 0.99, max_grad_norm: float | None = None, num_steps: int = 1, PR: bool = False,
-                 alpha: float = 0.6, beta: float = 0.4, initial_TD: float = 1.0, TRL: bool = False,
-                 IRL: bool = False, update_param_steps: int | None = None, update_param_batches: int | None = None,
-                 seed: int | None = None, **backend: Any):
+    config_class = RLConfig
+
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, *, config: RLConfig | None = None,
+                 policy: Any = None, noise: Any = None, seed: int | None = None, **options: Any):
         super().__init__(observation_space, action_space, seed=seed)
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
         if not self.discrete and not isinstance(action_space, gym.spaces.Box):
             raise TypeError(f"RL agents support Discrete and Box action spaces, got {action_space!r}")
-        cfg = RLConfig(buffer_size=buffer_size, learning_starts=learning_starts, update_steps=update_steps,
-                       gamma=gamma, max_grad_norm=max_grad_norm, num_steps=num_steps, PR=PR, alpha=alpha, beta=beta,
-                       initial_TD=initial_TD, TRL=TRL, IRL=IRL, update_param_steps=update_param_steps,
-                       update_param_batches=update_param_batches)
+        fields = set(RLConfig.field_names())
+        named = fields | {old for old, new in RENAMED.items() if new in fields}  # the deprecated names too
+        backend = {k: v for k, v in options.items() if k not in named}  # the backend's options (device, ...)
+        cfg = self._resolve_config(config, {k: v for k, v in options.items() if k in named})
         self._check_explorers(policy, noise)
         self._check_td_error(cfg)
         accepted = inspect.signature(self.Networks).parameters
@@ -156,9 +156,7 @@ class RLCore(AgentCore):
             self.replay: Any = TripletReplayBuffer(cfg.buffer_size, self._store_space, self.action_space,
                                                    seed=seed)
         else:
-            self._feed = ReplayFeed(self._store_space, self.action_space, buffer_size=cfg.buffer_size,
-                                    gamma=cfg.gamma, PR=cfg.PR, alpha=cfg.alpha, beta=cfg.beta,
-                                    initial_TD=cfg.initial_TD, num_steps=cfg.num_steps, seed=seed)
+            self._feed = cfg.replay_feed(self._store_space, self.action_space, cfg.gamma, seed)
             self.replay = self._feed.replay
 
     def _check_explorers(self, policy: Any, noise: Any) -> None:
@@ -172,8 +170,8 @@ class RLCore(AgentCore):
             raise TypeError(f"noise must have sample(), got {type(noise).__name__}")
 
     def _check_td_error(self, cfg: RLConfig) -> None:
-        if cfg.PR and type(self).td_error is RLCore.td_error:
-            raise TypeError(f"PR=True: {type(self).__name__} must define td_error(self, s, a, next_s, r, d) "
+        if cfg.prioritized and type(self).td_error is RLCore.td_error:
+            raise TypeError(f"prioritized=True: {type(self).__name__} must define td_error(self, s, a, next_s, r, d) "
                             f"returning |TD| per batch item (the new priorities)")
 
     def reconfigure(self, policy: Any = _KEEP, noise: Any = _KEEP, **changes: Any) -> None:
@@ -212,7 +210,7 @@ class RLCore(AgentCore):
         """Called after each gradient step (target network sync); nothing by default."""
 
     def td_error(self, s: Any, a: Any, next_s: Any, r: Any, d: Any) -> Any:
-        """``|TD|`` per batch item, the priorities of prioritized replay (``PR=True``); define it to use PR."""
+        """``|TD|`` per batch item, the priorities of prioritized replay (``prioritized=True``); define it to use it."""
         raise NotImplementedError
 
     # -- helpers for subclasses ------------------------------------------------------------------------

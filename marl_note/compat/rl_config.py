@@ -11,23 +11,24 @@ from typing import Any
 import numpy as np
 
 from marl_note import validation
-from marl_note.replay.feed import check_num_steps, check_prioritized_options
+from marl_note.agents.options import ReplayOptions
 
 __all__ = ["RLConfig", "REPLAY_FIELDS", "discover", "loss_list", "loss_metrics"]
 
 # the RLConfig fields the replay buffer is built from
-REPLAY_FIELDS = ("buffer_size", "num_steps", "PR", "alpha", "beta", "initial_TD", "TRL")
+REPLAY_FIELDS = ("buffer_size", "num_steps", "prioritized", "alpha", "beta", "initial_td", "TRL")
 
 
 @dataclass(frozen=True)
-class RLConfig:
+class RLConfig(ReplayOptions):
     """The hyperparameters the RL base class itself uses (the user's class adds its own).
 
+    - ``buffer_size``, ``num_steps``, ``prioritized``, ``alpha``, ``beta``, ``initial_td``: the replay
+      (:class:`~marl_note.agents.options.ReplayOptions`): n-step returns (the stored rows carry
+      ``discount = gamma**k``, read by the loss from ``self.batch.discount``) and prioritized replay
+      (the original ``PR`` and ``initial_TD``; the loss reads the importance weights from
+      ``self.batch.weights``; the class defines ``td_error`` for the priorities).
     - ``update_steps``: gradient steps per ``update()`` call.
-    - ``num_steps``: n-step returns (the stored rows carry ``discount = gamma**k``, read by the
-      loss from ``self.batch.discount``).
-    - ``PR``, ``alpha``, ``beta``, ``initial_TD``: prioritized replay (the loss reads the importance
-      weights from ``self.batch.weights``; the class defines ``td_error`` for the priorities).
     - ``TRL``: the loss gets ordered step triplets of one episode
       (:class:`~marl_note.compat.triplet.TripletReplayBuffer`) instead of single transitions.
     - ``IRL``: ``action(s)`` returns ``(output, aux)``; acting uses ``output``.
@@ -43,48 +44,39 @@ class RLConfig:
         ValueError: gamma must be in [0, 1] (the discount factor), got 1.5
     """
 
-    buffer_size: int = 100_000
     learning_starts: int = 1000
     update_steps: int = 1
     gamma: float = 0.99
     max_grad_norm: float | None = None
-    num_steps: int = 1
-    PR: bool = False
-    alpha: float = 0.6
-    beta: float = 0.4
-    initial_TD: float = 1.0
     TRL: bool = False
     IRL: bool = False
     update_param_steps: int | None = None
     update_param_batches: int | None = None
 
-    def __post_init__(self) -> None:
+    def _check(self) -> None:
         v = validation
-        alpha, beta, initial_TD = check_prioritized_options(self.alpha, self.beta, self.initial_TD)
         checked = {
-            "buffer_size": v.positive_int("buffer_size", self.buffer_size, "transitions the replay holds"),
             "learning_starts": v.non_negative_int("learning_starts", self.learning_starts,
                                                   "stored transitions before the first update"),
             "update_steps": v.non_negative_int("update_steps", self.update_steps, "gradient steps per update() call"),
             "gamma": v.unit_interval("gamma", self.gamma, "the discount factor"),
             "max_grad_norm": v.optional(v.positive_float, "max_grad_norm", self.max_grad_norm,
                                         "the gradient norm clip"),
-            "num_steps": check_num_steps(self.num_steps), "alpha": alpha, "beta": beta, "initial_TD": initial_TD,
             "update_param_steps": v.optional(v.positive_int, "update_param_steps", self.update_param_steps,
                                              "agent steps between update_param() calls"),
             "update_param_batches": v.optional(v.positive_int, "update_param_batches", self.update_param_batches,
                                                "gradient steps between update_param() calls"),
         }
-        for name in ("PR", "TRL", "IRL"):
+        for name in ("TRL", "IRL"):
             flag = getattr(self, name)
             if not isinstance(flag, (bool, np.bool_)):
                 raise TypeError(f"{name} must be True or False, got {flag!r}")
             checked[name] = bool(flag)
         for name, value in checked.items():
-            object.__setattr__(self, name, value)
-        if self.TRL and (self.PR or self.num_steps > 1):
-            raise ValueError("TRL (triplets of one episode) cannot be combined with prioritized replay (PR) or "
-                             "n-step returns (num_steps > 1)")
+            self._put(name, value)
+        if self.TRL and (self.prioritized or self.num_steps > 1):
+            raise ValueError("TRL (triplets of one episode) cannot be combined with prioritized replay (prioritized) "
+                             "or n-step returns (num_steps > 1)")
         if self.update_param_steps is not None and self.update_param_batches is not None:
             raise ValueError("give update_param_steps (agent steps) or update_param_batches (gradient steps) "
                              "between update_param() calls, not both")

@@ -31,10 +31,11 @@ HER             hindsight replay ``her=dict(strategy="future", k=4)`` of DQN, DD
                 ``train()``). Refused by PPO, MADDPG, RL.
 TRL             RL: triplet replay (``TRL=True``). Refused by the built-in agents.
 MARL            MADDPG: ``centralized_critic``. Refused by the others (True).
-PR              prioritized replay (``PR``) of DQN, DDPG, SAC, PPO, RL. Refused by MADDPG.
+PR              prioritized replay (``prioritized``) of DQN, DDPG, SAC, PPO, RL. Refused by
+                MADDPG.
 IRL             RL: ``action(s)`` returns ``(output, aux)``. Refused by the built-in agents.
 alpha           the prioritization exponent (with PR).
-initial_TD      the priority of new transitions (with PR).
+initial_TD      the priority of new transitions, ``initial_td`` (with PR).
 lambda_         PPO with PR: the weight of ``|TD|`` against ``|ratio - 1|`` in the priority.
 initial_ratio   PPO with PR: the initial ``|ratio - 1|`` part of the priority.
 =============== ============================================================================
@@ -59,6 +60,8 @@ _FLAGS = ("PPO", "HER", "TRL", "MARL", "PR", "IRL")
 _COUNTS = ("pool_size", "batch", "num_updates", "num_steps", "update_batches", "update_steps", "trial_count")
 _RUN = ("batch", "trial_count", "criterion")
 _DEFAULT_HER = {"strategy": "future", "k": 4}
+# the original set() names of the prioritized-replay options -> the constructors' (lowercase) names
+_PRIORITY = {"PR": "prioritized", "alpha": "alpha", "initial_TD": "initial_td"}
 
 
 class _Refused(ValueError):
@@ -138,13 +141,13 @@ def _builtin(agent: Any, o: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, 
     from marl_note.agents.ppo import PPOCore
     from marl_note.agents.sac import SACCore
 
-    pr = o.get("PR", agent.config.get("PR", False))
+    pr = o.get("PR", agent.config.get("prioritized", False))
     _refusals(agent, o, pr)
     changes: dict[str, Any] = {}
     fresh: tuple[str, ...] = ()
-    for key in ("PR", "alpha", "initial_TD"):
+    for key, name in _PRIORITY.items():
         if key in o:
-            changes[key] = o[key]
+            changes[name] = o[key]
     if isinstance(agent, PPOCore):
         fresh = _ppo(agent, o, changes, pr)
     elif isinstance(agent, MADDPGCore):
@@ -211,7 +214,7 @@ def _off_policy(agent: Any, o: dict[str, Any], changes: dict[str, Any]) -> None:
             _refuse("HER", f"hindsight replay relabels goals: it needs a goal env (a Dict observation space with "
                            f"observation / achieved_goal / desired_goal); this agent observes "
                            f"{agent.observation_space}")
-        if changes.get("PR", cfg.get("PR")):
+        if changes.get("prioritized", cfg.get("prioritized")):
             _refuse("HER", "hindsight replay cannot be combined with prioritized replay (PR)")
         if changes.get("num_steps", cfg.get("num_steps", 1)) > 1:
             _refuse("HER", "hindsight replay cannot be combined with n-step returns (num_steps > 1)")
@@ -308,8 +311,8 @@ def _maddpg(agent: Any, o: dict[str, Any], changes: dict[str, Any]) -> tuple[str
                      ("update_steps", "MADDPG's targets follow by tau after every gradient step: set tau")):
         if key in o and o[key] is not False:
             _refuse(key, why)
-    for key in ("PR", "alpha", "initial_TD"):
-        changes.pop(key, None)
+    for name in _PRIORITY.values():
+        changes.pop(name, None)
     fresh: list[str] = []
     discrete = [a for a in agent.agents if agent.discrete[a]]
     boxes = [a for a in agent.agents if not agent.discrete[a]]
@@ -318,7 +321,7 @@ def _maddpg(agent: Any, o: dict[str, Any], changes: dict[str, Any]) -> tuple[str
     if "num_updates" in o:
         changes["update_steps"] = o["num_updates"]
     if "MARL" in o and bool(o["MARL"]) != agent.centralized_critic:
-        changes.update(MARL=o["MARL"], _new_networks=True)
+        changes.update(centralized_critic=o["MARL"], _new_networks=True)
     if "policy" in o:
         p = o["policy"]
         if not discrete:
@@ -355,13 +358,12 @@ def _rl(agent: Any, o: dict[str, Any]) -> dict[str, Any]:
     if "update_batches" in o and "update_steps" in o:
         _refuse("update_steps", "give the update_param() period once: update_batches (gradient steps) or "
                                 "update_steps (env steps)")
-    pr = o.get("PR", agent.cfg.PR)
+    pr = o.get("PR", agent.cfg.prioritized)
     for key in ("alpha", "initial_TD"):
         if key in o and not pr:
             _refuse(key, f"{key} is an option of prioritized replay: pass PR=True too")
-    names = {"pool_size": "buffer_size", "num_updates": "update_steps", "num_steps": "num_steps", "PR": "PR",
-             "alpha": "alpha", "initial_TD": "initial_TD", "TRL": "TRL", "IRL": "IRL", "policy": "policy",
-             "noise": "noise"}
+    names = {"pool_size": "buffer_size", "num_updates": "update_steps", "num_steps": "num_steps", **_PRIORITY,
+             "TRL": "TRL", "IRL": "IRL", "policy": "policy", "noise": "noise"}
     changes = {names[k]: v for k, v in o.items() if k in names}
     if "update_batches" in o:
         changes.update(update_param_batches=o["update_batches"], update_param_steps=None)

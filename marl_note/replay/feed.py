@@ -59,8 +59,10 @@ def use_compact(optimize_memory: Any, space: gym.Space) -> bool:
     return bool(optimize_memory)
 
 
-def check_prioritized_options(alpha: Any, beta: Any, initial_TD: Any) -> tuple[float, float, float]:
-    """``(alpha, beta, initial_TD)`` as floats, or a ValueError that says what each one means.
+def check_prioritized_options(alpha: Any, beta: Any, initial_TD: Any,
+                              td_name: str = "initial_TD") -> tuple[float, float, float]:
+    """``(alpha, beta, initial_TD)`` as floats, or a ValueError that says what each one means
+    (``td_name``: what the caller calls ``initial_TD``).
 
     Example:
         >>> check_prioritized_options(0.6, 0.4, 1.0)
@@ -71,14 +73,14 @@ def check_prioritized_options(alpha: Any, beta: Any, initial_TD: Any) -> tuple[f
             raise ValueError(f"{name} must be a number, got {value!r}")
         return float(value)
 
-    alpha, beta, initial_TD = number("alpha", alpha), number("beta", beta), number("initial_TD", initial_TD)
+    alpha, beta, initial_TD = number("alpha", alpha), number("beta", beta), number(td_name, initial_TD)
     if not (math.isfinite(alpha) and alpha >= 0.0):
         raise ValueError(f"alpha must be a finite number >= 0 (the prioritization exponent: 0 samples "
                          f"uniformly, 1 fully proportionally to |TD|), got {alpha}")
     if not 0.0 <= beta <= 1.0:
         raise ValueError(f"beta must lie in [0, 1] (the importance-sampling exponent, annealed to 1), got {beta}")
     if not (math.isfinite(initial_TD) and initial_TD > 0.0):
-        raise ValueError(f"initial_TD must be a positive finite number (the priority of new transitions), "
+        raise ValueError(f"{td_name} must be a positive finite number (the priority of new transitions), "
                          f"got {initial_TD}")
     return alpha, beta, initial_TD
 

@@ -1,4 +1,4 @@
-"""Run-time hyperparameters (agents/knobs.py): hyperparameters() / set_hyperparameter() in both
+"""Run-time hyperparameters (agents/core.py, Adjustable): hyperparameters() / set_hyperparameter() in both
 backends, values read by the traced TensorFlow steps without a retrace, checks before changes,
 and prioritized replay's set_alpha / set_beta."""
 import importlib

@@ -104,7 +104,7 @@ def test_prioritized_weighted_loss_matches_manual():
     (dict(alpha=float("nan")), "alpha"),
     (dict(beta=1.5), r"beta must lie in \[0, 1\]"),
     (dict(beta=-0.1), "beta"),
-    (dict(initial_TD=0.0), "initial_TD must be a positive"),
+    (dict(initial_TD=0.0), "initial_td must be a positive"),
     (dict(alpha="big"), "alpha must be a number"),
     (dict(num_steps=0), "num_steps must be a positive integer"),
 ])

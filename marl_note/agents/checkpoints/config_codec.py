@@ -3,7 +3,9 @@
 :func:`capturing_init` wraps an agent's ``__init__`` so the outermost call records its keyword
 arguments (defaults applied, spaces left out: they are stored separately in the manifest; a class
 names its space arguments in ``saving_spaces``, default :data:`SPACE_PARAMS`; arguments named in
-``unsaved_params``, such as a TF agent's ``strategy``, are not recorded).
+``unsaved_params``, such as a TF agent's ``strategy``, are not recorded; a ``config=`` instance of
+the class's ``config_class`` is recorded as its fields, and the deprecated names of ``renamed_params``
+as their new names).
 :func:`encode_config` / :func:`decode_config` turn such a config into JSON values and back: JSON
 values as they are; tuples, dicts, numpy arrays/scalars and Gymnasium spaces with a ``$`` tag;
 exploration policies, noise processes and replay buffers of this library as
@@ -13,6 +15,7 @@ argument; decoding raises :class:`~marl_note.agents.checkpoints.format.Checkpoin
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 from collections.abc import Mapping
@@ -39,10 +42,14 @@ def capturing_init(init):
     def __init__(self, *args, **kwargs):
         if "_saving_config" in self.__dict__:  # an inner super().__init__ call: the outer one is recorded
             return init(self, *args, **kwargs)
+        renamed = {old: new for old, new in getattr(type(self), "renamed_params", {}).items()
+                   if old not in signature.parameters}  # deprecated names, recorded as the new ones
+        named = {renamed.get(k, k): v for k, v in kwargs.items()}
         try:
-            bound = signature.bind(self, *args, **kwargs)
+            bound = signature.bind(self, *args, **named)
         except TypeError:
             return init(self, *args, **kwargs)  # let the constructor raise its own TypeError
+        given = set(bound.arguments) | set(named)
         bound.apply_defaults()
         config: dict[str, Any] = {}
         extra_positional = ()
@@ -58,6 +65,7 @@ def capturing_init(init):
                 config[name] = value
         for name in unsaved:
             config.pop(name, None)
+        _expand_config(config, getattr(type(self), "config_class", None), given)
         self.__dict__["_saving_config"] = config
         self.__dict__["_saving_varargs"] = extra_positional
         init(self, *args, **kwargs)
@@ -67,6 +75,19 @@ def capturing_init(init):
 
     __init__._saving_wrapped = True  # type: ignore[attr-defined]
     return __init__
+
+
+def _expand_config(config: dict[str, Any], config_class: type | None, given: set[str]) -> None:
+    """A ``config=`` argument (an instance of the class's ``config_class``, or None) recorded as its
+    fields; an argument given by name next to it wins."""
+    if config_class is None or "config" not in config:
+        return
+    value = config["config"]
+    if value is not None and not (isinstance(value, config_class) and dataclasses.is_dataclass(value)):
+        return  # some other argument named config
+    del config["config"]
+    if value is not None:
+        config.update({f.name: getattr(value, f.name) for f in dataclasses.fields(value) if f.name not in given})
 
 
 def _policy_kwargs(p) -> dict[str, Any]:

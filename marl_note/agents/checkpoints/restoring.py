@@ -123,9 +123,10 @@ def construct(target: type, info: Mapping[str, Any], overrides: Mapping[str, Any
     """
     where = os.fspath(path)
     try:
-        kwargs = decode_config(info["config"])
+        kwargs = _renamed(target, decode_config(info["config"]))
     except CheckpointError as exc:
         raise CheckpointError(f"{where}: {exc}") from None
+    overrides = _renamed(target, overrides)
     recorded = dict(kwargs)
     params = inspect.signature(target).parameters
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
@@ -160,6 +161,16 @@ def construct(target: type, info: Mapping[str, Any], overrides: Mapping[str, Any
     except (TypeError, ValueError, MemoryError) as exc:
         raise CheckpointError(f"{where}: cannot build {target.__name__} from the recorded config "
                               f"({type(exc).__name__}: {exc})") from exc
+
+
+def _renamed(target: type, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with the deprecated names of ``target.renamed_params`` (``PR``, ``initial_TD``, ...,
+    recorded by older releases) mapped silently to the new ones; a recorded None (not given) is dropped."""
+    renamed = {old: new for old, new in getattr(target, "renamed_params", {}).items()
+               if old not in inspect.signature(target).parameters}
+    out = {k: v for k, v in kwargs.items() if k not in renamed}
+    out.update({renamed[k]: v for k, v in kwargs.items() if k in renamed and v is not None})
+    return out
 
 
 def _check_implied_size(target: type, kwargs: Mapping[str, Any], stored_bytes: int, where: str) -> None:

@@ -31,9 +31,10 @@ import gymnasium as gym
 import numpy as np
 
 from marl_note.agents.core import AgentCore
-from marl_note.agents.encoders import TORSOS, ObsEncoder, check_conv_layers
+from marl_note.agents.encoders import ObsEncoder
 from marl_note.agents.exploration.masked import masked_argmax, masked_softmax, sample_categorical
-from marl_note.agents.networks import ACTIVATIONS, check_hidden_sizes, mlp_weights, torso_weights
+from marl_note.agents.networks import mlp_weights, torso_weights
+from marl_note.agents.options import BufferOptions, ScheduleOptions, TorsoOptions
 from marl_note.agents.schedule import gradient_steps, mean_metrics
 from marl_note.contrib.alphazero.mcts import MCTS, BoardSimulator
 from marl_note.contrib.board_games.rules import CONNECT_FOUR, TIC_TAC_TOE
@@ -54,11 +55,18 @@ _MAX_TARGETS = 100_000  # searched positions waiting for their transition (oldes
 
 
 @dataclass(frozen=True)
-class AlphaZeroConfig:
-    """AlphaZero's hyperparameters (see :class:`AlphaZeroCore`), checked on creation."""
+class AlphaZeroConfig(ScheduleOptions, BufferOptions, TorsoOptions):
+    """AlphaZero's hyperparameters (see :class:`AlphaZeroCore`), checked on creation.
+
+    The network, buffer (of positions) and schedule options are the groups of
+    :mod:`marl_note.agents.options`; the fields below are AlphaZero's own, and the defaults where
+    AlphaZero differs from a group's.
+    """
 
     hidden_sizes: tuple[int, ...] = (128, 128)
-    activation: str = "relu"
+    buffer_size: int = 50_000
+    learning_starts: int = 256
+    replay_ratio: float = 0.5
     lr: float = 1e-3
     weight_decay: float = 1e-4
     max_grad_norm: float | None = None
@@ -67,23 +75,12 @@ class AlphaZeroConfig:
     dirichlet_alpha: float = 0.5
     dirichlet_epsilon: float = 0.25
     temperature_moves: int = 8
-    buffer_size: int = 50_000
-    learning_starts: int = 256
-    replay_ratio: float = 0.5
-    update_steps: int | None = None
     mirror: bool = False
-    torso: str = "auto"
-    conv_layers: Any = None
 
-    def __post_init__(self) -> None:
-        def put(name: str, value: Any) -> None:
-            object.__setattr__(self, name, value)
-
-        put("hidden_sizes", check_hidden_sizes(self.hidden_sizes))
+    def _check(self) -> None:
+        put = self._put
         if not self.hidden_sizes:
             raise ValueError("AlphaZero needs at least one hidden layer (the torso under the policy and value heads)")
-        if self.activation not in ACTIVATIONS:
-            raise ValueError(f"unknown activation {self.activation!r}; choose one of {list(ACTIVATIONS)}")
         put("lr", positive_float("lr", self.lr))
         put("weight_decay", non_negative_float("weight_decay", self.weight_decay, "the L2 penalty on every weight"))
         put("max_grad_norm", optional(positive_float, "max_grad_norm", self.max_grad_norm))
@@ -93,14 +90,7 @@ class AlphaZeroConfig:
         put("dirichlet_epsilon", unit_interval("dirichlet_epsilon", self.dirichlet_epsilon))
         put("temperature_moves", non_negative_int("temperature_moves", self.temperature_moves,
                                                   "plies played by sampling moves in proportion to visits"))
-        put("buffer_size", positive_int("buffer_size", self.buffer_size, "positions kept for training"))
-        put("learning_starts", non_negative_int("learning_starts", self.learning_starts))
-        put("replay_ratio", non_negative_float("replay_ratio", self.replay_ratio, "gradient steps per new position"))
-        put("update_steps", optional(non_negative_int, "update_steps", self.update_steps))
         put("mirror", bool(self.mirror))
-        if self.torso not in TORSOS:
-            raise ValueError(f"torso must be one of {list(TORSOS)}, got {self.torso!r}")
-        put("conv_layers", None if self.conv_layers is None else check_conv_layers(self.conv_layers))
 
 
 def board_simulator_for(observation_space: gym.Space, action_space: gym.Space) -> BoardSimulator:
@@ -209,29 +199,14 @@ class AlphaZeroCore(AgentCore):
         [2]
     """
 
+    config_class = AlphaZeroConfig
+
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, *,
-                 hidden_sizes: tuple[int, ...] = AlphaZeroConfig.hidden_sizes,
-                 activation: str = AlphaZeroConfig.activation, lr: float = AlphaZeroConfig.lr,
-                 weight_decay: float = AlphaZeroConfig.weight_decay,
-                 max_grad_norm: float | None = AlphaZeroConfig.max_grad_norm,
-                 num_simulations: int = AlphaZeroConfig.num_simulations, c_puct: float = AlphaZeroConfig.c_puct,
-                 dirichlet_alpha: float = AlphaZeroConfig.dirichlet_alpha,
-                 dirichlet_epsilon: float = AlphaZeroConfig.dirichlet_epsilon,
-                 temperature_moves: int = AlphaZeroConfig.temperature_moves,
-                 buffer_size: int = AlphaZeroConfig.buffer_size, learning_starts: int = AlphaZeroConfig.learning_starts,
-                 replay_ratio: float = AlphaZeroConfig.replay_ratio, update_steps: int | None = None,
-                 mirror: bool = AlphaZeroConfig.mirror, torso: str = AlphaZeroConfig.torso,
-                 conv_layers: Any = AlphaZeroConfig.conv_layers,
-                 seed: int | None = None, device: Any = "cpu", compile: bool = False, numpy_acting: bool = True):
+                 config: AlphaZeroConfig | None = None, seed: int | None = None, device: Any = "cpu",
+                 compile: bool = False, numpy_acting: bool = True, **overrides: Any):
         self.simulator = board_simulator_for(observation_space, action_space)
         super().__init__(observation_space, action_space, seed=seed, device=device, compile=compile)
-        self.cfg = cfg = AlphaZeroConfig(
-            hidden_sizes=hidden_sizes, activation=activation, lr=lr, weight_decay=weight_decay,
-            max_grad_norm=max_grad_norm, num_simulations=num_simulations, c_puct=c_puct,
-            dirichlet_alpha=dirichlet_alpha, dirichlet_epsilon=dirichlet_epsilon,
-            temperature_moves=temperature_moves, buffer_size=buffer_size, learning_starts=learning_starts,
-            replay_ratio=replay_ratio, update_steps=update_steps, mirror=mirror, torso=torso,
-            conv_layers=conv_layers)
+        cfg = self._resolve_config(config, overrides)
         self.encoder = ObsEncoder(observation_space, cfg.torso, cfg.conv_layers)
         self.cfg = cfg = replace(cfg, torso=self.encoder.torso, conv_layers=self.encoder.conv_layers or None)
         self.n_actions = self.simulator.num_actions  # board_simulator_for checked Discrete(n) against the game
