@@ -84,7 +84,7 @@ def test_a_trainer_refuses_an_actor_pool_in_a_multi_rank_run_before_any_process_
     from marl_note.trainers import DecentralizedTrainer
 
     ranks = DistributedContext(rank=0, world_size=2, collective=Chief((True, 0)))
-    with pytest.raises(ValueError, match="actors=N and distributed= cannot be combined"):
+    with pytest.raises(ValueError, match="the actor pool and distributed= cannot be combined"):
         DecentralizedTrainer("CartPole-v1", num_train_envs=4, batch_size=16, actors=2, distributed=ranks)
     assert multiprocessing.active_children() == []
     one = DecentralizedTrainer("CartPole-v1", num_train_envs=4, batch_size=16, actors=2,

@@ -165,10 +165,11 @@ def shm_exists(name: str) -> bool:
 def test_stuck_env_raises_kills_worker_and_frees_shared_memory(call):
     seen: dict = {}
 
-    class Record:  # the train venv is up when training begins
+    class Record:  # the train venv when training begins (the one the run's collector then steps)
         def on_train_begin(self, trainer):
-            seen["procs"] = list(trainer._train_venv._state["procs"])
-            seen["shms"] = [s.name for s in trainer._train_venv._state["shms"]]
+            venv = trainer.train_envs()
+            seen["procs"] = list(venv._state["procs"])
+            seen["shms"] = [s.name for s in venv._state["shms"]]
 
     trainer = DecentralizedTrainer(partial(StuckEnv, call, stuck_seed=1), num_train_envs=3, num_test_envs=1,
                                    update_freq=6, episodes_per_train=50, processes=2, seed=0, step_timeout=1.0)
