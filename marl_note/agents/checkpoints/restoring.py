@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from marl_note.agents.checkpoints.config_codec import SPACE_PARAMS, Unrecorded, decode_config
-from marl_note.agents.checkpoints.format import CheckpointError, checkpoint_sizes, read_checkpoint, space_from_json
+from marl_note.agents.checkpoints.format import CheckpointError, checkpoint_sizes, read_checkpoint
 from marl_note.agents.checkpoints.state_check import check_agent_state, check_replay_state, load_checked
 
 __all__ = ["restore", "REPLAY_PREFIX", "BACKENDS", "REGISTRY", "backend_of", "replay_of", "check_manifest",
@@ -49,16 +49,6 @@ def backend_of(cls: type) -> str | None:
     return None
 
 
-def _spaces_from_json(d: Mapping[str, Any]) -> Any:
-    if isinstance(d, Mapping) and "$spaces" in d:
-        pairs = d["$spaces"]
-        if not isinstance(pairs, list) or not all(isinstance(p, list) and len(p) == 2 and isinstance(p[0], str)
-                                                  for p in pairs):
-            raise CheckpointError("$spaces must be a list of [name, space] pairs")
-        return {k: space_from_json(v) for k, v in pairs}
-    return space_from_json(d)
-
-
 def replay_of(agent: Any) -> Any:
     replay = getattr(agent, "replay", None)
     if replay is not None and callable(getattr(replay, "state_dict", None)) \
@@ -68,6 +58,7 @@ def replay_of(agent: Any) -> Any:
 
 
 def check_manifest(manifest: Mapping[str, Any], path, kinds: tuple[str, ...]) -> dict[str, Any]:
+    from marl_note.agents.checkpoints.space_check import spaces_from_json  # at load time only
     where = os.fspath(path)
     kind = manifest.get("kind")
     if kind not in kinds:
@@ -92,7 +83,7 @@ def check_manifest(manifest: Mapping[str, Any], path, kinds: tuple[str, ...]) ->
     info["space_params"] = tuple(names)
     for name in names:
         try:
-            info[name] = _spaces_from_json(manifest[name])
+            info[name] = spaces_from_json(manifest[name])
         except CheckpointError as exc:
             raise CheckpointError(f"{where}: manifest {name}: {exc}") from None
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
