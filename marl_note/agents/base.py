@@ -15,6 +15,7 @@ Learning agents add::
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import gymnasium as gym
@@ -137,3 +138,25 @@ class RandomAgent:
             high = np.where(np.isfinite(space.high), space.high, 1.0)
             return self.rng.uniform(low, high, size=(n, *space.shape)).astype(space.dtype)
         return np.stack([space.sample() for _ in range(n)])
+
+
+@runtime_checkable
+class Tunable(Protocol):
+    """Settings that may change during a run: the optimisers' learning rates and named hyperparameters
+    (what ``trainer.request(learning_rate=..., hyperparameters=...)`` changes between update rounds).
+
+    Example:
+        >>> import gymnasium as gym
+        >>> from marl_note.agents.torch import DQN
+        >>> agent = DQN(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), hidden_sizes=(4,))
+        >>> isinstance(agent, Tunable), agent.learning_rates()
+        (True, {'optimizer': 0.001})
+    """
+
+    def learning_rates(self) -> dict[str, float]: ...
+
+    def set_learning_rate(self, lr: float, optimizer: str | Sequence[str] | None = None) -> dict[str, float]: ...
+
+    def hyperparameters(self) -> dict[str, float]: ...
+
+    def set_hyperparameter(self, name: str, value: float) -> float: ...

@@ -155,7 +155,7 @@ class Adaptive:
                                           target_ess=self.target_ess)
         if "window_size" in self.knobs and proposal["window_size"] >= span:  # every stored item: open it
             proposal["window_size"] = self.knobs["window_size"].params["max"]
-        self._apply(proposal)  # distributed: callbacks run on rank 0, and the run loop sends its settings on
+        self._apply(proposal)  # distributed: callbacks run on rank 0, and the run loop sends the changes on
         self.last = {"b_simple": b_simple, "batch_target": target, "noise": math.nan if noise is None else noise,
                      "ess": math.nan if ess is None else ess, **self.values}
         for name, series in self.history.items():
@@ -220,30 +220,38 @@ class Adaptive:
         params["min"] = min(params["min"], params["max"])
 
     def _apply(self, values: Mapping[str, float]) -> None:
+        """Request ``values`` from the trainer (applied by its run loop before the next update round), in
+        order: a batch size change scales every learning rate by the batch rule's factor."""
         trainer, agent = self._trainer, self.agent
+        rates = dict(agent.learning_rates())
+        changed: set[str] = set()
+        request: dict[str, Any] = {}
+        hyperparameters: dict[str, float] = {}
+        batch = int(trainer.batch_size)
         for name, value in values.items():
             if name == "batch_size" and self.batch is None:  # not adapted: only recorded
-                self.values[name] = float(trainer.batch_size)
+                self.values[name] = float(batch)
             elif name == "batch_size":
-                old, new = int(trainer.batch_size), int(value)
-                if new != old and self.batch is not None:
-                    factor = self.batch.lr_factor(old, new)
-                    for opt, lr in agent.learning_rates().items():
-                        if factor != 1.0:
-                            agent.set_learning_rate(lr * factor, opt)
-                trainer.batch_size = new
+                new = int(value)
+                factor = self.batch.lr_factor(batch, new) if new != batch else 1.0
+                if factor != 1.0:
+                    rates = {opt: lr * factor for opt, lr in rates.items()}
+                    changed.update(rates)
+                batch = request["batch_size"] = new
                 self.values[name] = float(new)
             elif name.startswith("lr."):
-                agent.set_learning_rate(value, name[len("lr."):])
+                rates[name[len("lr."):]] = float(value)
+                changed.add(name[len("lr."):])
                 self.values[name] = float(value)
             elif name == "update_freq":
-                trainer.update_freq = int(value)
+                request["update_freq"] = int(value)
                 self.values[name] = float(int(value))
             else:
-                self.values[name] = agent.set_hyperparameter(name, value)
+                hyperparameters[name] = self.values[name] = float(value)
         if self.batch is not None and "batch_size" in values:
-            for opt, lr in agent.learning_rates().items():
-                self.values[f"lr.{opt}"] = lr
+            self.values.update({f"lr.{opt}": lr for opt, lr in rates.items()})
+        trainer.request(**request, learning_rate={opt: rates[opt] for opt in changed} or None,
+                        hyperparameters=hyperparameters or None, agent=agent)
 
     # -- state ----------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:
