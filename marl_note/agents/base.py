@@ -160,3 +160,47 @@ class Tunable(Protocol):
     def hyperparameters(self) -> dict[str, float]: ...
 
     def set_hyperparameter(self, name: str, value: float) -> float: ...
+
+
+# Protocols of the optional parts: adaptive batch
+
+@runtime_checkable
+class NoiseScaleMeter(Protocol):
+    """What adaptive control reads from an agent's data (``agent.noise_scale``, a
+    :class:`~marl_note.agents.noise_scale.NoiseScaleProbe` for the built-in agents): a gradient noise
+    scale measured on two batches of its own data, folded into ``estimator``, with the seconds of the
+    two passes; whether there is data to measure now and how many rows; the replay's signals.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> from marl_note.agents.torch import DQN
+        >>> agent = DQN(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), hidden_sizes=(4,), seed=0)
+        >>> isinstance(agent.noise_scale, NoiseScaleMeter), agent.noise_scale.ready()
+        (True, False)
+    """
+
+    estimator: Any  # a marl_note.agents.noise_scale.GradientNoiseScale
+    seconds: tuple[int, float, int, float] | None
+
+    def measure(self, b_small: int, b_big: int, rng: np.random.Generator | None = None) -> float | None: ...
+
+    def ready(self) -> bool: ...
+
+    def rows(self) -> int: ...
+
+    def replay_signal(self) -> Any: ...  # a marl_note.agents.noise_scale.ReplaySignal
+
+
+@runtime_checkable
+class NoiseScaled(Protocol):
+    """An agent whose gradient noise scale adaptive control can measure: ``noise_scale`` is its
+    :class:`NoiseScaleMeter`.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> isinstance(RandomAgent(gym.spaces.Discrete(2)), NoiseScaled)
+        False
+    """
+
+    @property
+    def noise_scale(self) -> NoiseScaleMeter: ...

@@ -29,7 +29,8 @@ Example:
     >>> settings.request(hyperparameters={"epsilon": 0.1})
     Traceback (most recent call last):
     ...
-    KeyError: "cannot request hyperparameter 'epsilon' of DQN: its adjustable hyperparameters are ['eps', 'gamma', 'window_size']"
+    KeyError: "cannot request hyperparameter 'epsilon' of DQN: its adjustable hyperparameters are ['eps', 'gamma', \
+'window_size']"
 """
 from __future__ import annotations
 
@@ -51,6 +52,19 @@ class RunSettings:
 
     ``check_batch`` (default none) is an extra check of a requested batch size, e.g. that it splits
     evenly over the ranks of a distributed run. See the module docstring for the cycle.
+
+    Example:
+        >>> settings = RunSettings(batch_size=32, update_freq=100)
+        >>> settings.request(update_freq=50)
+        Traceback (most recent call last):
+        ...
+        RuntimeError: trainer.request() changes the settings of a run in progress (call it from a callback or hook \
+during train()); outside a run set trainer.batch_size / trainer.update_freq, or the agent's set_learning_rate / \
+set_hyperparameter
+        >>> settings.start([], [])
+        >>> settings.request(update_freq=50)
+        >>> settings.apply(settings.pending()), settings.update_freq
+        ([{'setting': 'update_freq', 'learner': None, 'old': 100.0, 'new': 50.0}], 50)
     """
 
     def __init__(self, batch_size: int, update_freq: int, check_batch: Callable[[int], Any] | None = None):
@@ -89,10 +103,9 @@ class RunSettings:
             changes.append((None, "update_freq", float(positive_int("update_freq", update_freq,
                                                                     "env steps per chunk", MAX_COUNT))))
         if learning_rate is not None or hyperparameters is not None or agent is not None:
-            index = self._learner_index(agent)
-            changes.extend(self._agent_changes(index, learning_rate, hyperparameters))
-        for index, name, value in changes:
-            self._pending[(index, name)] = value
+            changes.extend(self._agent_changes(self._learner_index(agent), learning_rate, hyperparameters))
+        for owner, name, value in changes:
+            self._pending[(owner, name)] = value
 
     def checked_batch_size(self, value: Any) -> int:
         batch = positive_int("batch_size", value, "rows per gradient step", MAX_COUNT)
