@@ -187,9 +187,9 @@ class AgentCore(Saving, Adjustable):
         if self._noise_scale is None:
             from marl_note.agents.noise_scale import NoiseScaleProbe
 
-            replica = getattr(self.nets, "replica_grad_sq", None)
             self._noise_scale = NoiseScaleProbe(self._grad_sq_norm, self._noise_passes, self._noise_batch,
-                                                self._noise_ready, self._noise_rows, replica, self._replay_signal)
+                                                self._noise_ready, self._noise_rows, self._replica_pair,
+                                                self._replay_signal)
         return self._noise_scale
 
     # -- the numpy acting copy ---------------------------------------------------------------------
@@ -282,10 +282,17 @@ class AgentCore(Saving, Adjustable):
         """What the networks' ``grad_sq_norm`` takes for ``batch`` (each core says)."""
         raise NotImplementedError(f"{type(self).__name__} has no grad_sq_norm")
 
+    def _replica_pair(self, optimizer: str, rows: int) -> tuple[float, int, float, int] | None:
+        """The noise measurement of the last distributed step of ``optimizer`` (None in one process); read
+        from the networks of now (``set()`` may have rebuilt them)."""
+        measure = getattr(self.nets, "replica_grad_sq", None)
+        return measure(optimizer, rows) if measure is not None else None
+
     def _fold_replica_noise(self, optimizer: str, rows: int) -> None:
         """After a distributed gradient step, fold its free noise measurement (``NoiseScaleProbe.fold_replica``)."""
-        if getattr(self.nets, "replica_grad_sq", None) is not None:
-            self.noise_scale.fold_replica(optimizer, rows)
+        pair = self._replica_pair(optimizer, rows)  # taken once: the networks forget it
+        if pair is not None:
+            self.noise_scale.estimator.update(*pair)
 
     def _noise_batch(self, size: int, rng: np.random.Generator) -> Any:
         replay = getattr(self, "replay", None)
