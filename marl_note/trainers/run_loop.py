@@ -66,8 +66,8 @@ class RunLoop:
         bar = Progress(t.episodes_per_train, enabled=progress and dist.is_chief)
         self.started = time.perf_counter() - run.training_time
         round_steps = 0
-        self._apply_settings()  # what on_train_begin requested (a resumed run's adapted settings)
         try:
+            self._apply_settings()  # what on_train_begin requested (a resumed run's adapted settings)
             # rank 0 decides whether to go on; every rank checks it took rank 0's gradient steps
             while dist.lockstep(run.episodes < t.episodes_per_train and not self.stopped and not t.stop_training,
                                 round_steps):
