@@ -15,6 +15,7 @@ Learning agents add::
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import gymnasium as gym
@@ -137,3 +138,69 @@ class RandomAgent:
             high = np.where(np.isfinite(space.high), space.high, 1.0)
             return self.rng.uniform(low, high, size=(n, *space.shape)).astype(space.dtype)
         return np.stack([space.sample() for _ in range(n)])
+
+
+@runtime_checkable
+class Tunable(Protocol):
+    """Settings that may change during a run: the optimisers' learning rates and named hyperparameters
+    (what ``trainer.request(learning_rate=..., hyperparameters=...)`` changes between update rounds).
+
+    Example:
+        >>> import gymnasium as gym
+        >>> from marl_note.agents.torch import DQN
+        >>> agent = DQN(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), hidden_sizes=(4,))
+        >>> isinstance(agent, Tunable), agent.learning_rates()
+        (True, {'optimizer': 0.001})
+    """
+
+    def learning_rates(self) -> dict[str, float]: ...
+
+    def set_learning_rate(self, lr: float, optimizer: str | Sequence[str] | None = None) -> dict[str, float]: ...
+
+    def hyperparameters(self) -> dict[str, float]: ...
+
+    def set_hyperparameter(self, name: str, value: float) -> float: ...
+
+
+# Protocols of the optional parts: adaptive batch
+
+@runtime_checkable
+class NoiseScaleMeter(Protocol):
+    """What adaptive control reads from an agent's data (``agent.noise_scale``, a
+    :class:`~marl_note.agents.noise_scale.NoiseScaleProbe` for the built-in agents): a gradient noise
+    scale measured on two batches of its own data, folded into ``estimator``, with the seconds of the
+    two passes; whether there is data to measure now and how many rows; the replay's signals.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> from marl_note.agents.torch import DQN
+        >>> agent = DQN(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), hidden_sizes=(4,), seed=0)
+        >>> isinstance(agent.noise_scale, NoiseScaleMeter), agent.noise_scale.ready()
+        (True, False)
+    """
+
+    estimator: Any  # a marl_note.agents.noise_scale.GradientNoiseScale
+    seconds: tuple[int, float, int, float] | None
+
+    def measure(self, b_small: int, b_big: int, rng: np.random.Generator | None = None) -> float | None: ...
+
+    def ready(self) -> bool: ...
+
+    def rows(self) -> int: ...
+
+    def replay_signal(self) -> Any: ...  # a marl_note.agents.noise_scale.ReplaySignal
+
+
+@runtime_checkable
+class NoiseScaled(Protocol):
+    """An agent whose gradient noise scale adaptive control can measure: ``noise_scale`` is its
+    :class:`NoiseScaleMeter`.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> isinstance(RandomAgent(gym.spaces.Discrete(2)), NoiseScaled)
+        False
+    """
+
+    @property
+    def noise_scale(self) -> NoiseScaleMeter: ...

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -43,10 +42,10 @@ from marl_note.agents.exploration.policies import LinearSchedule
 from marl_note.agents.numpy_policy import NumpyPolicy
 from marl_note.agents.options import RENAMED, config_signature, resolve_config
 from marl_note.rng import rng_from_array, rng_to_array
-from marl_note.validation import positive_float, positive_int
+from marl_note.validation import positive_float
 
 if TYPE_CHECKING:
-    from marl_note.agents.noise_scale import GradientNoiseScale
+    from marl_note.agents.noise_scale import NoiseScaleProbe, ReplaySignal
 
 __all__ = ["AgentCore", "LEGACY_STATE_KEYS", "Adjustable"]
 
@@ -179,23 +178,19 @@ class AgentCore(Saving, Adjustable):
         self.updates = 0
         self.nets: Any = None
         self._numpy_policy: NumpyPolicy | None = None  # set by _publish_numpy (numpy_acting=True)
-        self._noise_scale: GradientNoiseScale | None = None  # made on first use; not part of state_dict()
-        # (b_small, seconds, b_big, seconds) of the last measurement's two gradient passes (adaptive batch cost)
-        self.noise_seconds: tuple[int, float, int, float] | None = None
+        self._noise_scale: NoiseScaleProbe | None = None  # made on first use; not part of state_dict()
 
     @property
-    def noise_scale(self) -> GradientNoiseScale:
-        """The gradient noise scale estimator fed by :meth:`gradient_noise_scale` (made on first use: only
-        adaptive control reads it)."""
+    def noise_scale(self) -> NoiseScaleProbe:
+        """The agent's gradient noise scale (:class:`~marl_note.agents.noise_scale.NoiseScaleProbe`): measures
+        ``|G_B|^2`` on its data and keeps the estimate (made on first use: only adaptive control reads it)."""
         if self._noise_scale is None:
-            from marl_note.agents.noise_scale import GradientNoiseScale
+            from marl_note.agents.noise_scale import NoiseScaleProbe
 
-            self._noise_scale = GradientNoiseScale()
+            self._noise_scale = NoiseScaleProbe(self._grad_sq_norm, self._noise_passes, self._noise_batch,
+                                                self._noise_ready, self._noise_rows, self._replica_pair,
+                                                self._replay_signal)
         return self._noise_scale
-
-    @noise_scale.setter
-    def noise_scale(self, estimator: GradientNoiseScale) -> None:
-        self._noise_scale = estimator
 
     # -- the numpy acting copy ---------------------------------------------------------------------
     def _publish_numpy(self, numpy_acting: bool, nets: Mapping[str, tuple[str, str]], activation: str,
@@ -278,79 +273,28 @@ class AgentCore(Saving, Adjustable):
             self.nets.set_learning_rate(name, lr)
         return self.learning_rates()
 
-    # -- gradient noise scale ----------------------------------------------------------------------
-    def grad_sq_norm(self, batch: Any) -> float:
-        """``|G_B|^2``: the squared norm of the gradient of ``batch``'s mean main loss (DQN's TD loss,
-        PPO's clipped surrogate + value loss, DDPG's / SAC's / MADDPG's critic loss), unclipped, over
-        the parameters that loss trains. Measures only: no weight, optimiser slot, version, counter
-        or generator changes. In a distributed run too it is ``batch``'s own, computed in this
-        process without communicating (so one rank may measure alone); the step's own measurement
-        over the replicas is :meth:`fold_replica_noise`'s."""
+    # -- gradient noise scale (what self.noise_scale measures with) ---------------------------------
+    def _grad_sq_norm(self, batch: Any) -> float:
+        """``|G_B|^2`` of ``batch``'s mean main loss (see ``NoiseScaleProbe.grad_sq_norm``)."""
         return float(self.nets.grad_sq_norm(self._gradient_inputs(batch)))
-
-    def fold_replica_noise(self, optimizer: str, rows: int) -> tuple[float, int, float, int] | None:
-        """After a gradient step averaged over several replicas (torch ranks, a ``tf.distribute``
-        strategy's replicas), fold the noise measurement that step gave for free into
-        ``self.noise_scale``: each replica's own ``|g_r|^2`` (small batch: one replica's rows,
-        averaged over the replicas) and the all-reduced ``|g|^2`` (big batch: the global batch),
-        both unclipped, of ``optimizer``'s loss. ``rows``: the rows this process stepped on.
-        Returns the pair folded in (the arguments of ``GradientNoiseScale.update``), None in one
-        process or one replica (nothing folded). Every replica folds the same pair."""
-        measure = getattr(self.nets, "replica_grad_sq", None)
-        pair = measure(optimizer, rows) if measure is not None else None
-        if pair is not None:
-            self.noise_scale.update(*pair)
-        return pair
 
     def _gradient_inputs(self, batch: Any) -> Any:
         """What the networks' ``grad_sq_norm`` takes for ``batch`` (each core says)."""
         raise NotImplementedError(f"{type(self).__name__} has no grad_sq_norm")
 
-    def gradient_noise_scale(self, batch_small: Any, batch_big: Any) -> float:
-        """Measure ``|G_B|^2`` on two batches (``len(batch_small) < len(batch_big)``), fold the pair into
-        ``self.noise_scale`` (a :class:`~marl_note.agents.noise_scale.GradientNoiseScale`, smoothing
-        0.99; assign another to change it) and return its smoothed ``B_simple``.
+    def _replica_pair(self, optimizer: str, rows: int) -> tuple[float, int, float, int] | None:
+        """The noise measurement of the last distributed step of ``optimizer`` (None in one process); read
+        from the networks of now (``set()`` may have rebuilt them)."""
+        measure = getattr(self.nets, "replica_grad_sq", None)
+        return measure(optimizer, rows) if measure is not None else None
 
-        Like :meth:`grad_sq_norm` it changes nothing in the agent's state; the estimator's own state
-        (``agent.noise_scale.state_dict()``) is not in ``agent.state_dict()``, its reader saves it.
-        Independent batches (e.g. ``agent.replay.sample(32)`` and ``agent.replay.sample(512)``) keep
-        the estimate unbiased.
+    def _fold_replica_noise(self, optimizer: str, rows: int) -> None:
+        """After a distributed gradient step, fold its free noise measurement (``NoiseScaleProbe.fold_replica``)."""
+        pair = self._replica_pair(optimizer, rows)  # taken once: the networks forget it
+        if pair is not None:
+            self.noise_scale.estimator.update(*pair)
 
-        Example:
-            >>> import gymnasium as gym, numpy as np
-            >>> from marl_note.agents.torch import DQN
-            >>> from marl_note.types import Transitions
-            >>> agent = DQN(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), hidden_sizes=(8,), seed=0)
-            >>> rng = np.random.default_rng(0)
-            >>> def batch(n):
-            ...     return Transitions(obs=rng.normal(size=(n, 3)), act=rng.integers(0, 2, n), rew=rng.normal(size=n),
-            ...         next_obs=rng.normal(size=(n, 3)), terminated=np.zeros(n, bool), truncated=np.zeros(n, bool))
-            >>> b = agent.gradient_noise_scale(batch(8), batch(64))
-            >>> agent.noise_scale.count, b == agent.noise_scale.b_simple
-            (1, True)
-        """
-        small, big = len(batch_small), len(batch_big)
-        if not 0 < small < big:
-            raise ValueError(f"gradient_noise_scale needs a non-empty batch_small smaller than batch_big, "
-                             f"got {small} and {big} rows")
-        g_small, g_big = self._timed_pair(lambda: self.grad_sq_norm(batch_small), small,
-                                          lambda: self.grad_sq_norm(batch_big), big)
-        return self.noise_scale.update(g_small, small, g_big, big)
-
-    def _timed_pair(self, small: Any, b_small: int, big: Any, b_big: int) -> tuple[float, float]:
-        """Run the two gradient passes of a noise measurement (``small()``, ``big()``) and record their
-        seconds in ``noise_seconds`` (what the adaptive batch weighs a row's cost with)."""
-        clock = time.perf_counter()
-        g_small = small()
-        mid = time.perf_counter()
-        g_big = big()
-        self.noise_seconds = (int(b_small), mid - clock, int(b_big), time.perf_counter() - mid)
-        return g_small, g_big
-
-    def noise_batch(self, size: int, rng: np.random.Generator) -> Any:
-        """``size`` rows drawn uniformly (with replacement, by ``rng``) from the agent's replay, or None
-        while it is empty. A buffer without ``get`` (HER, triplets) is sampled instead, which moves its
-        own generator."""
+    def _noise_batch(self, size: int, rng: np.random.Generator) -> Any:
         replay = getattr(self, "replay", None)
         if replay is None or len(replay) == 0:
             return None
@@ -358,26 +302,34 @@ class AgentCore(Saving, Adjustable):
             return replay.sample(size)
         return replay.get(rng.integers(0, len(replay), size=size, dtype=np.int64))
 
-    def measure_noise_scale(self, b_small: int, b_big: int, rng: np.random.Generator | None = None) -> float | None:
-        """:meth:`gradient_noise_scale` on two independent batches of ``b_small`` and ``b_big`` rows of the
-        agent's own data drawn with ``rng`` (not the agent's generator); None while there is no data.
-
-        Example:
-            >>> import gymnasium as gym, numpy as np
-            >>> from marl_note.agents.torch import DQN
-            >>> agent = DQN(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), hidden_sizes=(8,), seed=0)
-            >>> agent.measure_noise_scale(8, 64, np.random.default_rng(0)) is None  # nothing stored yet
-            True
-        """
-        b_small = positive_int("b_small", b_small, "the small measurement batch")
-        b_big = positive_int("b_big", b_big, "the big measurement batch")
-        if b_small >= b_big:
-            raise ValueError(f"b_small must be smaller than b_big, got b_small={b_small}, b_big={b_big}")
-        rng = np.random.default_rng() if rng is None else rng
-        small = self.noise_batch(b_small, rng)
+    def _noise_passes(self, b_small: int, b_big: int, rng: np.random.Generator) -> Any:
+        """The two gradient passes of a measurement on the agent's data (None while there is none)."""
+        small = self._noise_batch(b_small, rng)
         if small is None:
             return None
-        return self.gradient_noise_scale(small, self.noise_batch(b_big, rng))
+        big = self._noise_batch(b_big, rng)
+        return (lambda: self._grad_sq_norm(small)), (lambda: self._grad_sq_norm(big))
+
+    def _noise_ready(self) -> bool:
+        return self._noise_rows() > 0
+
+    def _noise_rows(self) -> int:
+        replay = getattr(self, "replay", None)
+        return 0 if replay is None else len(replay)
+
+    def _replay_signal(self) -> ReplaySignal:
+        from marl_note.agents.noise_scale import ReplaySignal
+
+        replay = getattr(self, "replay", None)
+        if replay is None:
+            return ReplaySignal()
+        prioritized = callable(getattr(replay, "effective_sample_size", None))
+        ess = None
+        if prioritized and len(replay):
+            count = replay.window_count() if callable(getattr(replay, "window_count", None)) else len(replay)
+            ess = float(replay.effective_sample_size()) / max(1, count)
+        return ReplaySignal(ess=ess, window_span=int(getattr(replay, "window_span", 0) or 0),
+                            capacity=int(getattr(replay, "capacity", 0) or 0), prioritized=prioritized)
 
     # -- state ---------------------------------------------------------------------------------------
     def _extra_state(self) -> dict[str, np.ndarray]:

@@ -242,7 +242,7 @@ class DQNCore(AgentCore):
         self._new.env_stepped(env_steps)
 
     # -- learning ----------------------------------------------------------------------------------
-    def arrays(self, batch: Transitions) -> dict[str, np.ndarray]:
+    def _arrays(self, batch: Transitions) -> dict[str, np.ndarray]:
         """What the networks train on: encoded observations, 0-based actions, float32 rewards,
         discounts, ``alive`` (0 where the episode terminated or no next action is legal), the legal
         next actions and importance weights (ones without prioritized replay)."""
@@ -260,12 +260,12 @@ class DQNCore(AgentCore):
 
     def td_target(self, batch: Transitions) -> np.ndarray:
         """``r + discount * (1 - terminated) * Q_target(s', a*)`` with ``a*`` legal at ``s'`` (numpy ``[B]``)."""
-        return self.nets.td_target(self.arrays(batch))
+        return self.nets.td_target(self._arrays(batch))
 
     def learn(self, batch: Transitions) -> dict[str, float]:
         """One gradient step on ``batch``, then the target update and the priority feedback."""
-        metrics, td_abs = self.nets.train_step(self.arrays(batch), who=type(self).__name__, update=self.updates + 1)
-        self.fold_replica_noise("optimizer", len(batch))  # distributed: the step's B_simple measurement
+        metrics, td_abs = self.nets.train_step(self._arrays(batch), who=type(self).__name__, update=self.updates + 1)
+        self._fold_replica_noise("optimizer", len(batch))  # distributed: the step's B_simple measurement
         self.updates += 1
         if self.cfg.tau is not None:
             self.nets.sync("target_net", "q_net", self.cfg.tau)
@@ -280,7 +280,7 @@ class DQNCore(AgentCore):
 
     # -- gradient noise scale ----------------------------------------------------------------------
     def _gradient_inputs(self, batch: Transitions) -> dict[str, np.ndarray]:
-        return self.arrays(batch)  # the TD loss of learn(), over the online Q-network
+        return self._arrays(batch)  # the TD loss of learn(), over the online Q-network
 
     def update(self, batch_size: int) -> dict[str, Any]:
         """Run this call's gradient steps; returns mean metrics, policy metrics and ``gradient_steps``."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
@@ -25,6 +25,9 @@ from marl_note.agents.spaces import check_mask, check_transitions
 from marl_note.replay import PrioritizedReplayBuffer, RolloutBuffer, compute_gae
 from marl_note.types import Transitions
 from marl_note.validation import non_negative_float, optional, positive_float, positive_int, unit_interval
+
+if TYPE_CHECKING:
+    from marl_note.agents.noise_scale import ReplaySignal
 
 __all__ = ["PPOConfig", "PPOCore", "action_output"]
 
@@ -297,28 +300,36 @@ class PPOCore(AgentCore):
             adv = (adv - adv.mean()) / (adv.std(ddof=1) + np.float32(1e-8))
         return float(self.nets.grad_sq_norm(x, act, mask, old_logp, adv, ret, np.ones(len(idx), np.float32)))
 
-    def grad_sq_norm(self, batch: Transitions) -> float:
+    def _grad_sq_norm(self, batch: Transitions) -> float:
         """``|G_B|^2`` of the clipped surrogate + value loss (+ entropy bonus) of one minibatch holding
         all of ``batch``, a rollout in arrival order (GAE runs over it), at the first step of an update
         (old policy = current, ratio 1), over the actor-critic's parameters, unclipped. Nothing changes."""
         arrays = self._rollout_arrays(batch)
         return self._minibatch_grad_sq(arrays, np.arange(len(batch)))
 
-    def measure_noise_scale(self, b_small: int, b_big: int, rng: np.random.Generator | None = None) -> float | None:
+    def _noise_passes(self, b_small: int, b_big: int, rng: np.random.Generator) -> Any:
         """The noise scale of the stored rollout's minibatch gradients: GAE over the rollout once, then
         two independent minibatches of ``b_small`` and ``b_big`` rows (without replacement, drawn by
         ``rng``) at the first step of an update; None while the rollout holds fewer than ``b_big`` rows."""
-        if not 0 < int(b_small) < int(b_big):
-            raise ValueError(f"need 0 < b_small < b_big, got b_small={b_small}, b_big={b_big}")
         if len(self.rollout) < b_big:
             return None
-        rng = np.random.default_rng() if rng is None else rng
         arrays = self._rollout_arrays(self.rollout.get())
         n = len(arrays[0])
         rows_small, rows_big = rng.choice(n, int(b_small), replace=False), rng.choice(n, int(b_big), replace=False)
-        small, big = self._timed_pair(lambda: self._minibatch_grad_sq(arrays, rows_small), int(b_small),
-                                      lambda: self._minibatch_grad_sq(arrays, rows_big), int(b_big))
-        return self.noise_scale.update(small, int(b_small), big, int(b_big))
+        return ((lambda: self._minibatch_grad_sq(arrays, rows_small)),
+                (lambda: self._minibatch_grad_sq(arrays, rows_big)))
+
+    def _noise_ready(self) -> bool:
+        """Only when an update follows: a full rollout (of at least 16 rows)."""
+        return len(self.rollout) >= self.cfg.n_steps and len(self.rollout) >= 16
+
+    def _noise_rows(self) -> int:
+        return len(self.rollout)
+
+    def _replay_signal(self) -> ReplaySignal:
+        from marl_note.agents.noise_scale import ReplaySignal  # the rollout's ESS arrives with the update metrics
+
+        return ReplaySignal(capacity=int(self.cfg.n_steps))
 
     # -- minibatches -------------------------------------------------------------------------------
     def _prioritized_rollout(self, data: Transitions) -> PrioritizedReplayBuffer:

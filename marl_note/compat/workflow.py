@@ -45,6 +45,12 @@ class Workflow:
     save_top_k: int | None = None
     save_last: bool = True
 
+    @classmethod
+    def load(cls, path: Any, **overrides: Any) -> Any:
+        """Release 0.1.0's name of ``restore``: a new agent from a checkpoint written by ``save``."""
+        restore: Any = cls.restore  # type: ignore[attr-defined]  # every class mixing this in saves (Saving)
+        return restore(path, **overrides)
+
     @property
     def run_options(self) -> dict[str, Any]:
         """The training-run options given to ``set()``: ``batch``, ``trial_count``, ``criterion``."""

@@ -53,6 +53,8 @@ class RunLoop:
     phase_seconds: dict[str, float] = field(default_factory=lambda: {"collect": 0.0, "update": 0.0, "test": 0.0})
     last_metrics: dict[str, float] = field(default_factory=dict)
     last_test: dict[str, Any] = field(default_factory=dict)
+    setting_changes: list[dict[str, Any]] = field(default_factory=list)  # applied requests, in order
+    announce: dict[str, float] = field(default_factory=dict)  # changes the next update's callbacks see once
 
     def loop(self, progress: bool) -> None:
         """Collect ``update_freq`` env steps, update every learner, test when due; until the budget is spent."""
@@ -65,6 +67,7 @@ class RunLoop:
         self.started = time.perf_counter() - run.training_time
         round_steps = 0
         try:
+            self._apply_settings()  # what on_train_begin requested (a resumed run's adapted settings)
             # rank 0 decides whether to go on; every rank checks it took rank 0's gradient steps
             while dist.lockstep(run.episodes < t.episodes_per_train and not self.stopped and not t.stop_training,
                                 round_steps):
@@ -107,8 +110,7 @@ class RunLoop:
         run.recent_returns = (run.recent_returns + [r.tolist() for r in stats.returns])[-100:]
         self.callbacks.fire("on_collect_end", self.trainer, stats, run.episodes)
         self.source.after_collect()
-        if self.trainer.distributed.distributed:
-            self._sync_settings()
+        self._apply_settings()  # what the callbacks requested, before this chunk's updates
         first_chunk = run.env_steps == stats.env_steps
         if first_chunk and run.episodes >= self.trainer.episodes_per_train > 1:
             warnings.warn(f"the first collection chunk (update_freq={chunk_env_steps} env steps) already "
@@ -116,28 +118,20 @@ class RunLoop:
                           f"{self.trainer.episodes_per_train}: the agents are updated once per chunk, so this run "
                           f"updates them only once. Lower update_freq.", stacklevel=4)
 
-    def _sync_settings(self) -> None:
-        """Every rank takes rank 0's batch size, ``update_freq``, learning rates and hyperparameters: callbacks
-        (the adaptive batch, schedules) run on rank 0 alone, and ranks that differed in any of them would
-        no longer take equal steps (or the same number of them)."""
-        t = self.trainer
-        learners = self.learners
-        settings = [(dict(getattr(ln, "learning_rates", dict)()), dict(getattr(ln, "hyperparameters", dict)()))
-                    for ln in learners]
-        mine: dict[str, Any] = {"batch_size": int(t.batch_size), "update_freq": int(t.update_freq),
-                                "learners": settings}
-        chief = t.distributed.broadcast(mine)
-        if chief == mine:
-            return
-        t.batch_size, t.update_freq = chief["batch_size"], chief["update_freq"]
-        for agent, (rates, knobs), (my_rates, my_knobs) in zip(learners, chief["learners"], settings):
-            learner: Any = agent  # they had those settings, so they take them
-            for opt, lr in rates.items():
-                if my_rates.get(opt) != lr:
-                    learner.set_learning_rate(lr, opt)
-            for name, value in knobs.items():
-                if my_knobs.get(name) != value:
-                    learner.set_hyperparameter(name, value)
+    def _apply_settings(self) -> None:
+        """Apply the pending requests of the run settings (:mod:`marl_note.trainers.settings`), rank 0's on
+        every rank (callbacks run on rank 0 alone, and ranks that differed in a batch size, learning rate or
+        hyperparameter would no longer take equal steps), and log each change once."""
+        t, run = self.trainer, self.run
+        changes = t.settings.pending()
+        if t.distributed.distributed:
+            changes = t.distributed.broadcast(changes)
+        for change in t.settings.apply(changes):
+            change = {"episodes": run.episodes, "env_steps": run.env_steps, **change}
+            self.setting_changes.append(change)
+            self.announce[f"settings/{change['setting']}"] = change["new"]
+            if self.recorder is not None:
+                self.recorder.add(f"settings/{change['setting']}", run.episodes, change["new"], "knobs")
 
     def _update_learners(self) -> int:
         """One update round; returns its gradient steps (each learner samples this rank's share of the batch)."""
@@ -155,6 +149,9 @@ class RunLoop:
             steps += int(metrics.get("gradient_steps", 0))
             self.run.updates += int(metrics.get("gradient_steps", 0))
             self.last_metrics = {k: float(cast(Any, v)) for k, v in metrics.items() if np.isscalar(v)}
+            if self.announce:  # the settings changed since the last update: logged once, with this one
+                metrics = {**metrics, **self.announce}
+                self.announce = {}
             self.callbacks.fire("on_batch_end", self.trainer, self.batches, metrics)
             self.callbacks.fire("on_update_end", self.trainer, metrics, self.run.episodes)
             self.batches += 1
@@ -208,6 +205,7 @@ class RunLoop:
                           last_test=self.last_test)
         out["stopped_by_stop_training"] = bool(self.trainer.stop_training)
         out["time_split"] = {f"{k}_s": round(v, 3) for k, v in self.phase_seconds.items()}
+        out["setting_changes"] = [dict(c) for c in self.setting_changes]
         self.callbacks.fire("on_train_end", self.trainer, out)
         if self.source_stats:  # after the callbacks, as before: an OpponentPool's own "pool" entry gives way
             out[self.source.name] = dict(self.source_stats)

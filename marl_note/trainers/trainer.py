@@ -25,6 +25,7 @@ from marl_note.trainers.run_loop import RunLoop
 from marl_note.trainers.run_state import RunState, distinct, load_run, save_run
 from marl_note.trainers.seats import check_learners, check_seats, learner_of, positive_int, seat_flags
 from marl_note.trainers.series import Recorder, learner_labels
+from marl_note.trainers.settings import RunSettings
 from marl_note.trainers.source import CollectorSource, ExperienceSource
 from marl_note.types import EnvSpec
 from marl_note.validation import MAX_COUNT
@@ -125,8 +126,7 @@ class DecentralizedTrainer:
         self.check_finite = bool(check_finite)
         self.num_train_envs = count("num_train_envs", num_train_envs, maximum=MAX_COUNT)
         self.num_test_envs = count("num_test_envs", num_test_envs, maximum=MAX_COUNT)
-        self.batch_size = count("batch_size", batch_size, maximum=MAX_COUNT)
-        self.update_freq = count("update_freq", update_freq, maximum=MAX_COUNT)
+        self.settings = RunSettings(batch_size, update_freq)  # the one owner of batch_size and update_freq
         self.test_freq = count("test_freq", test_freq, maximum=MAX_COUNT)
         self.episodes_per_train = count("episodes_per_train", episodes_per_train, maximum=MAX_COUNT)
         self.episodes_per_test = count("episodes_per_test", episodes_per_test, maximum=MAX_COUNT)
@@ -154,6 +154,7 @@ class DecentralizedTrainer:
             raise TypeError(f"distributed must be a DistributedContext, got {type(distributed).__name__}")
         self.distributed = DistributedContext() if distributed is None else distributed
         self.distributed.shard_batch(self.batch_size)  # the global batch must split evenly over the ranks
+        self.settings.check_batch = self.distributed.shard_batch
         self.source.check(self)
         self.plot_path = check_plot_path(plot_path)  # a .png path, checked before any work
         workers = workers_of(self.num_train_envs, self.num_test_envs, processes, actors)
@@ -171,6 +172,62 @@ class DecentralizedTrainer:
         self._run_agents: list[Agent] = []
         self._run_callbacks: list[Any] = []  # their state_dict() travels in run checkpoints
         self._run_learners: list[Any] = []
+
+    # ------------------------------------------------------------------ run settings
+    @property
+    def batch_size(self) -> int:
+        """Rows per gradient step, summed over the ranks of a distributed run (``RunSettings`` owns it)."""
+        return self.settings.batch_size
+
+    @batch_size.setter
+    def batch_size(self, value: int) -> None:
+        if self.settings.running:  # during a run, the one path: applied by the run loop between rounds
+            self.request(batch_size=value)
+        else:
+            self.settings.batch_size = self.settings.checked_batch_size(value)
+
+    @property
+    def update_freq(self) -> int:
+        """Env steps per collection chunk (``RunSettings`` owns it)."""
+        return self.settings.update_freq
+
+    @update_freq.setter
+    def update_freq(self, value: int) -> None:
+        if self.settings.running:
+            self.request(update_freq=value)
+        else:
+            self.settings.update_freq = count("update_freq", value, maximum=MAX_COUNT)
+
+    def request(self, *, batch_size: int | None = None, update_freq: int | None = None,
+                learning_rate: float | Mapping[str, float] | None = None,
+                hyperparameters: Mapping[str, float] | None = None, agent: Any = None) -> None:
+        """Ask for a change of the run's settings, applied by the run loop between collection and update.
+
+        For callbacks and hooks during ``train()``: ``batch_size`` and ``update_freq`` (the trainer's),
+        ``learning_rate`` (one rate for every optimiser of ``agent``, or ``{optimizer: rate}`` with names
+        from ``agent.learning_rates()``) and ``hyperparameters`` (``{name: value}``, names from
+        ``agent.hyperparameters()``); ``agent`` is one of :attr:`learners` (default: the run's only
+        learner). Everything is checked now: an unknown name or a bad value raises, naming it, and
+        nothing is queued. Pending changes are applied after the next ``on_collect_end`` (before that
+        chunk's updates; requests of ``on_train_begin`` before the first chunk), the last request of a
+        setting winning; in a distributed run rank 0's changes reach every rank. Each change is logged
+        once (:mod:`marl_note.trainers.settings`). Writing ``trainer.batch_size`` or ``update_freq``
+        during a run is the same request.
+
+        Example:
+            >>> from marl_note.agents.torch import DQN
+            >>> trainer = DecentralizedTrainer("CartPole-v1", num_train_envs=1, num_test_envs=1, update_freq=20,
+            ...                                episodes_per_train=2, test_freq=2, episodes_per_test=1, seed=0)
+            >>> dqn = DQN(trainer.observation_space("agent_0"), trainer.action_space("agent_0"), seed=0)
+            >>> class Bigger:
+            ...     def on_collect_end(self, trainer, stats, episodes):
+            ...         trainer.request(batch_size=32)
+            >>> stats = trainer.train([dqn], learning_mask=[1], callbacks=[Bigger()], plot=False, progress=False)
+            >>> trainer.batch_size, stats["setting_changes"][0]["setting"], stats["setting_changes"][0]["new"]
+            (32, 'batch_size', 32.0)
+        """
+        self.settings.request(batch_size=batch_size, update_freq=update_freq, learning_rate=learning_rate,
+                              hyperparameters=hyperparameters, agent=agent)
 
     # ------------------------------------------------------------------ spaces
     @property
@@ -296,10 +353,13 @@ class DecentralizedTrainer:
         ``plot_series()`` (Elo). The run records them anyway (:mod:`marl_note.trainers.series`,
         ``trainer.run_state``); :mod:`marl_note.trainers.plot`'s ``visualize_*(trainer)`` draw them.
         """
-        session = self._prepare(agents, learning_mask, exploration_mask, test_agents, matchmaker, callbacks,
-                                checkpoint_path, resume_from, baseline)
-        session.loop(progress)
-        return session.summarise(plot)
+        try:
+            session = self._prepare(agents, learning_mask, exploration_mask, test_agents, matchmaker, callbacks,
+                                    checkpoint_path, resume_from, baseline)
+            session.loop(progress)
+            return session.summarise(plot)
+        finally:
+            self.settings.stop()
 
     def _prepare(self, agents: Seats, learning_mask: Any, exploration_mask: Any, test_agents: Seats | None,
                  matchmaker: Callable | None, callbacks: Sequence[Any], checkpoint_path: str | None,
@@ -335,6 +395,8 @@ class DecentralizedTrainer:
                               f"collects nothing more (raise episodes_per_train to go on training)", stacklevel=3)
         self._run, self._run_agents, self._run_callbacks = run, seats, callback_list.callbacks
         self._run_learners = distinct([a for a, ln in zip(seats, learn) if ln])
+        self.settings.start(self._run_learners, learner_labels(self.spec.possible_agents, seats, learn,
+                                                               self._run_learners, lambda seat: seat))
         self.history = run.history
         session = RunLoop(self, seats, test_seats, learn, explore, callback_list, run, baseline, opponents,
                           test_agents_given=test_agents is not None,

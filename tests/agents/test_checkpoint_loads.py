@@ -278,6 +278,6 @@ def test_the_size_bound_never_refuses_real_checkpoints(tmp_path):
                       torch_agents.MADDPG({"a": OBS, "b": disc}, {"a": disc, "b": box}, hidden_sizes=hidden, seed=0)):
             stored = sum(np.size(v) for v in agent.state_dict().values())
             config = agent.config | {name: getattr(agent, name) for name in type(agent).saving_spaces}
-            assert 0 < type(agent).min_state_size(config) <= stored, (type(agent).__name__, hidden)
+            assert 0 < type(agent)._min_state_size(config) <= stored, (type(agent).__name__, hidden)
     ppo = torch_agents.PPO(OBS, gym.spaces.Box(-1, 1, (2,)), hidden_sizes=(1200, 900), n_steps=8, seed=0)
     assert type(torch_agents.PPO.restore(ppo.save(tmp_path / "ppo"))) is torch_agents.PPO  # > 1M weights

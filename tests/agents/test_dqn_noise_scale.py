@@ -42,8 +42,8 @@ def test_measuring_changes_no_weight_slot_counter_or_generator(DQN, criterion):
     agent = trained(DQN, criterion=criterion)
     before, version = agent.state_dict(), agent.nets.version
     rng = np.random.default_rng(2)
-    value = agent.grad_sq_norm(batch(16, rng))
-    b_simple = agent.gradient_noise_scale(batch(8, rng), batch(64, rng))
+    value = agent.noise_scale.grad_sq_norm(batch(16, rng))
+    b_simple = agent.noise_scale.measure_batches(batch(8, rng), batch(64, rng))
     after = agent.state_dict()
     assert math.isfinite(value) and value > 0 and not math.isnan(b_simple)
     assert sorted(after) == sorted(before)
@@ -65,15 +65,15 @@ def test_torch_and_tf_agree_on_the_squared_gradient_norm(dueling):
     rng = np.random.default_rng(4)
     for n in (1, 8, 128):
         b = batch(n, rng)
-        assert tf_agent.grad_sq_norm(b) == pytest.approx(source.grad_sq_norm(b), rel=1e-4)
+        assert tf_agent.noise_scale.grad_sq_norm(b) == pytest.approx(source.noise_scale.grad_sq_norm(b), rel=1e-4)
 
 
 def test_a_bigger_batch_has_a_smaller_expected_squared_norm(DQN):
     # E|G_B|^2 = |G|^2 + tr(Sigma)/B: averaged over batches, B=4 exceeds B=256
     agent = trained(DQN)
     rng = np.random.default_rng(5)
-    small = np.mean([agent.grad_sq_norm(batch(4, rng)) for _ in range(20)])
-    big = np.mean([agent.grad_sq_norm(batch(256, rng)) for _ in range(20)])
+    small = np.mean([agent.noise_scale.grad_sq_norm(batch(4, rng)) for _ in range(20)])
+    big = np.mean([agent.noise_scale.grad_sq_norm(batch(256, rng)) for _ in range(20)])
     assert small > 2 * big
 
 
@@ -91,7 +91,7 @@ def test_noise_scale_on_cartpole_transitions_is_finite_and_positive(DQN):
     o, a, r, n, te, tr = (np.array(x) for x in zip(*rows, strict=True))
     agent.observe(Transitions(obs=o, act=a, rew=r, next_obs=n, terminated=te, truncated=tr))
     for _ in range(5):
-        b_simple = agent.gradient_noise_scale(agent.replay.sample(16), agent.replay.sample(512))
+        b_simple = agent.noise_scale.measure_batches(agent.replay.sample(16), agent.replay.sample(512))
     assert math.isfinite(b_simple) and b_simple > 0
     assert agent.noise_scale.g_sq > 0 and agent.noise_scale.trace_sigma > 0
 
@@ -100,5 +100,5 @@ def test_bad_batch_sizes_raise_before_measuring(DQN):
     agent = DQN(OBS, ACT, hidden_sizes=(8,), seed=0)
     rng = np.random.default_rng(6)
     with pytest.raises(ValueError, match="batch_small smaller than batch_big, got 16 and 16 rows"):
-        agent.gradient_noise_scale(batch(16, rng), batch(16, rng))
+        agent.noise_scale.measure_batches(batch(16, rng), batch(16, rng))
     assert agent.noise_scale.count == 0

@@ -83,8 +83,8 @@ def test_measuring_changes_no_weight_slot_counter_or_generator(backend, case):
     else:
         small, big = batch_for(case, 8, rng), batch_for(case, 64, rng)
     before, version = agent.state_dict(), agent.nets.version
-    value = agent.grad_sq_norm(big)
-    b_simple = agent.gradient_noise_scale(small, big)
+    value = agent.noise_scale.grad_sq_norm(big)
+    b_simple = agent.noise_scale.measure_batches(small, big)
     assert math.isfinite(value) and value > 0 and not math.isnan(b_simple)
     assert agent.noise_scale.count == 1
     assert_unchanged(agent, before, version)
@@ -101,7 +101,7 @@ def test_torch_and_tf_agree_on_the_squared_gradient_norm(case):
     rng = np.random.default_rng(4)
     for n in (2, 8, 128):
         b = joint_batch(n, rng, M_OBS, M_ACT) if case == "maddpg" else batch_for(case, n, rng)
-        assert target.grad_sq_norm(b) == pytest.approx(source.grad_sq_norm(b), rel=1e-4)
+        assert target.noise_scale.grad_sq_norm(b) == pytest.approx(source.noise_scale.grad_sq_norm(b), rel=1e-4)
 
 
 @pytest.mark.parametrize("case", ["ppo", "ddpg", "sac"])
@@ -109,8 +109,8 @@ def test_a_bigger_batch_has_a_smaller_expected_squared_norm(case):
     # E|G_B|^2 = |G|^2 + tr(Sigma)/B: averaged over batches, B=4 exceeds B=256
     agent = trained("torch", case)
     rng = np.random.default_rng(5)
-    small = np.mean([agent.grad_sq_norm(batch_for(case, 4, rng)) for _ in range(20)])
-    big = np.mean([agent.grad_sq_norm(batch_for(case, 256, rng)) for _ in range(20)])
+    small = np.mean([agent.noise_scale.grad_sq_norm(batch_for(case, 4, rng)) for _ in range(20)])
+    big = np.mean([agent.noise_scale.grad_sq_norm(batch_for(case, 256, rng)) for _ in range(20)])
     assert small > 2 * big
 
 
@@ -118,13 +118,13 @@ def test_a_bigger_batch_has_a_smaller_expected_squared_norm(case):
 def test_measure_noise_scale_draws_from_the_agents_own_data_without_moving_its_generator(case):
     name, kw, act = CASES[case]
     agent = cls("torch", name)(BOX, act, hidden_sizes=(16,), seed=0, **kw)
-    assert agent.measure_noise_scale(4, 16, np.random.default_rng(0)) is None  # nothing stored
+    assert agent.noise_scale.measure(4, 16, np.random.default_rng(0)) is None  # nothing stored
     agent.observe(transitions(32, np.random.default_rng(1), act))
     before, version = agent.state_dict(), agent.nets.version
     for _ in range(3):
-        b = agent.measure_noise_scale(4, 16, np.random.default_rng(0))
+        b = agent.noise_scale.measure(4, 16, np.random.default_rng(0))
     assert b is not None and not math.isnan(b) and agent.noise_scale.count == 3
     assert_unchanged(agent, before, version)
     assert len(agent.rollout if case == "ppo" else agent.replay) == 32
     with pytest.raises(ValueError, match="b_small"):
-        agent.measure_noise_scale(16, 16)
+        agent.noise_scale.measure(16, 16)

@@ -182,9 +182,9 @@ def noise_scale(out: dict, strategy) -> None:
     single, dist = (DQN(space, gym.spaces.Discrete(2), hidden_sizes=(16,), seed=3, strategy=s)
                     for s in (None, strategy))
     batch = env_transitions("CartPole-v1", 12, 5)
-    whole = single.grad_sq_norm(batch)
-    out["grad_sq_norm"] = [whole, dist.grad_sq_norm(batch)]
-    small = float(np.mean([single.grad_sq_norm(batch[:6]), single.grad_sq_norm(batch[6:])]))
+    whole = single.noise_scale.grad_sq_norm(batch)
+    out["grad_sq_norm"] = [whole, dist.noise_scale.grad_sq_norm(batch)]
+    small = float(np.mean([single.noise_scale.grad_sq_norm(batch[:6]), single.noise_scale.grad_sq_norm(batch[6:])]))
     out["noise_expected"] = list(noise_scale_terms(small, 6, whole, 12))
     dist.learn(batch)
     out["noise_measured"] = [dist.noise_scale.count, dist.noise_scale.g_sq, dist.noise_scale.trace_sigma]

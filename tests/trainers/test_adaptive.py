@@ -177,7 +177,7 @@ def test_adaptive_batch_on_cartpole_follows_the_noise_scale_and_logs_every_round
     assert agent.learning_rates()["optimizer"] == pytest.approx(lr0 * trainer.batch_size / 256)  # linear rule
     assert all("adaptive/b_simple" in logs for logs in seen.logs)  # every update's metrics
     assert "adaptive/batch_size" in trainer.run_state.series and sizes[-1][1] == trainer.batch_size
-    assert stats["num_collected_episodes"] >= 25 and agent.noise_scale is cb.estimator
+    assert stats["num_collected_episodes"] >= 25 and agent.noise_scale.estimator is cb.estimator
 
     # resume: a fresh callback gets the saved state, and sets the saved batch size and rate again
     again, fresh_trainer = adabatch({"min": 8, "max": 1024, "align": 4, "rate": 0.5}, num_samples=128,

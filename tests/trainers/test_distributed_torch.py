@@ -234,8 +234,8 @@ def test_a_distributed_step_measures_the_gradient_noise_scale_from_the_per_rank_
     single = DQN(OBS, N_ACT, hidden_sizes=(16,), learning_starts=8, seed=0)
     batch = _transitions(GLOBAL_BATCH, np.random.default_rng(7))
     half = GLOBAL_BATCH // 2
-    small = np.mean([single.grad_sq_norm(batch[:half]), single.grad_sq_norm(batch[half:])])
-    g_sq, trace = noise_scale_terms(small, half, single.grad_sq_norm(batch), GLOBAL_BATCH)
+    small = np.mean([single.noise_scale.grad_sq_norm(batch[:half]), single.noise_scale.grad_sq_norm(batch[half:])])
+    g_sq, trace = noise_scale_terms(small, half, single.noise_scale.grad_sq_norm(batch), GLOBAL_BATCH)
     for rank in (r0, r1):
         count, got_g_sq, got_trace = rank["set"]["noise"]
         assert count == 1

@@ -157,15 +157,17 @@ def test_reward_metric_one_point_per_episode(backend):
 
 def test_a_collapsing_return_stops_the_search():
     """The stop rule on real trainer statistics: returns fall below half the smoothed best."""
-    class Agent:
-        rates = []
+    class Trainer:  # the search asks the trainer for each next rate (its run loop applies it)
+        requests = []
 
-        def set_learning_rate(self, lr, names):
-            self.rates.append(lr)
-    search = LRSearch(Agent(), ["optimizer"], np.geomspace(1e-4, 1e-1, 10), "reward", None, 4.0, 0.5, 0.0)
-    search.on_collect_end(None, CollectStats(returns=[np.array([100.0]), np.array([120.0])]), 2)
+        def request(self, **changes):
+            self.requests.append(changes)
+    agent, trainer, lrs = object(), Trainer(), np.geomspace(1e-4, 1e-1, 10)
+    search = LRSearch(agent, ["optimizer"], lrs, "reward", None, 4.0, 0.5, 0.0)
+    search.on_collect_end(trainer, CollectStats(returns=[np.array([100.0]), np.array([120.0])]), 2)
+    assert trainer.requests == [{"learning_rate": {"optimizer": lrs[2]}, "agent": agent}]
     with pytest.raises(SearchDone, match="collapsed"):
-        search.on_collect_end(None, CollectStats(returns=[np.array([50.0])]), 3)
+        search.on_collect_end(trainer, CollectStats(returns=[np.array([50.0])]), 3)
     assert search.stop_reason == "collapsed" and [v for _, v in search.points] == [100.0, 120.0, 50.0]
 
 

@@ -170,7 +170,7 @@ def _check_implied_size(target: type, kwargs: Mapping[str, Any], stored_bytes: i
     ``stored_bytes`` is what the arrays take on disk (compressed in a zip): real weights do not
     compress below a byte each, so a config implying more weights than that is an edited manifest.
     """
-    implied = getattr(target, "min_state_size", None)
+    implied = getattr(target, "_min_state_size", None)
     implied = int(implied(kwargs)) if callable(implied) else 0
     if implied > max(stored_bytes, _SMALL_STATE):
         raise CheckpointError(f"{where}: the recorded config of {target.__name__} (hidden_sizes="

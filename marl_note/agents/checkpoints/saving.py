@@ -63,7 +63,8 @@ __all__ = ["Saving"]
 # --------------------------------------------------------------------------- the mixin
 
 class Saving:
-    """Mixin giving an agent ``save`` / ``restore`` (alias ``load``) / ``save_param`` / ``restore_param``.
+    """Mixin giving an agent ``save`` / ``restore`` / ``save_param`` / ``restore_param`` (the original
+    library's ``load`` alias of ``restore`` is in :mod:`marl_note.compat`).
 
     The agent needs ``state_dict()``, ``load_state_dict(state)`` and one attribute per constructor
     argument named in ``saving_spaces`` (default ``("observation_space", "action_space")``), each a
@@ -132,7 +133,7 @@ class Saving:
         return {}
 
     @classmethod
-    def min_state_size(cls, config: Mapping[str, Any]) -> int:
+    def _min_state_size(cls, config: Mapping[str, Any]) -> int:
         """A lower bound on the weights an agent built from ``config`` holds, computed without building it.
 
         ``restore`` refuses a checkpoint whose arrays hold fewer numbers than this bound when the
@@ -143,7 +144,7 @@ class Saving:
 
         Example:
             >>> import gymnasium as gym
-            >>> Saving.min_state_size({"hidden_sizes": (64, 64), "observation_space": gym.spaces.Box(-1, 1, (4,)),
+            >>> Saving._min_state_size({"hidden_sizes": (64, 64), "observation_space": gym.spaces.Box(-1, 1, (4,)),
             ...                        "action_space": gym.spaces.Discrete(2)})
             4608
         """
@@ -186,8 +187,6 @@ class Saving:
         agent = construct(target, info, overrides, path, stored_bytes)
         load_fresh(agent, info, read_arrays(agent, manifest, path), path)
         return agent
-
-    load = restore
 
     # -- weights only ------------------------------------------------------------------------------
     def param_keys(self, state: Mapping[str, Any] | None = None) -> list[str]:

@@ -2,11 +2,11 @@
 
 After each collection chunk (``on_collect_end``: the new data are stored, no update is running)
 :class:`Adaptive` measures the controlled agent's gradient noise scale on its own data
-(``agent.measure_noise_scale``, two independent batches drawn with the callback's generator, no
+(``agent.noise_scale.measure``, two independent batches drawn with the callback's generator, no
 agent state changed) and prioritized replay's effective sample size, asks each rule
-(:mod:`marl_note.contrib.adaptive.rules`) for a value and applies it: the batch size as the
-trainer's ``batch_size`` (the learning rates through ``agent.set_learning_rate``), ``update_freq``
-as the trainer's, every other knob through ``agent.set_hyperparameter``. The replay's sampling
+(:mod:`marl_note.contrib.adaptive.rules`) for a value and requests it from the trainer
+(``trainer.request``: the batch size and ``update_freq``, the learning rates, every other knob as a
+hyperparameter), whose run loop applies it before the chunk's updates. The replay's sampling
 window (``window_size``) is proposed from the window in effect (at most the stored items), and a
 proposal that reaches every stored item opens it to its bound, so new data keep joining it. The callback also
 times each update round and the collection before it (:class:`~marl_note.contrib.adaptive.cost.StepCost`),
@@ -24,7 +24,9 @@ from typing import Any
 
 import numpy as np
 
+from marl_note.agents.base import NoiseScaled, Tunable
 from marl_note.agents.noise_scale import GradientNoiseScale
+from marl_note.agents.registry import is_on_policy
 from marl_note.contrib.adaptive.cost import StepCost
 from marl_note.contrib.adaptive.rules import BatchRule, KnobRule
 from marl_note.rng import rng_from_array, rng_to_array
@@ -88,6 +90,7 @@ class Adaptive:
         self.last: dict[str, float] = {}
         self.history = {name: Series(f"adaptive/{name}", "callbacks") for name in (*_HISTORY, *self.knobs)}
         self._per_ess: float | None = None
+        self._on_policy = False  # the agent's, decided when training starts
         self._trainer: Any = None
         # the timing of the current round: when the last phase we time ended, the update seconds, steps, batch
         self._mark: float | None = None
@@ -98,14 +101,15 @@ class Adaptive:
     def on_train_begin(self, trainer: Any) -> None:
         self._trainer = trainer
         if self.agent is None:
-            learners = list(getattr(trainer, "_run_learners", []))
+            learners = trainer.learners
             if len(learners) != 1:
                 raise ValueError(f"the adaptive callback controls one agent and this run has {len(learners)} "
                                  f"learning agents: pass agent=")
             self.agent = learners[0]
         agent = self.agent
-        if not callable(getattr(agent, "measure_noise_scale", None)):
+        if not (isinstance(agent, NoiseScaled) and isinstance(agent, Tunable)):
             raise TypeError(f"{type(agent).__name__} cannot measure its gradient noise scale (a built-in agent can)")
+        self._on_policy = is_on_policy(agent, default=False)
         adjustable = agent.hyperparameters()
         missing = [n for n in self.knobs if n != "update_freq" and n not in adjustable]
         if missing:
@@ -114,7 +118,7 @@ class Adaptive:
                              f"a replay with a sampling window)")
         if "window_size" in self.knobs:
             self._bound_window(agent)
-        agent.noise_scale = self.estimator
+        agent.noise_scale.estimator = self.estimator
         self._mark = None
         if self.values:  # a resumed run: set what the saved run had reached
             self._apply(dict(self.values))
@@ -125,23 +129,24 @@ class Adaptive:
         if self.rounds % self.every:
             return
         agent = self.agent
+        probe = agent.noise_scale
         b_simple = math.nan
-        if self._ready(agent):
-            big = min(self.num_samples, len(agent.rollout)) if hasattr(agent, "rollout") else self.num_samples
-            agent.noise_seconds = None
-            measured = agent.measure_noise_scale(max(2, big // 8), big, self.rng)
+        if probe.ready():
+            big = min(self.num_samples, probe.rows()) if self._on_policy else self.num_samples
+            probe.seconds = None
+            measured = probe.measure(max(2, big // 8), big, self.rng)
             b_simple = math.nan if measured is None else float(measured)
-            timed = getattr(agent, "noise_seconds", None)
-            if measured is not None and timed is not None:
-                self.cost.add_probe(*timed)
+            if measured is not None and probe.seconds is not None:
+                self.cost.add_probe(*probe.seconds)
         batch = int(trainer.batch_size)
         noise = None if math.isnan(b_simple) else b_simple / batch
-        ess = self._ess(agent)
+        signal = probe.replay_signal()
+        ess = self._per_ess if signal.ess is None else signal.ess
         current = {**{n: float(v) for n, v in agent.hyperparameters().items() if n in self.knobs},
                    "batch_size": float(batch)}
         if "update_freq" in self.knobs:
             current["update_freq"] = float(trainer.update_freq)
-        span = float(getattr(getattr(agent, "replay", None), "window_span", 0))
+        span = float(signal.window_span)
         if "window_size" in self.knobs and span:
             current["window_size"] = min(current["window_size"], span)  # the window in effect
         proposal = dict(current)
@@ -155,7 +160,7 @@ class Adaptive:
                                           target_ess=self.target_ess)
         if "window_size" in self.knobs and proposal["window_size"] >= span:  # every stored item: open it
             proposal["window_size"] = self.knobs["window_size"].params["max"]
-        self._apply(proposal)  # distributed: callbacks run on rank 0, and the run loop sends its settings on
+        self._apply(proposal)  # distributed: callbacks run on rank 0, and the run loop sends the changes on
         self.last = {"b_simple": b_simple, "batch_target": target, "noise": math.nan if noise is None else noise,
                      "ess": math.nan if ess is None else ess, **self.values}
         for name, series in self.history.items():
@@ -177,73 +182,65 @@ class Adaptive:
         now, r = time.perf_counter(), self._round
         if self._mark is not None and r["steps"]:
             self.cost.add_round(batch=int(r["batch"]), update_s=float(r["update_s"]), gradient_steps=int(r["steps"]),
-                                collect_s=now - self._mark, env_steps=int(getattr(stats, "env_steps", 0)),
-                                on_policy=hasattr(self.agent, "rollout"))
+                                collect_s=now - self._mark, env_steps=int(stats.env_steps),
+                                on_policy=self._on_policy)
         self._round = {"update_s": 0.0, "steps": 0, "batch": 0}
 
     def on_batch_end(self, trainer: Any, batch: int, logs: dict[str, Any]) -> None:
         self._round["update_s"] += time.perf_counter() - self._batch_from
         self._round["steps"] += int(logs.get("gradient_steps", 0) or 0)
-        if "per_ess" in logs and hasattr(self.agent, "rollout"):
-            self._per_ess = float(logs["per_ess"]) / max(1, int(self.agent.cfg.n_steps))
+        if "per_ess" in logs and self._on_policy:  # the rollout's ESS over its rows
+            self._per_ess = float(logs["per_ess"]) / max(1, self.agent.noise_scale.replay_signal().capacity)
         logs.update({f"adaptive/{k}": v for k, v in self.last.items()})
 
     def plot_series(self) -> dict[str, list[tuple[int, float]]]:
         return {s.name: s.values() for s in self.history.values() if s.values()}
 
     # -- measuring and applying ----------------------------------------------------------------------
-    @staticmethod
-    def _ready(agent: Any) -> bool:
-        """Whether the agent's data can be measured now (PPO: only when an update follows)."""
-        rollout = getattr(agent, "rollout", None)
-        if rollout is not None:
-            return len(rollout) >= agent.cfg.n_steps and len(rollout) >= 16
-        replay = getattr(agent, "replay", None)
-        return replay is not None and len(replay) > 0
-
-    def _ess(self, agent: Any) -> float | None:
-        replay = getattr(agent, "replay", None)
-        if replay is not None and callable(getattr(replay, "effective_sample_size", None)) and len(replay):
-            count = replay.window_count() if callable(getattr(replay, "window_count", None)) else len(replay)
-            return float(replay.effective_sample_size()) / max(1, count)
-        return self._per_ess
-
     def _bound_window(self, agent: Any) -> None:
         """The window rule's bounds within the replay's capacity; a uniform replay (no ESS to follow) is refused."""
-        replay = agent.replay
-        if not callable(getattr(replay, "effective_sample_size", None)):
+        signal = agent.noise_scale.replay_signal()
+        if not signal.prioritized:
             raise ValueError(f"window_size follows prioritized replay's effective sample size, and "
-                             f"{type(agent).__name__}'s replay ({type(replay).__name__}) samples uniformly: "
-                             f"use prioritized replay (PR=True) or set the window with set_hyperparameter")
+                             f"{type(agent).__name__}'s replay samples uniformly: use prioritized replay "
+                             f"(prioritized=True) or set the window with set_hyperparameter")
         params = self.knobs["window_size"].params
-        params["max"] = min(params["max"], float(replay.capacity))
+        params["max"] = min(params["max"], float(signal.capacity))
         params["min"] = min(params["min"], params["max"])
 
     def _apply(self, values: Mapping[str, float]) -> None:
+        """Request ``values`` from the trainer (applied by its run loop before the next update round), in
+        order: a batch size change scales every learning rate by the batch rule's factor."""
         trainer, agent = self._trainer, self.agent
+        rates = dict(agent.learning_rates())
+        changed: set[str] = set()
+        request: dict[str, Any] = {}
+        hyperparameters: dict[str, float] = {}
+        batch = int(trainer.batch_size)
         for name, value in values.items():
             if name == "batch_size" and self.batch is None:  # not adapted: only recorded
-                self.values[name] = float(trainer.batch_size)
-            elif name == "batch_size":
-                old, new = int(trainer.batch_size), int(value)
-                if new != old and self.batch is not None:
-                    factor = self.batch.lr_factor(old, new)
-                    for opt, lr in agent.learning_rates().items():
-                        if factor != 1.0:
-                            agent.set_learning_rate(lr * factor, opt)
-                trainer.batch_size = new
+                self.values[name] = float(batch)
+            elif name == "batch_size" and self.batch is not None:
+                new = int(value)
+                factor = self.batch.lr_factor(batch, new) if new != batch else 1.0
+                if factor != 1.0:
+                    rates = {opt: lr * factor for opt, lr in rates.items()}
+                    changed.update(rates)
+                batch = request["batch_size"] = new
                 self.values[name] = float(new)
             elif name.startswith("lr."):
-                agent.set_learning_rate(value, name[len("lr."):])
+                rates[name[len("lr."):]] = float(value)
+                changed.add(name[len("lr."):])
                 self.values[name] = float(value)
             elif name == "update_freq":
-                trainer.update_freq = int(value)
+                request["update_freq"] = int(value)
                 self.values[name] = float(int(value))
             else:
-                self.values[name] = agent.set_hyperparameter(name, value)
+                hyperparameters[name] = self.values[name] = float(value)
         if self.batch is not None and "batch_size" in values:
-            for opt, lr in agent.learning_rates().items():
-                self.values[f"lr.{opt}"] = lr
+            self.values.update({f"lr.{opt}": lr for opt, lr in rates.items()})
+        trainer.request(**request, learning_rate={opt: rates[opt] for opt in changed} or None,
+                        hyperparameters=hyperparameters or None, agent=agent)
 
     # -- state ----------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:

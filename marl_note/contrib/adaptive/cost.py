@@ -7,7 +7,7 @@ the rows beyond the noise scale buy little. :class:`StepCost` estimates ``a`` an
 three timings:
 
 - the noise measurement's two gradient passes (``b_small`` and ``b_big`` rows; the agent records
-  their seconds in ``noise_seconds``) split one pass into a fixed part and a per-row part;
+  their seconds in ``agent.noise_scale.seconds``) split one pass into a fixed part and a per-row part;
 - the update rounds give the real seconds per gradient step at the batch in use (sampling, optimiser
   and target updates included), which rescales that split;
 - the collection chunks give the env seconds, which a gradient step carries in one of two ways: an

@@ -137,14 +137,14 @@ class LRSearch:
         if found is not None:
             self.loss_key, loss = found
             self._record(loss)
-            self._advance(1)
+            self._advance(trainer, 1)
 
     def on_collect_end(self, trainer: Any, stats: Any, episodes: int) -> None:
         if self.metric != "reward":
             return
         for returns in stats.returns:  # every episode of the chunk ran at the rate in force during it
             self._record(float(np.mean(returns)))
-        self._advance(len(stats.returns))
+        self._advance(trainer, len(stats.returns))
 
     def _record(self, value: float) -> None:
         self.points.append((float(self.lrs[self.index]), value))
@@ -162,10 +162,12 @@ class LRSearch:
         if len(self.points) >= len(self.lrs):
             self._stop("done")
 
-    def _advance(self, steps: int) -> None:
+    def _advance(self, trainer: Any, steps: int) -> None:
+        """The next rate, requested from the trainer: in force from the next update round on."""
         if steps:
             self.index = min(self.index + steps, len(self.lrs) - 1)
-            self.agent.set_learning_rate(float(self.lrs[self.index]), self.names)
+            lr = float(self.lrs[self.index])
+            trainer.request(learning_rate=dict.fromkeys(self.names, lr), agent=self.agent)
 
     def _stop(self, reason: str) -> None:
         self.stop_reason = reason

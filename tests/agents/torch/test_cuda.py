@@ -81,8 +81,8 @@ def test_dqn_with_prioritized_n_step_replay_and_its_noise_scale(tmp_path):
     assert on(agent, DEVICE) and agent.updates == stats["num_gradient_steps"] > 0
     priorities = agent.replay.priorities()
     assert np.isfinite(priorities).all() and priorities.max() > priorities.min()  # TD errors came back
-    b_simple = agent.gradient_noise_scale(agent.replay.sample(16), agent.replay.sample(128))
-    assert np.isfinite(b_simple) and agent.noise_seconds is not None
+    b_simple = agent.noise_scale.measure_batches(agent.replay.sample(16), agent.replay.sample(128))
+    assert np.isfinite(b_simple) and agent.noise_scale.seconds is not None
     probe = np.random.default_rng(0).normal(size=(64, 4)).astype(np.float32)
     round_trip(agent, tmp_path, probe)
 
