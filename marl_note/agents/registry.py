@@ -42,7 +42,7 @@ from types import MappingProxyType
 from typing import Any
 
 __all__ = ["Algorithm", "RegistryError", "UnknownAlgorithm", "ACTION_SPACES", "BACKENDS", "register", "unregister",
-           "get", "names", "entries", "entry_of", "is_on_policy", "fitting", "problem"]
+           "get", "names", "entries", "entry_of", "core_of", "is_on_policy", "fitting", "problem"]
 
 #: The Gymnasium action spaces an entry may declare (by class name).
 ACTION_SPACES = ("Discrete", "Box", "MultiDiscrete", "MultiBinary")
@@ -118,12 +118,13 @@ def _resolve(algo: str, what: str, code: Code) -> Any:
 
 
 def _loaded(code: Code) -> Any:
-    """The object ``code`` names if its module is imported already (else None): nothing is imported."""
+    """The object ``code`` names if its module is imported already and defines it (else None): nothing is
+    imported or built (a module's ``__getattr__`` that builds a class on demand is not called)."""
     if not isinstance(code, str):
         return code
     module, _, name = code.rpartition(".")
     mod = sys.modules.get(module)
-    return None if mod is None else getattr(mod, name, None)
+    return None if mod is None else vars(mod).get(name)
 
 
 @dataclass(frozen=True)
@@ -413,6 +414,29 @@ def entry_of(agent_or_cls: Any) -> Algorithm | None:
         if klass in owners:
             return owners[klass]
     return None
+
+
+def core_of(agent_or_cls: Any) -> type | None:
+    """The numpy core class of a registered algorithm's own backend class (or of an instance of it), else None.
+
+    None for a subclass of a registered class (its overrides live in the subclass, not the core),
+    and for an unregistered class. What the actor pool acts with in numpy. Imports nothing new.
+
+    Example:
+        >>> from marl_note.agents.torch import DQN
+        >>> core_of(DQN).__name__
+        'DQNCore'
+        >>> class MyDQN(DQN):
+        ...     pass
+        >>> core_of(MyDQN) is None, core_of(core_of(DQN)) is None
+        (True, True)
+    """
+    cls = agent_or_cls if isinstance(agent_or_cls, type) else type(agent_or_cls)
+    entry = entry_of(cls)
+    if entry is None or all(cls is not c for c in _classes(entry)):
+        return None
+    core = entry.core_cls()
+    return core if cls is not core and issubclass(cls, core) else None
 
 
 def _declared(klass: type) -> bool | None:
