@@ -118,26 +118,37 @@ def cartpole_spaces():
         env.close()
 
 
-def test_the_plugin_is_found_by_name_and_by_class_and_reading_it_imports_no_framework(registered):
-    code = f"""
-import sys
-from marl_note.agents import registry
-from {__name__} import ENTRY, ExpectedSarsaCore
-registry.register(ENTRY)
-assert registry.names()[-1] == "{NAME}" and registry.get("{NAME}").backends == ("torch", "tf")
-assert registry.entry_of(ExpectedSarsaCore).name == "{NAME}" and not registry.is_on_policy(ExpectedSarsaCore)
-assert registry.fitting(__import__("marl_note.envs.adapters", fromlist=["x"]).make_spec(
-    __import__("marl_note.envs.adapters", fromlist=["x"]).adapt(__import__("gymnasium").make("CartPole-v1")))) \\
-    == ["dqn", "ppo", "sac", "maddpg", "{NAME}"]
-bad = [m for m in sys.modules if m.split(".")[0] in ("torch", "tensorflow")]
-assert not bad, bad
-"""
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+def test_the_plugin_is_found_by_name_and_by_class_and_its_checkpoint_restores_in_a_fresh_process(registered,
+                                                                                               tmp_path):
+    """Registering and reading the entry imports no framework; restore() of its checkpoint in a fresh
+    interpreter finds the class through the registry (the file names no code that is imported)."""
     torch_cls = registered.cls("torch")
     assert torch_cls.__name__ == "ExpectedSarsa" and issubclass(torch_cls, ExpectedSarsaCore)
     agent = torch_cls(*cartpole_spaces(), hidden_sizes=(8,), seed=0)
     assert registry.entry_of(agent) is registered and registry.core_of(agent) is ExpectedSarsaCore
     assert registry.is_on_policy(agent) is False
+    path = agent.save(str(tmp_path / "agent"))
+    expected = agent.q_values(np.ones((1, 4), np.float32))
+    code = f"""
+import sys
+import gymnasium as gym
+import numpy as np
+from marl_note.agents import registry
+from marl_note.envs.adapters import adapt, make_spec
+from {__name__} import ENTRY, ExpectedSarsaCore
+registry.register(ENTRY)
+assert registry.names()[-1] == "{NAME}" and registry.get("{NAME}").backends == ("torch", "tf")
+assert registry.entry_of(ExpectedSarsaCore).name == "{NAME}" and not registry.is_on_policy(ExpectedSarsaCore)
+assert registry.fitting(make_spec(adapt(gym.make("CartPole-v1")))) == ["dqn", "ppo", "sac", "maddpg", "{NAME}"]
+bad = [m for m in sys.modules if m.split(".")[0] in ("torch", "tensorflow")]
+assert not bad, bad
+from marl_note.agents.checkpoints import restore
+agent = restore({path!r})
+assert type(agent).__name__ == "ExpectedSarsa" and type(agent).__module__ == "{__name__}"
+np.testing.assert_allclose(agent.q_values(np.ones((1, 4), np.float32)), {expected.tolist()!r}, rtol=1e-6)
+assert "tensorflow" not in sys.modules
+"""
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
 def test_both_backends_compute_the_expected_sarsa_target(registered):
