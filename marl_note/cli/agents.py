@@ -57,7 +57,7 @@ def check_algorithm(algo: str, spec: Any, env_name: str, seats: list[str] | None
 def check_agent_kwargs(algo: str, kwargs: Mapping[str, Any]) -> None:
     """Refuse ``--agent-arg`` names the algorithm's constructor does not take (checked without a backend)."""
     core = algorithm(algo).core_cls()
-    params = inspect.signature(core.__init__).parameters
+    params = inspect.signature(core).parameters  # the constructor's
     allowed = sorted(p for p in params if p not in ("self", "config", *_SET_BY_CLI))  # config: a dataclass
     for key in kwargs:
         if key in _SET_BY_CLI:

@@ -305,7 +305,7 @@ def _check_budget(budget: Mapping[str, Any], path: str) -> None:
 
 def _check_agent(algo: str, agent: Mapping[str, Any], path: str) -> None:
     """Agent option names against the constructor of the algorithm's numpy core (no backend imported)."""
-    params = inspect.signature(algorithm(algo).core_cls().__init__).parameters
+    params = inspect.signature(algorithm(algo).core_cls()).parameters  # the constructor's
     allowed = sorted(p for p in params if p not in ("self", "config", *_SET_ELSEWHERE))  # config: a dataclass
     for key, value in agent.items():
         if key not in allowed:
