@@ -8,15 +8,17 @@ Reading an entry imports nothing: :meth:`Algorithm.cls` imports the one backend 
 :meth:`Algorithm.core_cls` the numpy core only.
 
 :func:`register` adds a user's algorithm (or an optional part's: an entry's code may live in any
-package, and is only imported when used), :func:`get` finds one by name, :func:`names` lists them,
+package, and is only imported when used; AlphaZero's entry is registered by
+:mod:`marl_note.contrib.alphazero` when that part is imported), :func:`get` finds one by name,
+:func:`names` lists them (the built-in ones first, then the others by name),
 :func:`fitting` says which fit an env, and :func:`is_on_policy` is the one definition of
 "on-policy" for every reader: the registry entry of the agent's class, or an ``on_policy`` class
 attribute its class declares (``on_policy: ClassVar[bool] = True``); an attribute set on an
 instance or a buffer it happens to hold counts for nothing.
 
 Example:
-    >>> names()
-    ['dqn', 'ppo', 'ddpg', 'sac', 'maddpg', 'alphazero']
+    >>> names()[:5]
+    ['dqn', 'ppo', 'ddpg', 'sac', 'maddpg']
     >>> entry = get("ppo")
     >>> entry.on_policy, entry.joint, entry.actions, entry.backends
     (True, False, ('Discrete', 'Box'), ('torch', 'tf'))
@@ -26,7 +28,7 @@ Example:
     Traceback (most recent call last):
     ...
     marl_note.agents.registry.UnknownAlgorithm: no algorithm is registered as 'dqm' (did you mean 'dqn'?); \
-registered: dqn, ppo, ddpg, sac, maddpg, alphazero
+registered: dqn, ppo, ddpg, sac, maddpg...
 """
 from __future__ import annotations
 
@@ -40,7 +42,7 @@ from types import MappingProxyType
 from typing import Any
 
 __all__ = ["Algorithm", "RegistryError", "UnknownAlgorithm", "ACTION_SPACES", "BACKENDS", "register", "unregister",
-           "get", "names", "entries", "entry_of", "is_on_policy", "fitting", "problem"]
+           "get", "names", "entries", "entry_of", "core_of", "is_on_policy", "fitting", "problem"]
 
 #: The Gymnasium action spaces an entry may declare (by class name).
 ACTION_SPACES = ("Discrete", "Box", "MultiDiscrete", "MultiBinary")
@@ -116,12 +118,13 @@ def _resolve(algo: str, what: str, code: Code) -> Any:
 
 
 def _loaded(code: Code) -> Any:
-    """The object ``code`` names if its module is imported already (else None): nothing is imported."""
+    """The object ``code`` names if its module is imported already and defines it (else None): nothing is
+    imported or built (a module's ``__getattr__`` that builds a class on demand is not called)."""
     if not isinstance(code, str):
         return code
     module, _, name = code.rpartition(".")
     mod = sys.modules.get(module)
-    return None if mod is None else getattr(mod, name, None)
+    return None if mod is None else vars(mod).get(name)
 
 
 @dataclass(frozen=True)
@@ -289,17 +292,9 @@ _BUILTIN = (
     Algorithm("maddpg", "marl_note.agents.maddpg.MADDPGCore", "marl_note.agents.torch.maddpg.MADDPG",
               "marl_note.agents.tf.maddpg.MADDPG", ("Discrete", "Box"), on_policy=False, joint=True, images=False,
               tiny=_TINY),
-    # AlphaZero is an optional part (marl_note.contrib.alphazero); its entry names it by dotted paths only, so
-    # reading the registry imports none of it (a contrib part registering its own entry is a follow-up)
-    Algorithm("alphazero", "marl_note.contrib.alphazero.core.AlphaZeroCore",
-              "marl_note.contrib.alphazero.torch.alphazero.AlphaZero",
-              "marl_note.contrib.alphazero.tf.alphazero.AlphaZero",
-              ("Discrete",), on_policy=False, fits="marl_note.contrib.alphazero.entry.fit_problem",
-              cases="marl_note.contrib.alphazero.entry.check_cases",
-              tiny={"hidden_sizes": (8,), "buffer_size": 256, "learning_starts": 8, "update_steps": 1,
-                    "num_simulations": 4}),
 )
 _REGISTRY: dict[str, Algorithm] = {a.name: a for a in _BUILTIN}
+_BUILTIN_NAMES = tuple(_REGISTRY)
 
 
 def register(entry: Algorithm | str, /, *, replace: bool = False, **fields: Any) -> Algorithm:
@@ -366,18 +361,19 @@ def get(name: str) -> Algorithm:
     if entry is None:
         close = difflib.get_close_matches(str(name), list(_REGISTRY), n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise UnknownAlgorithm(f"no algorithm is registered as {name!r}{hint}; registered: {', '.join(_REGISTRY)}")
+        raise UnknownAlgorithm(f"no algorithm is registered as {name!r}{hint}; registered: {', '.join(names())}")
     return entry
 
 
 def names() -> list[str]:
-    """Every registered name, built-in ones first, then in registration order.
+    """Every registered name: the core's built-in ones in their fixed order, then every other in
+    alphabetical order (the same list whatever order optional parts and plugins were imported in).
 
     Example:
         >>> names()[:2]
         ['dqn', 'ppo']
     """
-    return list(_REGISTRY)
+    return [n for n in _BUILTIN_NAMES if n in _REGISTRY] + sorted(n for n in _REGISTRY if n not in _BUILTIN_NAMES)
 
 
 def entries() -> list[Algorithm]:
@@ -387,7 +383,7 @@ def entries() -> list[Algorithm]:
         >>> [e.name for e in entries() if e.joint]
         ['maddpg']
     """
-    return list(_REGISTRY.values())
+    return [_REGISTRY[n] for n in names()]
 
 
 def _classes(entry: Algorithm) -> list[type]:
@@ -418,6 +414,29 @@ def entry_of(agent_or_cls: Any) -> Algorithm | None:
         if klass in owners:
             return owners[klass]
     return None
+
+
+def core_of(agent_or_cls: Any) -> type | None:
+    """The numpy core class of a registered algorithm's own backend class (or of an instance of it), else None.
+
+    None for a subclass of a registered class (its overrides live in the subclass, not the core),
+    and for an unregistered class. What the actor pool acts with in numpy. Imports nothing new.
+
+    Example:
+        >>> from marl_note.agents.torch import DQN
+        >>> core_of(DQN).__name__
+        'DQNCore'
+        >>> class MyDQN(DQN):
+        ...     pass
+        >>> core_of(MyDQN) is None, core_of(core_of(DQN)) is None
+        (True, True)
+    """
+    cls = agent_or_cls if isinstance(agent_or_cls, type) else type(agent_or_cls)
+    entry = entry_of(cls)
+    if entry is None or all(cls is not c for c in _classes(entry)):
+        return None
+    core = entry.core_cls()
+    return core if cls is not core and issubclass(cls, core) else None
 
 
 def _declared(klass: type) -> bool | None:
@@ -497,4 +516,4 @@ def fitting(spec: Any, seats: list[str] | None = None) -> list[str]:
         >>> fitting(spec)
         ['ppo', 'ddpg', 'sac', 'maddpg']
     """
-    return [name for name, entry in _REGISTRY.items() if entry.problem(spec, seats) is None]
+    return [entry.name for entry in entries() if entry.problem(spec, seats) is None]

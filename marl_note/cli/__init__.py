@@ -3,7 +3,9 @@
 ``main(argv)`` parses the arguments, runs the command and returns its exit status: 0 on success,
 2 for a bad argument (printed as one line naming the problem, before any work starts), 130 when
 interrupted. Importing this package imports neither torch nor TensorFlow: a command imports the
-one backend it needs, after its arguments are checked.
+one backend it needs, after its arguments are checked. The modules named in ``MARL_NOTE_PLUGINS``
+are imported first (:func:`~marl_note.cli.plugins.load_plugins`): the algorithms they register are
+``--algo`` choices.
 
 Example:
     >>> import contextlib, io
@@ -22,12 +24,18 @@ from collections.abc import Sequence
 
 from marl_note.cli.common import CLIError
 from marl_note.cli.parser import build_parser
+from marl_note.cli.plugins import load_plugins
 
 __all__ = ["CLIError", "build_parser", "main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command of the command line; returns the exit status."""
+    try:
+        load_plugins()
+    except CLIError as exc:
+        print(f"marl_note: error: {exc}", file=sys.stderr)
+        return 2
     args = build_parser().parse_args(argv)
     from marl_note.cli import commands
     from marl_note.cli.zoo_command import zoo

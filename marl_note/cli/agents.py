@@ -1,9 +1,10 @@
 """Which algorithm fits which env, who sits in which seat, and building the agents (the backend imported last).
 
-Everything here but :func:`import_backend` and :func:`build_learners` is numpy only: the fit
-of an algorithm is judged from the env's spaces, the ``--agent-arg`` names from the signature
-of the algorithm's numpy core, so every such mistake is reported before torch or TensorFlow
-is imported.
+The algorithms are those of :mod:`marl_note.agents.registry` (the built-in ones, AlphaZero's optional
+part and any plugin named in ``MARL_NOTE_PLUGINS``, see :mod:`marl_note.cli.plugins`). Everything
+here but :func:`import_backend` and :func:`build_learners` is numpy only: the fit of an algorithm is
+judged from the env's spaces, the ``--agent-arg`` names from the signature of the algorithm's numpy
+core, so every such mistake is reported before torch or TensorFlow is imported.
 
 Example:
     >>> import gymnasium as gym
@@ -28,97 +29,42 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from marl_note.agents import registry
 from marl_note.cli.common import CLIError
+from marl_note.cli.plugins import algorithm
 
-__all__ = ["ALGORITHMS", "BACKENDS", "SeatPlan", "build_learners", "check_agent_kwargs", "check_algorithm",
+__all__ = ["BACKENDS", "SeatPlan", "agent_class", "build_learners", "check_agent_kwargs", "check_algorithm",
            "fitting_algorithms", "import_backend", "plan_seats"]
 
-
-@dataclass(frozen=True)
-class Algorithm:
-    """An algorithm of the command line: its class name, numpy core and the action spaces it handles."""
-
-    cls: str
-    core: str  # module.Class of the numpy core (its constructor names the arguments)
-    actions: tuple[str, ...]
-    joint: bool = False  # one learner over all seats (needs a Parallel env)
-    board_games: bool = False  # searches with the rules of a board game it rebuilds from the observation
-
-
-ALGORITHMS: dict[str, Algorithm] = {
-    "dqn": Algorithm("DQN", "marl_note.agents.dqn.DQNCore", ("Discrete",)),
-    "ppo": Algorithm("PPO", "marl_note.agents.ppo.PPOCore", ("Discrete", "Box")),
-    "ddpg": Algorithm("DDPG", "marl_note.agents.ddpg.DDPGCore", ("Box",)),
-    "sac": Algorithm("SAC", "marl_note.agents.sac.SACCore", ("Discrete", "Box")),
-    "maddpg": Algorithm("MADDPG", "marl_note.agents.maddpg.MADDPGCore", ("Discrete", "Box"), joint=True),
-    "alphazero": Algorithm("AlphaZero", "marl_note.contrib.alphazero.core.AlphaZeroCore", ("Discrete",),
-                           board_games=True),
-}
-BACKENDS = {"torch": ("PyTorch", "pip install 'marl_note[torch]'"),
-            "tf": ("TensorFlow", "pip install 'marl_note[tf]'")}
+BACKENDS = registry.BACKENDS
 _SET_BY_CLI = ("observation_space", "action_space", "observation_spaces", "action_spaces", "seed")
-
-
-def _problem(algo: str, spec: Any, seats: list[str] | None = None) -> str | None:
-    """Why ``algo`` cannot learn ``seats`` (default: every seat) of the env, or None if it can."""
-    from marl_note.agents.maddpg_seats import image_observation  # numpy only
-    from marl_note.agents.spaces import flat_obs_dim
-
-    info = ALGORITHMS[algo]
-    if info.board_games:
-        from marl_note.contrib.alphazero.core import board_simulator_for  # numpy only
-
-        if not spec.turn_based:
-            return f"{algo} searches turn-based board games, and this env is not turn-based"
-        for seat in seats or list(spec.possible_agents):
-            try:
-                board_simulator_for(spec.observation_space(seat), spec.action_space(seat))
-            except ValueError:
-                return (f"{algo} rebuilds the position from the observation, which only tic-tac-toe and connect "
-                        f"four allow (seat {seat!r} observes {spec.observation_space(seat)})")
-    if info.joint and spec.turn_based:
-        return (f"{algo} learns from every agent's step at once (joint per-step data), which needs a Parallel "
-                f"env where all agents act together; this env is turn-based")
-    for seat in seats or list(spec.possible_agents):
-        space = spec.action_space(seat)
-        if type(space).__name__ not in info.actions:
-            return f"{algo} needs {' or '.join(info.actions)} actions, but seat {seat!r} has {space}"
-        try:
-            flat_obs_dim(spec.observation_space(seat))
-        except TypeError:
-            return (f"the built-in networks take Box, Discrete, MultiBinary or MultiDiscrete observations (or "
-                    f"Dict/Tuple of those), but seat {seat!r} observes {spec.observation_space(seat)}")
-        if info.joint and image_observation(spec.observation_space(seat)):
-            return (f"{algo} reads no images (it has no conv torso yet), but seat {seat!r} observes "
-                    f"{spec.observation_space(seat)}")
-    return None
 
 
 def fitting_algorithms(spec: Any, seats: list[str] | None = None) -> list[str]:
     """The algorithms that can learn ``seats`` (default: every seat) of the env described by ``spec``."""
-    return [name for name in ALGORITHMS if _problem(name, spec, seats) is None]
+    return registry.fitting(spec, seats)
 
 
 def check_algorithm(algo: str, spec: Any, env_name: str, seats: list[str] | None = None) -> None:
     """Raise a CLIError naming the problem and the algorithms that fit when ``algo`` does not fit the env."""
-    problem = _problem(algo, spec, seats)
+    problem = algorithm(algo).problem(spec, seats)
     if problem is not None:
         fitting = fitting_algorithms(spec, seats)
-        raise CLIError(f"--algo {algo} does not fit {env_name}: {problem}. "
-                       f"Algorithms that fit: {', '.join(fitting) if fitting else 'none of ' + ', '.join(ALGORITHMS)}")
+        raise CLIError(f"--algo {algo} does not fit {env_name}: {problem}. Algorithms that fit: "
+                       f"{', '.join(fitting) if fitting else 'none of ' + ', '.join(registry.names())}")
 
 
 def check_agent_kwargs(algo: str, kwargs: Mapping[str, Any]) -> None:
     """Refuse ``--agent-arg`` names the algorithm's constructor does not take (checked without a backend)."""
-    module, _, name = ALGORITHMS[algo].core.rpartition(".")
-    params = inspect.signature(getattr(importlib.import_module(module), name).__init__).parameters
+    core = algorithm(algo).core_cls()
+    params = inspect.signature(core).parameters  # the constructor's
     allowed = sorted(p for p in params if p not in ("self", "config", *_SET_BY_CLI))  # config: a dataclass
     for key in kwargs:
         if key in _SET_BY_CLI:
             raise CLIError(f"--agent-arg {key}=... is set by the command line (spaces from the env, seed from --seed)")
         if key not in allowed:
-            raise CLIError(f"--agent-arg {key}: {ALGORITHMS[algo].cls} takes no argument {key!r}; it takes "
-                           f"{', '.join(allowed)}")
+            raise CLIError(f"--agent-arg {key}: {core.__name__.removesuffix('Core')} takes no argument {key!r}; it "
+                           f"takes {', '.join(allowed)}")
 
 
 @dataclass(frozen=True)
@@ -149,7 +95,7 @@ def plan_seats(spec: Any, algo: str, self_play: bool = False, opponent: str | No
     if self_play and opponent is not None:
         raise CLIError("--self-play (one learner in every seat) and --opponent (a fixed player in the other seats) "
                        "exclude each other")
-    if ALGORITHMS[algo].joint:
+    if algorithm(algo).joint:
         if self_play or opponent is not None:
             raise CLIError(f"{algo} is one learner with its own actor in every seat: it takes neither --self-play "
                            f"nor --opponent")
@@ -180,10 +126,21 @@ def import_backend(backend: str) -> Any:
         raise CLIError(f"--backend {backend} needs {framework}, which cannot be imported ({exc}): {install}") from None
 
 
-def build_learners(module: Any, algo: str, spec: Any, plan: SeatPlan, kwargs: Mapping[str, Any],
+def agent_class(algo: str, backend: str) -> type:
+    """The registered class of ``algo`` for ``backend``, or a CLIError (no such class, framework missing)."""
+    entry = algorithm(algo)
+    if backend not in entry.backends:
+        raise CLIError(f"--algo {algo} has no {backend} class; use --backend {' or '.join(entry.backends)}")
+    try:
+        return entry.cls(backend)
+    except ImportError as exc:
+        raise CLIError(str(exc)) from None
+
+
+def build_learners(backend: str, algo: str, spec: Any, plan: SeatPlan, kwargs: Mapping[str, Any],
                    seed: int | None) -> dict[str, Any]:
     """The learning agents of ``plan``, keyed by checkpoint name (one per distinct agent)."""
-    cls = getattr(module, ALGORITHMS[algo].cls)
+    cls = agent_class(algo, backend)
     if plan.mode == "joint":
         names = list(spec.possible_agents)
         return {algo: cls({a: spec.observation_space(a) for a in names}, {a: spec.action_space(a) for a in names},

@@ -126,9 +126,9 @@ def train(args: Any) -> int:
             check_out_dir(out, plan.checkpoint_names)
             if opponent_source is not None:
                 check_source_fits(opponent_source, spec, choice.name, fill=True)
-            module = import_backend(args.backend)
+            import_backend(args.backend)
             with setup_errors(f"cannot build the {args.algo} agents"):
-                learners = build_learners(module, args.algo, spec, plan, agent_kwargs, args.seed)
+                learners = build_learners(args.backend, args.algo, spec, plan, agent_kwargs, args.seed)
             opponents = _opponents(spec, choice.name, None, args.seed, opponent_source)
             seats = arrange_seats(plan, learners, opponents)
         _say(f"training {args.algo} ({args.backend}) on {choice.name}"

@@ -1,5 +1,7 @@
 """The argument parser of ``python -m marl_note`` (argparse; no env, agent or framework is imported here).
 
+The ``--algo`` choices and their help come from the algorithm registry (:mod:`marl_note.cli.plugins`).
+
 Example:
     >>> args = build_parser().parse_args(["train", "--env", "tictactoe_v3", "--algo", "dqn", "--self-play"])
     >>> args.command, args.backend, args.self_play
@@ -10,7 +12,10 @@ Example:
 from __future__ import annotations
 
 import argparse
+import textwrap
 from collections.abc import Callable
+
+from marl_note.cli.plugins import algorithm, algorithm_names
 
 __all__ = ["TRAIN_DEFAULTS", "build_parser"]
 
@@ -39,8 +44,7 @@ envs: PettingZoo classic (tictactoe_v3, connect_four_v3, ...), MPE from the mpe2
 (simple_spread_v3, ...), butterfly and sisl names, and Gymnasium ids (CartPole-v1, Pendulum-v1).
 Classic games are turn-based; MPE/butterfly/sisl envs run as Parallel envs.
 
-algorithms: dqn (Discrete actions), ppo and sac (Discrete or Box), ddpg (Box), maddpg (Discrete or
-Box, Parallel envs), alphazero (PUCT search, tictactoe_v3 and connect_four_v3).
+{algorithms}
 Agent options: --agent-arg KEY=VALUE, e.g. --agent-arg 'hidden_sizes=[128, 128]'
 --agent-arg lr=5e-4 (values are read as JSON, otherwise as text).
 
@@ -81,6 +85,16 @@ def _env_options(p: argparse.ArgumentParser, required: bool) -> None:
                    help="an argument of the env's factory, e.g. max_cycles=25 (repeatable)")
 
 
+def _algorithms_help() -> str:
+    """Each registered algorithm with the actions it takes (and whether it is one joint learner)."""
+    parts = []
+    for name in algorithm_names():
+        entry = algorithm(name)
+        where = ", one learner over every seat of a Parallel env" if entry.joint else ""
+        parts.append(f"{name} ({' or '.join(entry.actions)} actions{where})")
+    return textwrap.fill(f"algorithms: {', '.join(parts)}.", 100)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser for the ``train``, ``evaluate`` and ``play`` commands."""
     parser = argparse.ArgumentParser(prog="python -m marl_note", description=DESCRIPTION,
@@ -89,10 +103,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = sub.add_parser("train", help="train agents and save them", description="Train agents with "
                            "DecentralizedTrainer, save them under --out and print a summary.",
-                           epilog=TRAIN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+                           epilog=TRAIN_EPILOG.format(algorithms=_algorithms_help()),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     _env_options(train, required=False)
-    train.add_argument("--algo", choices=["dqn", "ppo", "ddpg", "sac", "maddpg", "alphazero"],
-                       help="the algorithm; without it the zoo's recipe for --env is used")
+    train.add_argument("--algo", choices=algorithm_names(),
+                       help="the algorithm (a registered one; MARL_NOTE_PLUGINS=module,... imports modules that "
+                            "register more); without it the zoo's recipe for --env is used")
     train.add_argument("--recipe", metavar="NAME|FILE",
                        help="train with this recipe: a zoo recipe's name or a TOML file (python -m marl_note zoo "
                             "NAME shows one); with another --env, its settings on that env")

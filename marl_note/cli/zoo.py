@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import importlib
 import inspect
 import math
 import os
@@ -44,6 +43,7 @@ from typing import Any
 
 from marl_note._moved import package_getattr
 from marl_note.cli.common import CLIError
+from marl_note.cli.plugins import algorithm, algorithm_names
 from marl_note.file_reads import JSON_LIMIT, FileRefused, read_regular
 from marl_note.validation import MAX_COUNT, MAX_MINUTES, MAX_SEED, shown
 
@@ -57,13 +57,11 @@ __all__ = ["RECIPE_DIR", "Recipe", "RecipeError", "check_recipe", "load_recipe",
 RECIPE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "recipes")
 SEAT_MODES = ("independent", "self-play", "joint")
 WRAPPERS = ("with_agent_id", "pad_seats")  # and "supersuit.<wrapper>", e.g. supersuit.resize_v1
-# marl_note.cli.agents.ALGORITHMS (kept import-free here)
-_ALGORITHMS = ("dqn", "ppo", "ddpg", "sac", "maddpg", "alphazero")
 _SET_ELSEWHERE = ("observation_space", "action_space", "observation_spaces", "action_spaces", "seed")
 
 # key: (types, what the value must be); a None type list means "a table of free options"
 _TOP = {"version": ((int,), "a positive integer"), "env": ((str,), "an env name"),
-        "algo": ((str,), "one of " + ", ".join(_ALGORITHMS)), "description": ((str,), "text"),
+        "algo": ((str,), "a registered algorithm's name"), "description": ((str,), "text"),
         "source": ((str,), "text"), "seats": ((str,), "one of " + ", ".join(SEAT_MODES)),
         "score_seats": ((list,), "a list of seat names"), "target": ((int, float), "a number"),
         "seeds": ((list,), "a non-empty list of integers"), "env_kwargs": ((dict,), "a table"),
@@ -225,13 +223,15 @@ def check_recipe(data: Mapping[str, Any], path: str = "<recipe>") -> Recipe:
     if data["version"] < 1:
         raise RecipeError(f"{path}: version must be a positive integer, got {data['version']}")
     algo = data["algo"]
-    if algo not in _ALGORITHMS:
-        raise RecipeError(f"{path}: algo {algo!r} is not one of {', '.join(_ALGORITHMS)}")
+    if algo not in algorithm_names():
+        raise RecipeError(f"{path}: algo {algo!r} is not one of {', '.join(algorithm_names())}")
     _check_env(data["env"], path)
-    seats = data.get("seats", "joint" if algo == "maddpg" else "independent")
-    if seats not in SEAT_MODES or (seats == "joint") != (algo == "maddpg"):
-        raise RecipeError(f"{path}: seats {seats!r} does not fit algo {algo!r}: use 'joint' with maddpg, else "
-                          f"'independent' or 'self-play'")
+    joint = algorithm(algo).joint
+    seats = data.get("seats", "joint" if joint else "independent")
+    if seats not in SEAT_MODES or (seats == "joint") != joint:
+        with_joint = ", ".join(n for n in algorithm_names() if algorithm(n).joint)
+        raise RecipeError(f"{path}: seats {seats!r} does not fit algo {algo!r}: use 'joint' with {with_joint}, "
+                          f"else 'independent' or 'self-play'")
     seeds = data["seeds"]
     if not seeds or not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s <= MAX_SEED for s in seeds):
         raise RecipeError(f"{path}: seeds must be a non-empty list of integers from 0 to {MAX_SEED:,}, got "
@@ -305,11 +305,7 @@ def _check_budget(budget: Mapping[str, Any], path: str) -> None:
 
 def _check_agent(algo: str, agent: Mapping[str, Any], path: str) -> None:
     """Agent option names against the constructor of the algorithm's numpy core (no backend imported)."""
-    core = {"dqn": "marl_note.agents.dqn.DQNCore", "ppo": "marl_note.agents.ppo.PPOCore",
-            "ddpg": "marl_note.agents.ddpg.DDPGCore", "sac": "marl_note.agents.sac.SACCore",
-            "maddpg": "marl_note.agents.maddpg.MADDPGCore"}[algo]
-    module, _, cls = core.rpartition(".")
-    params = inspect.signature(getattr(importlib.import_module(module), cls).__init__).parameters
+    params = inspect.signature(algorithm(algo).core_cls()).parameters  # the constructor's
     allowed = sorted(p for p in params if p not in ("self", "config", *_SET_ELSEWHERE))  # config: a dataclass
     for key, value in agent.items():
         if key not in allowed:

@@ -25,6 +25,7 @@ from typing import Any
 
 from marl_note.cli.common import CLIError
 from marl_note.cli.parser import TRAIN_DEFAULTS
+from marl_note.cli.plugins import algorithm_names
 from marl_note.cli.zoo import Recipe, load_recipe, recipe, recipes
 from marl_note.cli.zoo_run import EPISODE_CAP
 
@@ -46,7 +47,7 @@ def apply_recipe(args: Any) -> Recipe | None:
         try:
             chosen = recipe(args.env)
         except CLIError as exc:
-            raise CLIError(f"{exc}. Give --algo (dqn, ppo, ddpg, sac, maddpg, alphazero) to train without a "
+            raise CLIError(f"{exc}. Give --algo ({', '.join(algorithm_names())}) to train without a "
                            f"recipe") from None
     if chosen is not None:
         args.env = chosen.env

@@ -239,8 +239,8 @@ def prepare(recipe: Recipe, seed: int | None = None, backend: str = "torch", pro
                 if unknown:
                     raise RecipeError(f"score_seats names {unknown}, which are no seats of {recipe.env} "
                                       f"({', '.join(spec.possible_agents)})")
-            module = import_backend(backend)
-            learners = build_learners(module, recipe.algo, spec, plan, kwargs, seed)
+            import_backend(backend)
+            learners = build_learners(backend, recipe.algo, spec, plan, kwargs, seed)
             seats = seat_agents(plan, learners, {})
     except BaseException:
         trainer.close()

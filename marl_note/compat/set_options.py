@@ -39,6 +39,11 @@ initial_TD      the priority of new transitions, ``initial_td`` (with PR).
 lambda_         PPO with PR: the weight of ``|TD|`` against ``|ratio - 1|`` in the priority.
 initial_ratio   PPO with PR: the initial ``|ratio - 1|`` part of the priority.
 =============== ============================================================================
+
+Which algorithm an agent is comes from :mod:`marl_note.agents.registry` (:func:`registry.entry_of
+<marl_note.agents.registry.entry_of>`: the entry of its most derived registered class). Another
+registered algorithm (a plugin's, or AlphaZero) takes the options of an off-policy replay agent
+(``pool_size``, ``num_updates``, ``num_steps``, HER, PR), as a user subclass of DQN takes DQN's.
 """
 from __future__ import annotations
 
@@ -49,6 +54,7 @@ from typing import Any
 
 import numpy as np
 
+from marl_note.agents import registry
 from marl_note.agents.checkpoints.restoring import backend_of
 from marl_note.compat.rebuild import rebuild
 from marl_note.compat.train_bindings import compute_reward_of
@@ -135,12 +141,7 @@ def _rebuild(agent: Any, changes: dict[str, Any], fresh: tuple[str, ...]) -> Non
 
 def _builtin(agent: Any, o: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...], bool | None]:
     """Constructor changes, state prefixes to take fresh, and the HER flag given (None: not given)."""
-    from marl_note.agents.ddpg import DDPGCore
-    from marl_note.agents.dqn import DQNCore
-    from marl_note.agents.maddpg import MADDPGCore
-    from marl_note.agents.ppo import PPOCore
-    from marl_note.agents.sac import SACCore
-
+    algo = _algorithm(agent)
     pr = o.get("PR", agent.config.get("prioritized", False))
     _refusals(agent, o, pr)
     changes: dict[str, Any] = {}
@@ -148,30 +149,34 @@ def _builtin(agent: Any, o: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, 
     for key, name in _PRIORITY.items():
         if key in o:
             changes[name] = o[key]
-    if isinstance(agent, PPOCore):
+    if algo == "ppo":
         fresh = _ppo(agent, o, changes, pr)
-    elif isinstance(agent, MADDPGCore):
+    elif algo == "maddpg":
         fresh = _maddpg(agent, o, changes)
     else:
         _off_policy(agent, o, changes)
-        if isinstance(agent, DQNCore):
+        if algo == "dqn":
             fresh = _dqn(agent, o, changes)
-        elif isinstance(agent, DDPGCore):
+        elif algo == "ddpg":
             fresh = _explore_box(agent, o, changes)
-        elif isinstance(agent, SACCore):
+        elif algo == "sac":
             for key in ("policy", "noise"):
                 if key in o:
                     _refuse(key, "SAC explores by sampling its own stochastic policy (entropy-regularised); tune "
                                  "init_temperature, autotune or target_entropy instead")
-        _no_target_period(agent, o, isinstance(agent, DQNCore))
+        _no_target_period(agent, o, algo == "dqn")
     return changes, fresh, o.get("HER")
+
+
+def _algorithm(agent: Any) -> str | None:
+    """The registered name of ``agent``'s algorithm (None: none of its classes is registered)."""
+    entry = registry.entry_of(agent)
+    return None if entry is None else entry.name
 
 
 def _refusals(agent: Any, o: dict[str, Any], pr: bool) -> None:
     """The arguments no built-in agent of this kind has machinery for."""
-    from marl_note.agents.maddpg import MADDPGCore
-    from marl_note.agents.ppo import PPOCore
-
+    algo = _algorithm(agent)
     name, backend, cfg = type(agent).__name__, backend_of(type(agent)), agent.config
     use = f"marl_note.compat.{backend}"
     if o.get("TRL"):
@@ -180,22 +185,22 @@ def _refusals(agent: Any, o: dict[str, Any], pr: bool) -> None:
     if o.get("IRL"):
         _refuse("IRL", f"IRL needs a network with an auxiliary output next to the policy output; {name}'s networks "
                        f"have none: subclass {use}.RL and return (output, aux) from action()")
-    if o.get("MARL") and not isinstance(agent, MADDPGCore):
+    if o.get("MARL") and algo != "maddpg":
         _refuse("MARL", f"MARL=True is the centralised critic of {use}.MADDPG; train() already puts this {name} in "
                         f"every seat of a multi-agent env (independent learners)")
-    if o.get("PPO") and not isinstance(agent, PPOCore):
+    if o.get("PPO") and algo != "ppo":
         _refuse("PPO", f"{name} is not PPO: use {use}.PPO")
-    if o.get("PPO") is False and isinstance(agent, PPOCore):
+    if o.get("PPO") is False and algo == "ppo":
         _refuse("PPO", f"this agent is PPO; for an off-policy learner use {use}.DQN, DDPG or SAC")
     for key in ("alpha", "initial_TD"):
-        if key in o and isinstance(agent, MADDPGCore):
+        if key in o and algo == "maddpg":
             _refuse(key, f"{key} is an option of prioritized replay, and MADDPG's joint replay samples uniformly")
         if key in o and not pr:
             _refuse(key, f"{key} is an option of prioritized replay: pass PR=True too")
     if o.get("PR") and (cfg.get("her") or agent.__dict__.get("_her_pending")) and o.get("HER") is not False:
         _refuse("PR", "prioritized replay cannot be combined with hindsight replay (HER): pass HER=False too")
     for key in ("lambda_", "initial_ratio"):
-        if key in o and not isinstance(agent, PPOCore):
+        if key in o and algo != "ppo":
             _refuse(key, f"{key} weighs PPO's prioritized rollout (|TD| against |ratio - 1|); {name} has no ratio: "
                          f"use {use}.PPO with PR=True")
 

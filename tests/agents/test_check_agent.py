@@ -3,6 +3,7 @@ agents that break the contract (broken agents defined here, registered for the t
 import numpy as np
 import pytest
 
+import marl_note.contrib.alphazero  # noqa: F401  (registers "alphazero": checked with the others)
 from marl_note.agents import registry
 from marl_note.agents.checks import AgentCase, AgentCheckError, check_agent
 from marl_note.agents.ddpg import DDPGCore

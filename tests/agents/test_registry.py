@@ -1,6 +1,5 @@
 """The algorithm registry (issue 29, item 3): the CLI's table today in library form, read without a
 framework, open to user algorithms, and the one definition of "on-policy"."""
-import importlib
 import subprocess
 import sys
 
@@ -51,54 +50,119 @@ def specs():
     }
 
 
-def test_the_registry_holds_the_command_lines_algorithms_with_the_same_classes():
-    """The switch of cli/agents.py, the pool and the zoo to the registry is mechanical: same names, order,
-    numpy cores, backend classes, action spaces and joint flag as cli.agents.ALGORITHMS and zoo._ALGORITHMS."""
+def test_the_built_in_entries_name_the_library_classes():
+    """The registry is the command line's old table in library form: names, order, numpy cores, backend
+    classes, action spaces, joint flag (cli.agents.ALGORITHMS had these; the CLI now reads the registry)."""
     pytest.importorskip("torch")
     pytest.importorskip("tensorflow")
-    assert registry.names() == list(cli_agents.ALGORITHMS) == list(zoo._ALGORITHMS) == BUILTIN
-    for name, cli in cli_agents.ALGORITHMS.items():
+    import marl_note.agents.tf as tf_agents
+    import marl_note.agents.torch as torch_agents
+    from marl_note.contrib.alphazero import tf as az_tf
+    from marl_note.contrib.alphazero import torch as az_torch
+    from marl_note.contrib.alphazero.core import AlphaZeroCore
+
+    assert registry.names() == BUILTIN
+    expected = {"dqn": ("DQN", DQNCore, ("Discrete",), False), "ppo": ("PPO", PPOCore, ("Discrete", "Box"), False),
+                "ddpg": ("DDPG", None, ("Box",), False), "sac": ("SAC", None, ("Discrete", "Box"), False),
+                "maddpg": ("MADDPG", None, ("Discrete", "Box"), True),
+                "alphazero": ("AlphaZero", AlphaZeroCore, ("Discrete",), False)}
+    for name, (cls, core, actions, joint) in expected.items():
         entry = registry.get(name)
-        assert entry.core == cli.core
-        module, _, cls = cli.core.rpartition(".")
-        assert entry.core_cls() is getattr(importlib.import_module(module), cls)
-        for backend in ("torch", "tf"):
-            assert entry.cls(backend) is getattr(cli_agents.import_backend(backend), cli.cls), (name, backend)
-        assert entry.actions == cli.actions
-        assert entry.joint == cli.joint
+        torch_mod, tf_mod = (az_torch, az_tf) if name == "alphazero" else (torch_agents, tf_agents)
+        assert entry.cls("torch") is getattr(torch_mod, cls) and entry.cls("tf") is getattr(tf_mod, cls), name
+        assert core is None or entry.core_cls() is core
+        assert entry.core_cls().__name__ == f"{cls}Core"
+        assert (entry.actions, entry.joint) == (actions, joint)
         assert dict(entry.tiny)  # check_agent builds each small
-    assert dict(registry.BACKENDS) == cli_agents.BACKENDS
+    assert dict(registry.BACKENDS) == dict(cli_agents.BACKENDS)
 
 
-def test_fitting_algorithms_and_the_reasons_match_the_command_line_on_every_env(specs):
-    for env, spec in specs.items():
-        assert registry.fitting(spec) == cli_agents.fitting_algorithms(spec), env
-        for seats in (None, [spec.possible_agents[0]]):
-            for name in BUILTIN:
-                assert registry.problem(name, spec, seats) == cli_agents._problem(name, spec, seats), (env, name)
+def test_the_command_line_and_the_zoo_offer_exactly_the_registered_algorithms():
+    """--algo's choices and help, and the algorithms a recipe may name, are registry.names(): a newly
+    registered algorithm is offered, and an unregistered one is gone."""
+    from marl_note.cli.parser import build_parser
+
+    def choices():
+        train = build_parser()._subparsers._group_actions[0].choices["train"]
+        algo = next(a for a in train._actions if a.dest == "algo")
+        return list(algo.choices), train.epilog
+
+    names, epilog = choices()
+    assert names == BUILTIN and "maddpg (Discrete or Box actions, one learner over every seat" in epilog
+    try:
+        registry.register("zz-mine", core=DQNCore, torch="marl_note.agents.torch.dqn.DQN", actions=("Discrete",),
+                          on_policy=False)
+        names, epilog = choices()
+        assert names == [*BUILTIN, "zz-mine"] and "zz-mine (Discrete actions)" in epilog
+        recipe = zoo.check_recipe({"version": 1, "env": "CartPole-v1", "algo": "zz-mine", "seeds": [0],
+                                   "agent": {"lr": 1e-3}, "trainer": {"test_freq": 1}, "budget": {"episodes": 1},
+                                   "result": {"status": "not measured"}})
+        assert recipe.algo == "zz-mine" and recipe.seats == "independent"
+    finally:
+        registry.unregister("zz-mine")
+    assert choices()[0] == BUILTIN
+    with pytest.raises(zoo.RecipeError, match=r"algo 'zz-mine' is not one of dqn, ppo, ddpg, sac, maddpg, alphazero"):
+        zoo.check_recipe({"version": 1, "env": "CartPole-v1", "algo": "zz-mine", "seeds": [0],
+                          "trainer": {"test_freq": 1}, "budget": {"episodes": 1}, "result": {"status": "not measured"}})
+
+
+def test_an_alphazero_recipe_has_its_agent_options_checked():
+    """The zoo's own table of numpy cores had no alphazero: a recipe with [agent] options raised KeyError."""
+    data = {"version": 1, "env": "tictactoe_v3", "algo": "alphazero", "seeds": [0], "seats": "self-play",
+            "agent": {"num_simulations": 8}, "trainer": {"test_freq": 1}, "budget": {"episodes": 1},
+            "result": {"status": "not measured"}}
+    assert zoo.check_recipe(data).agent == {"num_simulations": 8}
+    with pytest.raises(zoo.RecipeError, match=r"\[agent\] 'num_simulation' is no option of alphazero \(did you mean "
+                                              r"'num_simulations'\?\)"):
+        zoo.check_recipe({**data, "agent": {"num_simulation": 8}})
+
+
+def test_fitting_algorithms_on_every_env(specs):
     assert registry.fitting(specs["tictactoe_v3"]) == ["dqn", "ppo", "sac", "alphazero"]
+    assert registry.fitting(specs["connect_four_v3"]) == ["dqn", "ppo", "sac", "alphazero"]
     assert registry.fitting(specs["simple_spread_v3"]) == ["dqn", "ppo", "sac", "maddpg"]
+    assert registry.fitting(specs["simple_spread_v3 (AEC)"]) == ["dqn", "ppo", "sac"]
+    assert registry.fitting(specs["CartPole-v1"]) == ["dqn", "ppo", "sac", "maddpg"]
     assert registry.fitting(specs["Pendulum-v1"]) == ["ppo", "ddpg", "sac", "maddpg"]
     assert registry.fitting(specs["images"]) == ["ppo", "ddpg", "sac"]
+    assert registry.fitting(specs["multidiscrete"]) == []
+    assert registry.fitting(specs["text observations"]) == []
+    assert registry.fitting(specs["board-shaped, parallel"]) == ["dqn", "ppo", "sac", "maddpg"]
+    assert registry.fitting(specs["turn-based box"]) == ["ppo", "ddpg", "sac"]
+    for env, spec in specs.items():
+        assert cli_agents.fitting_algorithms(spec) == registry.fitting(spec), env
+    assert registry.problem("alphazero", specs["board-shaped, parallel"]) == \
+        "alphazero searches turn-based board games, and this env is not turn-based"
+    assert registry.problem("maddpg", specs["images"]) == ("maddpg reads no images (it has no conv torso yet), but "
+                                                           "seat 'a' observes Box(0, 255, (32, 32, 3), uint8)")
 
 
-def test_reading_the_registry_imports_no_framework_and_none_of_alphazero():
-    """Names, entries, numpy cores, fitting and on-policy answers without torch, TensorFlow or AlphaZero's
-    modules (an optional part, registered by dotted path); the check modules import no framework either."""
+def test_reading_the_registry_imports_no_framework_and_alphazero_registers_itself():
+    """Names, entries, numpy cores, fitting and on-policy answers without torch, TensorFlow or any optional
+    part: the core registry does not name AlphaZero; importing marl_note.contrib.alphazero registers it
+    (still without a framework), and names() keeps the built-in order whatever is imported when."""
     code = """
 import sys
 import gymnasium as gym
 from marl_note.agents import registry
 from marl_note.types import EnvSpec
-assert registry.names()[:5] == ["dqn", "ppo", "ddpg", "sac", "maddpg"]
+assert registry.names() == ["dqn", "ppo", "ddpg", "sac", "maddpg"], registry.names()
 spec = EnvSpec(("a",), {"a": gym.spaces.Box(-1, 1, (3,))}, {"a": gym.spaces.Discrete(2)}, False, False)
 assert [registry.get(n).problem(spec) is None for n in ("dqn", "ddpg")] == [True, False]
 cores = [registry.get(n).core_cls() for n in ("dqn", "ppo", "ddpg", "sac", "maddpg")]
 assert [registry.is_on_policy(c) for c in cores] == [False, True, False, False, False]
 import marl_note.agents.checks, marl_note.envs.checks, marl_note.replay.checks
 bad = [m for m in sys.modules if m.split(".")[0] in ("torch", "tensorflow", "keras", "ray")
-       or m.startswith(("marl_note.contrib.alphazero.core", "marl_note.agents.torch", "marl_note.agents.tf",
+       or m.startswith(("marl_note.agents.torch", "marl_note.agents.tf",
                         "marl_note.trainers", "marl_note.cli", "marl_note.contrib", "marl_note.compat"))]
+assert not bad, bad
+registry.register("beta", core="marl_note.agents.dqn.DQNCore", torch="x.y.Beta", actions=("Discrete",), on_policy=False)
+import marl_note.contrib.alphazero
+assert registry.names() == ["dqn", "ppo", "ddpg", "sac", "maddpg", "alphazero", "beta"], registry.names()
+assert registry.get("alphazero").core_cls().__name__ == "AlphaZeroCore"
+bad = [m for m in sys.modules if m.split(".")[0] in ("torch", "tensorflow", "keras", "ray")
+       or m.startswith(("marl_note.agents.torch", "marl_note.agents.tf", "marl_note.contrib.alphazero.torch",
+                        "marl_note.contrib.alphazero.tf"))]
 assert not bad, bad
 """
     subprocess.run([sys.executable, "-c", code], check=True)

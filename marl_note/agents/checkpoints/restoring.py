@@ -305,11 +305,26 @@ def load_fresh(agent: Any, info: Mapping[str, Any], arrays: Mapping[str, np.ndar
         load_checked(replay, replay_state, None, f"{where} (replay)")
 
 
+def _load_registered(backend: str) -> None:
+    """Import the ``backend`` class of every algorithm in :mod:`marl_note.agents.registry` that has one
+    (a class registers its name with ``Saving`` as it is defined); one that cannot be imported is skipped."""
+    from marl_note.agents import registry
+
+    for entry in registry.entries():
+        if backend in entry.backends:
+            try:
+                entry.cls(backend)
+            except (ImportError, registry.RegistryError):
+                continue
+
+
 def restore(path: str | os.PathLike, backend: str | None = None, **overrides) -> Any:
     """Restore any agent, building the recorded algorithm for ``backend`` (default: the recorded one).
 
-    Library algorithms are found by importing ``marl_note.agents.<backend>``; a user-defined
-    agent class must already be defined (imported) in this process.
+    Library algorithms are found by importing ``marl_note.agents.<backend>``, then, for a name not
+    found there, the ``backend`` classes of the algorithms registered in
+    :mod:`marl_note.agents.registry` (a plugin's, registered by dotted path, is imported now); another
+    user-defined agent class must already be defined (imported) in this process.
 
     Example:
         >>> import os, tempfile, gymnasium as gym
@@ -332,6 +347,8 @@ def restore(path: str | os.PathLike, backend: str | None = None, **overrides) ->
         raise CheckpointError(f"{os.fspath(path)} needs the {backend} backend, which cannot be imported "
                               f"({exc})") from exc
     algorithm = info["algorithm"]
+    if not any(backend_of(c) == backend for c in REGISTRY.get(algorithm, ())):
+        _load_registered(backend)
     found = [c for c in REGISTRY.get(algorithm, ()) if backend_of(c) == backend]
     exact = [c for c in found if f"{c.__module__}.{c.__qualname__}" == info.get("class")]
     library = [c for c in found if c.__module__.startswith(f"marl_note.agents.{backend}")]

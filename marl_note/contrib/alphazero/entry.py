@@ -1,10 +1,14 @@
-"""What AlphaZero's registry entry points at: when an env fits it, and the board games it is checked on.
+"""AlphaZero's registry entry, and what it points at: when an env fits it, and the board games it is checked on.
 
-The entry itself (``marl_note.agents.registry``, name ``"alphazero"``) names these by dotted path,
-so reading the registry imports none of AlphaZero. When AlphaZero moves to an optional part of
-the package, this module moves with it and registers the entry itself.
+AlphaZero is an optional part: the core's registry does not name it. Importing
+:mod:`marl_note.contrib.alphazero` (any of its modules) registers :data:`ENTRY` as ``"alphazero"``
+in :mod:`marl_note.agents.registry`; the command line imports it, so ``--algo alphazero`` is there.
+The entry names the networks by dotted path: registering it imports no framework.
 
 Example:
+    >>> from marl_note.agents import registry
+    >>> registry.get("alphazero") is ENTRY, ENTRY.backends
+    (True, ('torch', 'tf'))
     >>> import gymnasium as gym
     >>> from marl_note.types import EnvSpec
     >>> spec = EnvSpec(("agent_0",), {"agent_0": gym.spaces.Box(-1, 1, (4,))},
@@ -21,12 +25,13 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from marl_note.agents import registry
 from marl_note.agents.checks import AgentCase
 from marl_note.contrib.alphazero.core import board_simulator_for
 from marl_note.contrib.alphazero.mcts import BoardSimulator
 from marl_note.types import Transitions
 
-__all__ = ["BoardTask", "check_cases", "fit_problem"]
+__all__ = ["ENTRY", "BoardTask", "check_cases", "fit_problem"]
 
 
 def fit_problem(algo: str, spec: Any, seats: list[str] | None = None) -> str | None:
@@ -117,3 +122,14 @@ class BoardTask:
                             next_obs=np.stack(no), terminated=np.array(term), truncated=np.zeros(len(rows), bool),
                             mask=np.stack(m), next_mask=np.stack(nm), stream=np.array(stream, np.int64))
         return batch, obs, mask
+
+
+#: The registry entry of AlphaZero (registered when this module is imported).
+ENTRY = registry.Algorithm(
+    "alphazero", "marl_note.contrib.alphazero.core.AlphaZeroCore",
+    "marl_note.contrib.alphazero.torch.alphazero.AlphaZero", "marl_note.contrib.alphazero.tf.alphazero.AlphaZero",
+    ("Discrete",), on_policy=False, fits=fit_problem,
+    cases=check_cases, tiny={"hidden_sizes": (8,), "buffer_size": 256, "learning_starts": 8, "update_steps": 1,
+                             "num_simulations": 4})
+if "alphazero" not in registry.names():  # a user's own "alphazero" entry, registered before, is kept
+    registry.register(ENTRY)

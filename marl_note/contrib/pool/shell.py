@@ -1,9 +1,10 @@
-"""What an actor process acts with: a framework-free shell of a built-in agent, refreshed from a board.
+"""What an actor process acts with: a framework-free shell of a registered agent, refreshed from a board.
 
-A built-in agent (:class:`~marl_note.agents.core.AgentCore`) acts in numpy through its
-:class:`~marl_note.agents.numpy_policy.NumpyPolicy`. :func:`acting_shell` copies what acting needs
-(spaces, config, encoder, exploration policy, the numpy copy) into an instance of the agent's numpy
-core class (``DQNCore``, ``DDPGCore``, ...), without its framework networks or replay buffer, so it
+An agent of a registered algorithm (:class:`~marl_note.agents.core.AgentCore`) acts in numpy through
+its :class:`~marl_note.agents.numpy_policy.NumpyPolicy`. :func:`acting_shell` copies what acting
+needs (spaces, config, encoder, exploration policy, the numpy copy) into an instance of the numpy
+core class its registry entry names (``DQNCore``, ``DDPGCore``, ...;
+:func:`~marl_note.agents.registry.core_of`), without its framework networks or replay buffer, so it
 unpickles in a process that never imports torch or TensorFlow. :func:`acting_state` is what the
 learner publishes for it (the numpy weights, ``agent_steps``, the replay size and the exploration
 schedule's state), :func:`load_acting_state` what the actor applies.
@@ -31,11 +32,11 @@ from typing import Any
 
 import numpy as np
 
+from marl_note.agents import registry
 from marl_note.agents.core import AgentCore
 
 __all__ = ["acting_shell", "acting_state", "load_acting_state", "on_policy", "shell_refusal"]
 
-_FRAMEWORK_MODULES = ("marl_note.agents.torch", "marl_note.agents.tf")
 _DROPPED = ("nets", "replay", "_feed", "noise_scale", "_noise_scale", "rollout")
 
 
@@ -67,14 +68,9 @@ class _Size:
 
 
 def _core_class(agent: Any) -> type | None:
-    """The numpy core class of a built-in backend agent (its first base outside the backends)."""
-    cls = type(agent)
-    if not cls.__module__.startswith(_FRAMEWORK_MODULES):
-        return None  # a user subclass: its overrides would be lost in a core-class shell
-    for base in cls.__mro__[1:]:
-        if issubclass(base, AgentCore) and not base.__module__.startswith(_FRAMEWORK_MODULES):
-            return base
-    return None
+    """The numpy core class of a registered algorithm's backend agent (None for a user subclass: its
+    overrides would be lost in a core-class shell)."""
+    return registry.core_of(agent)
 
 
 def in_framework(agent: Any) -> bool:
