@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import gymnasium as gym
 import numpy as np
 
+from marl_note.agents import acting_shell as remote
 from marl_note.agents.checkpoints.saving import Saving
 from marl_note.agents.exploration.policies import LinearSchedule
 from marl_note.agents.numpy_policy import NumpyPolicy
@@ -214,6 +215,34 @@ class AgentCore(Saving, Adjustable):
         if policy is not None and policy.version != self.nets.version:
             policy.load(self.nets.numpy_weights(policy.prefixes), self.nets.version)
         return policy
+
+    # -- acting in another process (RemoteActing) -------------------------------------------------
+    def acting_shell(self) -> Any:
+        """A picklable copy of this agent that acts in an actor process: an instance of its numpy core
+        class without networks or replay when it acts in numpy, else a copy of itself with its networks
+        (:mod:`marl_note.agents.acting_shell`). Raises a TypeError saying why when it cannot act there."""
+        return remote.acting_shell(self, AgentCore)
+
+    def acting_state(self) -> dict[str, np.ndarray]:
+        """What a shell needs to act as this agent does now: numpy weights, counters, exploration state."""
+        return remote.acting_state(self, AgentCore)
+
+    def load_acting_state(self, state: Mapping[str, np.ndarray], version: int) -> None:
+        """Apply a published :meth:`acting_state` to this shell as weights ``version``."""
+        remote.load_acting_state(self, state, version)
+
+    # -- distributed training (DistributedTrainable) ---------------------------------------------------
+    @property
+    def local_kl_stop(self) -> bool:
+        """Whether each replica of a distributed run would end its epochs on its own KL (PPO's ``target_kl``)."""
+        return False
+
+    def distributed_networks(self) -> Any:
+        """The backend networks a distributed run wraps (their modules, optimisers, gradient hook)."""
+        discover = getattr(self.nets, "discover", None)
+        if callable(discover):  # an RL subclass: its modules are the agent's attributes
+            discover(self)
+        return self.nets
 
     # -- what Saving needs -------------------------------------------------------------------------
     @property
