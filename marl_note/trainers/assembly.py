@@ -40,6 +40,7 @@ from typing import Any, Protocol, cast
 import gymnasium as gym
 import numpy as np
 
+from marl_note.agents.base import CountsEnvSteps, Learner
 from marl_note.envs.adapters import StepResult
 from marl_note.types import EnvSpec, JointTransitions, Transitions, space_shape_dtype, stack_obs
 
@@ -178,11 +179,10 @@ class SeatAssembler:
         self._clear()
         return t
 
-    def deliver(self, learner: Any) -> None:
+    def deliver(self, learner: Learner) -> None:
         learner.observe(self.take())
-        report = getattr(learner, "observe_env_steps", None)
-        if callable(report) and self.env_steps:
-            report(self.env_steps)
+        if self.env_steps and isinstance(learner, CountsEnvSteps):
+            learner.observe_env_steps(self.env_steps)
         self.env_steps = 0
 
 

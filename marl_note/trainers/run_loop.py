@@ -12,7 +12,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from marl_note.agents.base import Agent, JointLearner, LearningAgent
+from marl_note.agents.base import Agent, JointLearner, LearningAgent, Tunable
 from marl_note.trainers.callbacks import CallbackList, stop_value
 from marl_note.trainers.collector import CollectStats
 from marl_note.trainers.evaluation import evaluate_against, use_baseline
@@ -122,7 +122,7 @@ class RunLoop:
         no longer take equal steps (or the same number of them)."""
         t = self.trainer
         learners = self.learners
-        settings = [(dict(getattr(ln, "learning_rates", dict)()), dict(getattr(ln, "hyperparameters", dict)()))
+        settings = [(ln.learning_rates(), ln.hyperparameters()) if isinstance(ln, Tunable) else ({}, {})
                     for ln in learners]
         mine: dict[str, Any] = {"batch_size": int(t.batch_size), "update_freq": int(t.update_freq),
                                 "learners": settings}

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from marl_note.agents.base import Saveable, Stateful
 from marl_note.trainers.seats import can_act
 from marl_note.validation import positive_int
 
@@ -126,12 +127,13 @@ class KeepStrongest:
         check_opponents(opponents)
         self.games = positive_int("games", games, "greedy games per seat and opponent")
         self.every = positive_int("every", every, "periodic tests between measurements")
-        if not all(callable(getattr(learner, m, None)) for m in ("state_dict", "load_state_dict")):
+        if not isinstance(learner, Stateful):
             raise TypeError(f"KeepStrongest needs a learner with state_dict()/load_state_dict(); "
                             f"got {type(learner).__name__}")
-        if path is not None and not callable(getattr(learner, "save_param", None)):
+        if path is not None and not isinstance(learner, Saveable):
             raise TypeError(f"path={path!r} needs a learner with save_param(path); got {type(learner).__name__}")
-        self.learner, self.opponents = learner, dict(opponents)
+        self.learner: Any = learner
+        self.opponents = dict(opponents)
         self.path = None if path is None else os.fspath(path)
         self.restore = bool(restore)
         self._reset()

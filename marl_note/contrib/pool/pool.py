@@ -27,7 +27,7 @@ from marl_note.contrib.pool.actor import ActorConfig, Pulse, actor_main
 from marl_note.contrib.pool.board import WeightBoard
 from marl_note.contrib.pool.league import LeaguePublisher
 from marl_note.contrib.pool.options import PoolOptions
-from marl_note.contrib.pool.shell import acting_shell, acting_state, on_policy, shell_refusal
+from marl_note.contrib.pool.shell import on_policy, shell_refusal
 from marl_note.contrib.pool.stderr import StderrTails
 from marl_note.envs.main_guard import main_not_reimported
 from marl_note.envs.subproc_pool import start_context
@@ -152,7 +152,7 @@ class ActorPlan:
                 ) -> list[ActorConfig]:
         """One config per actor; the train envs are split over the actors as evenly as possible."""
         t, opts = self.trainer, self.options
-        shells = [acting_shell(a) for a in self.learners]
+        shells = [a.acting_shell() for a in self.learners]
         splits = np.array_split(np.arange(t.num_train_envs), opts.actors)
         round_steps = max(1, math.ceil(t.update_freq / opts.actors))
         return [ActorConfig(index=i, env_fn=t.env_fn, num_envs=len(envs), env_offset=int(envs[0]), spec=self.spec,
@@ -269,7 +269,7 @@ class Pool(Feeding):
         self._finalizer = weakref.finalize(self, _stop, self.procs, self.stop, self.results, self._shms,
                                            self._stuck, self.tails)
         try:
-            self.boards = [self._own(WeightBoard.create(acting_state(a))) for a in learners]
+            self.boards = [self._own(WeightBoard.create(a.acting_state())) for a in learners]
             for k in range(len(learners)):
                 self.publish(k)
             if self.league is not None:
@@ -304,7 +304,7 @@ class Pool(Feeding):
     def publish(self, k: int) -> None:
         """Publish learner ``k``'s acting state; its version is the learner's gradient step count."""
         agent = self.learners[k]
-        self.boards[k].publish(acting_state(agent), version=int(agent.updates))
+        self.boards[k].publish(agent.acting_state(), version=int(agent.updates))
         self.published[k] = int(agent.updates)
 
     def put_league(self, arrays: dict[str, np.ndarray], version: int) -> None:
