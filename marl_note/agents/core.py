@@ -38,7 +38,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import gymnasium as gym
 import numpy as np
 
-from marl_note.agents import acting_shell as remote
 from marl_note.agents.checkpoints.saving import Saving
 from marl_note.agents.exploration.policies import LinearSchedule
 from marl_note.agents.numpy_policy import NumpyPolicy
@@ -221,15 +220,21 @@ class AgentCore(Saving, Adjustable):
         """A picklable copy of this agent that acts in an actor process: an instance of its numpy core
         class without networks or replay when it acts in numpy, else a copy of itself with its networks
         (:mod:`marl_note.agents.acting_shell`). Raises a TypeError saying why when it cannot act there."""
-        return remote.acting_shell(self, AgentCore)
+        from marl_note.agents import acting_shell  # only the pool needs it: not on the import path of an agent
+
+        return acting_shell.acting_shell(self, AgentCore)
 
     def acting_state(self) -> dict[str, np.ndarray]:
         """What a shell needs to act as this agent does now: numpy weights, counters, exploration state."""
-        return remote.acting_state(self, AgentCore)
+        from marl_note.agents import acting_shell
+
+        return acting_shell.acting_state(self, AgentCore)
 
     def load_acting_state(self, state: Mapping[str, np.ndarray], version: int) -> None:
         """Apply a published :meth:`acting_state` to this shell as weights ``version``."""
-        remote.load_acting_state(self, state, version)
+        from marl_note.agents import acting_shell
+
+        acting_shell.load_acting_state(self, state, version)
 
     # -- distributed training (DistributedTrainable) ---------------------------------------------------
     @property
