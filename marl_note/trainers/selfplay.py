@@ -196,7 +196,7 @@ class OpponentPool:
                 raise ValueError(f"{who} has observation space {o_space} but seat {name!r} has "
                                  f"{self.spec.observation_space(name)}")
 
-    def add(self, agent: Any, name: str | None = None, frozen: bool = True) -> str:
+    def add(self, agent: Acting, name: str | None = None, frozen: bool = True) -> str:
         """Add a fixed opponent (e.g. a scripted or random player); it is never evicted."""
         name = name or f"opponent_{len(self.opponents)}"
         if name in self.opponents or name == self.learner_name:

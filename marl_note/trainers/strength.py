@@ -76,17 +76,15 @@ def check_opponents(opponents: Mapping[str, Any]) -> None:
             raise TypeError(f"opponent {name!r} ({type(opponent).__name__}) has no act(obs, mask, explore) method")
 
 
-def param_copy(agent: Any) -> dict[str, np.ndarray]:
-    """A copy of ``agent``'s network weights (its whole ``state_dict()`` if it does not list them)."""
+def param_copy(agent: Stateful) -> dict[str, np.ndarray]:
+    """A copy of ``agent``'s network weights (its whole ``state_dict()`` if it is not
+    :class:`~marl_note.agents.base.Saveable`, which lists them)."""
     state = agent.state_dict()
-    try:
-        keys = agent.param_keys(state)
-    except (AttributeError, TypeError):
-        keys = list(state)
+    keys = agent.param_keys(state) if isinstance(agent, Saveable) else list(state)
     return {k: np.array(state[k], copy=True) for k in keys}
 
 
-def load_params(agent: Any, params: Mapping[str, np.ndarray]) -> None:
+def load_params(agent: Stateful, params: Mapping[str, np.ndarray]) -> None:
     """Load weights from :func:`param_copy` into ``agent``, keeping the rest of its current state."""
     state = dict(agent.state_dict())
     state.update(params)

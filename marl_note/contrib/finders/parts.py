@@ -56,7 +56,7 @@ def make_trainer(env: Any, kwargs: Mapping[str, Any], defaults: Mapping[str, Any
     return DecentralizedTrainer(env, **{**defaults, **kwargs}), True
 
 
-def seats_of(agent: Any, trainer: DecentralizedTrainer) -> list[Any]:
+def seats_of(agent: Acting | JointLearner, trainer: DecentralizedTrainer) -> list[Any]:
     return list(agent.seat_agents()) if isinstance(agent, JointLearner) else [agent] * trainer.spec.num_agents
 
 

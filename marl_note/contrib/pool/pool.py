@@ -23,6 +23,7 @@ from typing import Any
 import cloudpickle
 import numpy as np
 
+from marl_note.agents.base import RemoteActing
 from marl_note.contrib.pool.actor import ActorConfig, Pulse, actor_main
 from marl_note.contrib.pool.board import WeightBoard
 from marl_note.contrib.pool.league import LeaguePublisher
@@ -129,7 +130,7 @@ def check_pool(trainer: Any, learners: list[Any], options: PoolOptions) -> None:
 class ActorPlan:
     """What each actor is started with (both backends): its envs, seats, acting shells and options."""
 
-    def __init__(self, trainer: Any, seats: list[Any], learners: list[Any], explore: list[bool],
+    def __init__(self, trainer: Any, seats: list[Any], learners: list[RemoteActing], explore: list[bool],
                  learn: list[bool], options: PoolOptions, seed: int | None):
         self.trainer, self.spec, self.options, self.seed = trainer, trainer.spec, options, seed
         self.explore, self.learn, self.learners = list(explore), list(learn), learners
