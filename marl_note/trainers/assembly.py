@@ -35,7 +35,7 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import Any, Protocol, TypeGuard, cast
 
 import gymnasium as gym
 import numpy as np
@@ -90,6 +90,18 @@ class Assembler(Protocol):
 
     def deliver(self, learner: Any) -> None:
         """Hand the closed rows to ``learner`` (its ``observe`` or ``observe_joint``)."""
+
+
+_COUNTS: dict[type, bool] = {}
+
+
+def _counts_env_steps(learner: Learner) -> TypeGuard[CountsEnvSteps]:
+    """``isinstance(learner, CountsEnvSteps)``, asked once per class (a method lives on its class, and a
+    Protocol check costs tens of microseconds: this runs at every delivery)."""
+    cls = type(learner)
+    if cls not in _COUNTS:
+        _COUNTS[cls] = isinstance(learner, CountsEnvSteps)
+    return _COUNTS[cls]
 
 
 class SeatAssembler:
@@ -181,7 +193,7 @@ class SeatAssembler:
 
     def deliver(self, learner: Learner) -> None:
         learner.observe(self.take())
-        if self.env_steps and isinstance(learner, CountsEnvSteps):
+        if self.env_steps and _counts_env_steps(learner):
             learner.observe_env_steps(self.env_steps)
         self.env_steps = 0
 
