@@ -1,32 +1,70 @@
 """The agent contract (numpy in, numpy out) and the simplest agent.
 
-Acting contract, enough for scripted opponents::
+Everything the trainer, the actor pool, checkpoints, the command line, the finders and the
+distributed contexts need from an agent is one of the Protocols below; they ask with
+``isinstance`` (each is runtime-checkable) and never probe an agent's attributes. An agent
+implements the ones it needs:
 
-    act(obs, mask=None, explore=False) -> actions      # batched over the leading axis
+- ``Acting``: ``act(obs, mask=None, explore=False)``, all a scripted seat needs;
+  ``Agent``: with its ``action_space``; ``PerEnvAgent``: keeps per-env state
+  (``accepts_env_ids = True``, ``act(..., env_ids=)``); ``HasObservationSpace``: declares
+  the ``observation_space`` checked against its seat's.
+- ``Learner``: ``observe(transitions)`` and ``update(batch_size) -> metrics``, a learning seat;
+  ``Stateful``: ``state_dict()`` / ``load_state_dict(state)`` of numpy arrays (run checkpoints);
+  ``LearningAgent``: all of these; ``CountsEnvSteps``: ``observe_env_steps(n)``, told the env
+  steps behind each delivery; ``HasReplay``: a ``replay`` buffer whose contents are saved too.
+- ``JointLearner``: a centralised learner (MADDPG), ``observe_joint``, ``update``,
+  ``seat_agents()``; ``JointSeat``: one of its seat actors (``joint_learner``).
+- ``Saveable``: ``save_param`` / ``restore_param``, ``param_keys`` and the recorded ``config``;
+  ``Cloneable``: ``clone()`` (self-play snapshots); ``Tunable``: learning rates and
+  hyperparameters that may change during a run.
+- ``RemoteActing``: a picklable, framework-free acting shell and its numpy acting state (the
+  actor pool); ``DistributedTrainable``: the backend networks a distributed run wraps, and
+  whether its epochs stop on a local KL.
 
-An agent that keeps per-env state (MADDPG's exploration noise) sets ``accepts_env_ids = True``; the
-collector then also passes ``env_ids=`` (the env index of each row).
+Whether an agent is on-policy is not an attribute to probe: :func:`marl_note.agents.registry.is_on_policy`
+is the one definition (the registry entry, or an ``on_policy: ClassVar[bool]`` the class declares).
 
-Learning agents add::
-
-    observe(transitions)           # store a batch of this agent's Transitions
-    update(batch_size) -> dict     # metrics; must include "gradient_steps" (int)
-    state_dict() / load_state_dict(state)   # numpy arrays only
+Example:
+    >>> import gymnasium as gym
+    >>> from marl_note.agents.torch import DQN
+    >>> agent = DQN(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), hidden_sizes=(4,), seed=0)
+    >>> [isinstance(agent, p) for p in (LearningAgent, Saveable, Tunable, RemoteActing, JointLearner)]
+    [True, True, True, True, False]
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import gymnasium as gym
 import numpy as np
 
 from marl_note.types import JointTransitions, Transitions, obs_batch_size
 
+__all__ = ["Acting", "Agent", "PerEnvAgent", "HasObservationSpace", "Learner", "Stateful", "LearningAgent",
+           "CountsEnvSteps", "HasReplay", "JointLearner", "JointSeat", "Saveable", "Cloneable", "Tunable",
+           "RemotePort", "RemoteActing", "DistributedTrainable", "RandomAgent", "is_learning_agent"]
+
 
 @runtime_checkable
-class Agent(Protocol):
-    """What every seat needs: an action space and batched ``act``.
+class Acting(Protocol):
+    """Batched ``act``: all a scripted seat needs (its spaces are optional).
+
+    Example:
+        >>> class Zero:
+        ...     def act(self, obs, mask=None, explore=False):
+        ...         return np.zeros(len(obs), dtype=np.int64)
+        >>> isinstance(Zero(), Acting), isinstance(Zero(), Agent)
+        (True, False)
+    """
+
+    def act(self, obs: np.ndarray, mask: np.ndarray | None = None, explore: bool = False) -> np.ndarray: ...
+
+
+@runtime_checkable
+class Agent(Acting, Protocol):
+    """``Acting`` with the action space it was built for.
 
     Example:
         >>> import gymnasium as gym
@@ -44,8 +82,55 @@ class Agent(Protocol):
 
 
 @runtime_checkable
-class LearningAgent(Agent, Protocol):
-    """A seat that learns: ``observe`` transitions, ``update``, numpy state.
+class HasObservationSpace(Protocol):
+    """An agent that declares the observation space it was built for (checked against its seat's).
+
+    Example:
+        >>> import gymnasium as gym
+        >>> isinstance(RandomAgent(gym.spaces.Discrete(2), gym.spaces.Discrete(3)), HasObservationSpace)
+        True
+    """
+
+    observation_space: gym.Space
+
+
+@runtime_checkable
+class Learner(Protocol):
+    """A learning seat: ``observe`` this agent's transitions, ``update`` from them.
+
+    ``update`` returns metrics that include ``"gradient_steps"`` (an int).
+
+    Example:
+        >>> import gymnasium as gym
+        >>> isinstance(RandomAgent(gym.spaces.Discrete(2)), Learner)
+        False
+    """
+
+    def observe(self, transitions: Transitions) -> None: ...
+
+    def update(self, batch_size: int) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class Stateful(Protocol):
+    """Numpy state a run checkpoint saves and puts back (agents and callbacks alike).
+
+    Example:
+        >>> class Counter:
+        ...     def state_dict(self): return {"n": np.asarray(0)}
+        ...     def load_state_dict(self, state): pass
+        >>> isinstance(Counter(), Stateful)
+        True
+    """
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
+
+
+@runtime_checkable
+class LearningAgent(Agent, Learner, Stateful, HasObservationSpace, Protocol):
+    """A seat that learns: ``observe`` transitions, ``update``, numpy state, both spaces.
 
     Example:
         >>> import gymnasium as gym
@@ -53,15 +138,34 @@ class LearningAgent(Agent, Protocol):
         False
     """
 
-    observation_space: gym.Space
 
-    def observe(self, transitions: Transitions) -> None: ...
+@runtime_checkable
+class CountsEnvSteps(Protocol):
+    """Told how many env steps (not rows) each delivery of transitions covered.
 
-    def update(self, batch_size: int) -> dict[str, Any]: ...
+    Example:
+        >>> import gymnasium as gym
+        >>> from marl_note.agents.torch import DQN
+        >>> isinstance(DQN(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), hidden_sizes=(4,)), CountsEnvSteps)
+        True
+    """
 
-    def state_dict(self) -> dict[str, Any]: ...
+    def observe_env_steps(self, env_steps: int) -> None: ...
 
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+@runtime_checkable
+class HasReplay(Protocol):
+    """An agent with a replay buffer (``state_dict`` / ``load_state_dict`` of its contents).
+
+    Example:
+        >>> import gymnasium as gym
+        >>> from marl_note.agents.torch import DQN, PPO
+        >>> space, acts = gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2)
+        >>> isinstance(DQN(space, acts, hidden_sizes=(4,)), HasReplay), isinstance(PPO(space, acts), HasReplay)
+        (True, False)
+    """
+
+    replay: Any
 
 
 @runtime_checkable
@@ -85,7 +189,7 @@ class JointLearner(Protocol):
     """A centralised learner (MADDPG) behind seat actors whose ``joint_learner`` it is.
 
     It learns from joint per-step data of every seat (``observe_joint``) instead of per-seat
-    transitions.
+    transitions; ``seat_agents()`` are its seat actors in seat order.
 
     Example:
         >>> import gymnasium as gym
@@ -97,9 +201,144 @@ class JointLearner(Protocol):
 
     def update(self, batch_size: int) -> dict[str, Any]: ...
 
+    def seat_agents(self) -> Sequence[Any]: ...
+
+
+@runtime_checkable
+class JointSeat(Acting, Protocol):
+    """A seat actor of a :class:`JointLearner`: it acts for one seat and learns through ``joint_learner``.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> from marl_note.agents.torch import MADDPG
+        >>> m = MADDPG({"a": gym.spaces.Box(-1, 1, (3,))}, {"a": gym.spaces.Discrete(2)}, hidden_sizes=(4,))
+        >>> seat = m.seat_agents()[0]
+        >>> isinstance(seat, JointSeat), isinstance(m, JointLearner), seat.joint_learner is m
+        (True, True, True)
+    """
+
+    joint_learner: JointLearner
+
+
+@runtime_checkable
+class Saveable(Stateful, Protocol):
+    """Checkpoints of one agent: weights only (``save_param`` / ``restore_param``), the names of the
+    weight arrays in its state (``param_keys``), and the constructor arguments it records (``config``;
+    the spaces named in ``saving_spaces`` are recorded beside them).
+
+    Example:
+        >>> import gymnasium as gym
+        >>> from marl_note.agents.torch import DQN
+        >>> agent = DQN(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), hidden_sizes=(4,))
+        >>> isinstance(agent, Saveable), agent.config["hidden_sizes"], agent.saving_spaces
+        (True, (4,), ('observation_space', 'action_space'))
+    """
+
+    saving_spaces: ClassVar[tuple[str, ...]]
+
+    @property
+    def config(self) -> dict[str, Any]: ...
+
+    def param_keys(self, state: Mapping[str, Any] | None = None) -> list[str]: ...
+
+    def save_param(self, path: Any) -> str: ...
+
+    def restore_param(self, path: Any, strict: bool = True) -> None: ...
+
+
+@runtime_checkable
+class Cloneable(Protocol):
+    """An agent that makes its own independent copy (self-play snapshots use it first).
+
+    Example:
+        >>> import gymnasium as gym
+        >>> isinstance(RandomAgent(gym.spaces.Discrete(2)), Cloneable)
+        False
+    """
+
+    def clone(self) -> Any: ...
+
+
+@runtime_checkable
+class Tunable(Protocol):
+    """Settings that may change during a run: the optimisers' learning rates and named hyperparameters
+    (learning-rate finders, schedules, the adaptive callbacks: ``trainer.request(learning_rate=...,
+    hyperparameters=...)`` changes them between update rounds, on every rank).
+
+    Example:
+        >>> import gymnasium as gym
+        >>> from marl_note.agents.torch import DQN
+        >>> agent = DQN(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), hidden_sizes=(4,))
+        >>> isinstance(agent, Tunable), agent.learning_rates()
+        (True, {'optimizer': 0.001})
+    """
+
+    def learning_rates(self) -> dict[str, float]: ...
+
+    def set_learning_rate(self, lr: float, optimizer: str | Sequence[str] | None = None) -> dict[str, float]: ...
+
+    def hyperparameters(self) -> dict[str, float]: ...
+
+    def set_hyperparameter(self, name: str, value: float) -> float: ...
+
+
+class RemotePort(Protocol):
+    """The three calls of acting in another process: ``shell()`` (a picklable copy that acts; a TypeError
+    saying why when the agent cannot act remotely), ``state()`` (what the learner publishes, numpy arrays
+    only) and, on a shell's port, ``load(state, version)``."""
+
+    def shell(self) -> Any: ...
+
+    def state(self) -> dict[str, np.ndarray]: ...
+
+    def load(self, state: Mapping[str, np.ndarray], version: int) -> None: ...
+
+
+@runtime_checkable
+class RemoteActing(Protocol):
+    """An agent that acts in another process (the actor pool), through its ``remote`` port.
+
+    Example:
+        >>> import gymnasium as gym, pickle
+        >>> from marl_note.agents.torch import DQN
+        >>> agent = DQN(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), hidden_sizes=(4,), seed=0)
+        >>> shell = pickle.loads(pickle.dumps(agent.remote.shell()))
+        >>> shell.remote.load(agent.remote.state(), version=0)
+        >>> bool((shell.act(np.ones((2, 3))) == agent.act(np.ones((2, 3)))).all())
+        True
+    """
+
+    @property
+    def remote(self) -> RemotePort: ...
+
+
+@runtime_checkable
+class DistributedTrainable(Protocol):
+    """An agent a distributed run (torch ranks, TF workers) trains in lockstep.
+
+    ``distributed_networks`` is its backend networks object (a ``TorchNetworks`` or
+    ``TFNetworks``: the modules to broadcast and whose gradients to average); ``local_kl_stop`` is
+    True when each replica would end its epochs on its own KL (PPO's ``target_kl``), which would
+    break the lockstep.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> from marl_note.agents.torch import PPO
+        >>> agent = PPO(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), hidden_sizes=(4,), target_kl=0.01)
+        >>> isinstance(agent, DistributedTrainable), agent.local_kl_stop
+        (True, True)
+    """
+
+    @property
+    def local_kl_stop(self) -> bool: ...
+
+    @property
+    def distributed_networks(self) -> Any: ...
+
 
 def is_learning_agent(agent: Any) -> bool:
-    return all(callable(getattr(agent, name, None)) for name in ("act", "observe", "update"))
+    """Whether ``agent`` acts and learns (:class:`Acting` and :class:`Learner`)."""
+    return isinstance(agent, Acting) and isinstance(agent, Learner)
 
 
 class RandomAgent:
@@ -138,28 +377,6 @@ class RandomAgent:
             high = np.where(np.isfinite(space.high), space.high, 1.0)
             return self.rng.uniform(low, high, size=(n, *space.shape)).astype(space.dtype)
         return np.stack([space.sample() for _ in range(n)])
-
-
-@runtime_checkable
-class Tunable(Protocol):
-    """Settings that may change during a run: the optimisers' learning rates and named hyperparameters
-    (what ``trainer.request(learning_rate=..., hyperparameters=...)`` changes between update rounds).
-
-    Example:
-        >>> import gymnasium as gym
-        >>> from marl_note.agents.torch import DQN
-        >>> agent = DQN(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), hidden_sizes=(4,))
-        >>> isinstance(agent, Tunable), agent.learning_rates()
-        (True, {'optimizer': 0.001})
-    """
-
-    def learning_rates(self) -> dict[str, float]: ...
-
-    def set_learning_rate(self, lr: float, optimizer: str | Sequence[str] | None = None) -> dict[str, float]: ...
-
-    def hyperparameters(self) -> dict[str, float]: ...
-
-    def set_hyperparameter(self, name: str, value: float) -> float: ...
 
 
 # Protocols of the optional parts: adaptive batch

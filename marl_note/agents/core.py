@@ -130,6 +130,45 @@ class Adjustable:
         return self.hyperparameters()[name]
 
 
+class RemoteLink:
+    """An agent's side of acting in another process (:class:`~marl_note.agents.base.RemoteActing`).
+
+    ``shell()`` is a picklable copy of the agent that acts in an actor process: an instance of its numpy
+    core class without networks or replay when it acts in numpy, else a copy of itself with its networks;
+    it raises a TypeError saying why when the agent cannot act there. ``state()`` is what a shell needs to
+    act as the agent does now (numpy weights, counters, exploration state); ``load(state, version)``
+    applies a published state to a shell. The code is :mod:`marl_note.agents.acting_shell`, imported
+    only when the pool asks.
+
+    Example:
+        >>> import gymnasium as gym, numpy as np, pickle
+        >>> from marl_note.agents.torch import DQN
+        >>> agent = DQN(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), hidden_sizes=(4,), seed=0)
+        >>> shell = pickle.loads(pickle.dumps(agent.remote.shell()))
+        >>> shell.remote.load(agent.remote.state(), version=0)
+        >>> bool((shell.act(np.ones((2, 3))) == agent.act(np.ones((2, 3)))).all())
+        True
+    """
+
+    def __init__(self, agent: AgentCore):
+        self.agent = agent
+
+    def shell(self) -> Any:
+        from marl_note.agents import acting_shell  # only the pool needs it: not on the import path of an agent
+
+        return acting_shell.acting_shell(self.agent, AgentCore)
+
+    def state(self) -> dict[str, np.ndarray]:
+        from marl_note.agents import acting_shell
+
+        return acting_shell.acting_state(self.agent, AgentCore)
+
+    def load(self, state: Mapping[str, np.ndarray], version: int) -> None:
+        from marl_note.agents import acting_shell
+
+        acting_shell.load_acting_state(self.agent, state, version)
+
+
 class AgentCore(Saving, Adjustable):
     """Spaces, seeding, counters and numpy state of a built-in agent; ``self.nets`` does the math.
 
@@ -209,6 +248,27 @@ class AgentCore(Saving, Adjustable):
         if policy is not None and policy.version != self.nets.version:
             policy.load(self.nets.numpy_weights(policy.prefixes), self.nets.version)
         return policy
+
+    # -- acting in another process (RemoteActing) -------------------------------------------------
+    @property
+    def remote(self) -> RemoteLink:
+        """How this agent acts in another process (the actor pool): ``remote.shell()``, ``remote.state()``,
+        ``shell.remote.load(state, version)`` (:class:`RemoteLink`)."""
+        return RemoteLink(self)
+
+    # -- distributed training (DistributedTrainable) ---------------------------------------------------
+    @property
+    def local_kl_stop(self) -> bool:
+        """Whether each replica of a distributed run would end its epochs on its own KL (PPO's ``target_kl``)."""
+        return False
+
+    @property
+    def distributed_networks(self) -> Any:
+        """The backend networks a distributed run wraps (their modules, optimisers, gradient hook)."""
+        discover = getattr(self.nets, "discover", None)
+        if callable(discover):  # an RL subclass: its modules are the agent's attributes
+            discover(self)
+        return self.nets
 
     # -- what Saving needs -------------------------------------------------------------------------
     @property

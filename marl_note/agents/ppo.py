@@ -290,6 +290,11 @@ class PPOCore(AgentCore):
                                self.cfg.gamma, self.cfg.gae_lambda)
         return x, act, mask, old_logp, adv, ret, values
 
+    @property
+    def local_kl_stop(self) -> bool:
+        """True with ``target_kl``: each replica of a distributed run would end its epochs on its own KL."""
+        return self.cfg.target_kl is not None
+
     def _config_knobs(self) -> tuple[str, ...]:
         return ("clip_range", "gamma", "alpha", "beta") if self.cfg.prioritized else ("clip_range", "gamma")
 

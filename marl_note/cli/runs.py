@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from marl_note.agents.base import JointLearner
 from marl_note.cli.common import CLIError
 
 __all__ = ["RUN_FILE", "Source", "check_out_dir", "check_source_fits", "inspect_checkpoint", "load_source",
@@ -252,5 +253,7 @@ def load_source(source: Source, seats: Mapping[str, str], backend: str | None) -
             import_backend(chosen)
             loaded[name] = restore(path, backend=chosen)
         agent = loaded[name]
-        out[seat] = agent.seat_agents()[list(agent.agents).index(seat)] if hasattr(agent, "seat_agents") else agent
+        if isinstance(agent, JointLearner):  # the seat actor of this seat
+            agent = agent.seat_agents()[list(loaded[name].agents).index(seat)]
+        out[seat] = agent
     return out

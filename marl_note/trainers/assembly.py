@@ -35,11 +35,12 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import Any, Protocol, TypeGuard, cast
 
 import gymnasium as gym
 import numpy as np
 
+from marl_note.agents.base import CountsEnvSteps, Learner
 from marl_note.envs.adapters import StepResult
 from marl_note.types import EnvSpec, JointTransitions, Transitions, space_shape_dtype, stack_obs
 
@@ -89,6 +90,18 @@ class Assembler(Protocol):
 
     def deliver(self, learner: Any) -> None:
         """Hand the closed rows to ``learner`` (its ``observe`` or ``observe_joint``)."""
+
+
+_COUNTS: dict[type, bool] = {}
+
+
+def _counts_env_steps(learner: Learner) -> TypeGuard[CountsEnvSteps]:
+    """``isinstance(learner, CountsEnvSteps)``, asked once per class (a method lives on its class, and a
+    Protocol check costs tens of microseconds: this runs at every delivery)."""
+    cls = type(learner)
+    if cls not in _COUNTS:
+        _COUNTS[cls] = isinstance(learner, CountsEnvSteps)
+    return _COUNTS[cls]
 
 
 class SeatAssembler:
@@ -178,11 +191,10 @@ class SeatAssembler:
         self._clear()
         return t
 
-    def deliver(self, learner: Any) -> None:
+    def deliver(self, learner: Learner) -> None:
         learner.observe(self.take())
-        report = getattr(learner, "observe_env_steps", None)
-        if callable(report) and self.env_steps:
-            report(self.env_steps)
+        if self.env_steps and _counts_env_steps(learner):
+            learner.observe_env_steps(self.env_steps)
         self.env_steps = 0
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from marl_note.agents.base import Saveable
 from marl_note.agents.checkpoints import CheckpointError
 from marl_note.atomic_files import remove_quietly, remove_stale_temps, write_atomically
 
@@ -139,7 +140,7 @@ class CheckpointManager:
         self._entries = self._open()
         self._pending, self._updates_seen = None, 0
         if self.save_param_only:
-            lacking = [type(a).__name__ for a in trainer.learners if not callable(getattr(a, "save_param", None))]
+            lacking = [type(a).__name__ for a in trainer.learners if not isinstance(a, Saveable)]
             if lacking:
                 raise TypeError(f"save_param_only needs agent.save_param(); {', '.join(lacking)} has none "
                                 f"(save whole runs instead: save_param_only=False)")

@@ -28,12 +28,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
 
-from marl_note.agents.base import Agent, JointLearner, LearningAgent
+from marl_note.agents.base import Agent, JointLearner, LearningAgent, PerEnvAgent
 from marl_note.envs.adapters import StepResult
 from marl_note.trainers.assembly import Assembler, JointAssembler, SeatAssembler
 from marl_note.trainers.seats import accepts_env_ids, joint_learner_of
@@ -132,6 +132,8 @@ class Collector:
         self._group_index: dict[tuple[int, bool], int] = {}
         self.group_agent: list[Agent] = []
         self.group_explore: list[bool] = []
+        self.group_env_ids: list[bool] = []  # accepts_env_ids of each group's agent, asked once
+        self._joint_of: dict[int, Any] = {}  # id(agent) -> its joint learner or None, asked once
         self._learner_index: dict[int, int] = {}
         self.learners: list[LearningAgent | JointLearner] = []
         self.assemblers: list[Assembler] = []
@@ -161,6 +163,7 @@ class Collector:
                 self._group_index[key] = len(self.group_agent)
                 self.group_agent.append(agent)
                 self.group_explore.append(bool(ex))
+                self.group_env_ids.append(accepts_env_ids(agent))
             self.env_group[i, seat] = self._group_index[key]
             self._group_of[i][names[seat]] = self._group_index[key]
             learner_of_seat.append(self._learner(agent) if ln else -1)
@@ -178,7 +181,9 @@ class Collector:
 
     def _learner(self, agent: Agent) -> int:
         """The index of the learner that owns ``agent``'s transitions, registering it if new."""
-        joint = joint_learner_of(agent)
+        if id(agent) not in self._joint_of:  # (a Protocol check is slow: ask once per agent)
+            self._joint_of[id(agent)] = joint_learner_of(agent)
+        joint = self._joint_of[id(agent)]
         owner: Any = agent if joint is None else joint
         if id(owner) not in self._learner_index:
             if joint is not None and self.spec.turn_based:
@@ -275,9 +280,9 @@ class Collector:
             batch: Any = stack_obs(obs[g])  # a goal env's observations stack to a dict of arrays
             mask = np.stack(masks[g]) if spec.has_action_mask else None
             agent = self.group_agent[g]
-            if accepts_env_ids(agent):
+            if self.group_env_ids[g]:
                 env_ids = np.fromiter((i for i, _ in who[g]), np.int64, len(who[g]))
-                raw = agent.act(batch, mask, explore=self.group_explore[g], env_ids=env_ids)
+                raw = cast(PerEnvAgent, agent).act(batch, mask, explore=self.group_explore[g], env_ids=env_ids)
             else:
                 raw = agent.act(batch, mask, explore=self.group_explore[g])
             # all seats of a group share one action space (checked by the trainer)

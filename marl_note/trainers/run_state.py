@@ -22,9 +22,11 @@ from typing import Any
 
 import numpy as np
 
+from marl_note.agents.base import HasReplay, Saveable, Stateful
 from marl_note.agents.checkpoints.format import CheckpointError, read_checkpoint, write_checkpoint
 from marl_note.agents.checkpoints.space_check import check_agent_spaces, spaces_from_json, spaces_to_json
 from marl_note.agents.checkpoints.state_check import check_agent_state, check_replay_state, load_checked
+from marl_note.agents.copies import recorded_spaces
 from marl_note.trainers.seats import learner_of
 from marl_note.trainers.series import Series, series_from_json, series_to_json
 
@@ -184,7 +186,7 @@ def stateful_callbacks(callbacks: Sequence[Any]) -> dict[str, Any]:
     """
     out: dict[str, Any] = {}
     for cb in callbacks:
-        if callable(getattr(cb, "state_dict", None)) and callable(getattr(cb, "load_state_dict", None)):
+        if isinstance(cb, Stateful):
             name = type(cb).__name__
             out[f"{name}{sum(k.rstrip('0123456789') == name for k in out)}"] = cb
     return out
@@ -196,10 +198,10 @@ def save_run(path: str, state: RunState, agents: Sequence[Any], settings: dict[s
     kinds = []
     for k, agent in enumerate(distinct(agents)):
         kinds.append(type(agent).__name__)
-        if callable(getattr(agent, "state_dict", None)):
+        if isinstance(agent, Stateful):
             arrays.update({f"agent{k}.{key}": np.asarray(v) for key, v in agent.state_dict().items()})
-        replay = getattr(agent, "replay", None)
-        if include_replay and replay is not None and callable(getattr(replay, "state_dict", None)):
+        replay = _replay_of(agent)
+        if include_replay and replay is not None:
             arrays.update({f"replay{k}.{key}": np.asarray(v) for key, v in replay.state_dict().items()})
     for key, cb in stateful_callbacks(callbacks).items():
         arrays.update({f"callback.{key}.{name}": np.asarray(v) for name, v in cb.state_dict().items()})
@@ -211,19 +213,22 @@ def save_run(path: str, state: RunState, agents: Sequence[Any], settings: dict[s
     return write_checkpoint(path, manifest, arrays)
 
 
+def _replay_of(agent: Any) -> Stateful | None:
+    """``agent``'s replay buffer when it has one whose contents a checkpoint can hold, else None."""
+    replay = agent.replay if isinstance(agent, HasReplay) else None
+    return replay if isinstance(replay, Stateful) else None
+
+
 def _recorded_spaces(agent: Any) -> dict[str, Any] | None:
     """``{name: space JSON}`` of the spaces ``agent`` records in its own checkpoints (None: it records none)."""
-    names = getattr(type(agent), "saving_spaces", None)
-    if not isinstance(names, tuple):
+    if not isinstance(agent, Saveable):
         return None
     out = {}
-    for name in names:
-        value = getattr(agent, name, None)
-        if value is not None:
-            try:
-                out[name] = spaces_to_json(value)
-            except TypeError:  # a space the format cannot describe: nothing to compare on load
-                continue
+    for name, value in recorded_spaces(agent).items():
+        try:
+            out[name] = spaces_to_json(value)
+        except TypeError:  # a space the format cannot describe: nothing to compare on load
+            continue
     return out
 
 
@@ -282,13 +287,13 @@ def load_run(path: str, agents: Sequence[Any], callbacks: Sequence[Any] = ()) ->
         part = {key[len(f"agent{k}."):]: v for key, v in arrays.items() if key.startswith(f"agent{k}.")}
         replay_state = {key[len(f"replay{k}."):]: v for key, v in arrays.items() if key.startswith(f"replay{k}.")}
         loaded = previous = None
-        if callable(getattr(agent, "state_dict", None)):
+        if isinstance(agent, Stateful):
             loaded, previous = check_agent_state(agent, part, what)
         elif part:
             raise CheckpointError(f"{what}: the checkpoint holds a state but the agent has no load_state_dict()")
-        replay = getattr(agent, "replay", None)
+        replay = _replay_of(agent)
         if replay_state:
-            if replay is None or not callable(getattr(replay, "load_state_dict", None)):
+            if replay is None:
                 raise CheckpointError(f"{what}: the checkpoint holds replay contents but the agent has no "
                                       f"replay buffer")
             check_replay_state(replay, replay_state, what)

@@ -26,26 +26,34 @@ from typing import Any, TypeGuard
 
 import numpy as np
 
-from marl_note.agents.base import Agent, JointLearner, PerEnvAgent, is_learning_agent
+from marl_note.agents.base import (
+    Acting,
+    Agent,
+    HasObservationSpace,
+    JointLearner,
+    JointSeat,
+    PerEnvAgent,
+    is_learning_agent,
+)
 from marl_note.types import EnvSpec
 
 __all__ = ["accepts_env_ids", "can_act", "check_learners", "check_seats", "joint_learner_of", "learner_of",
            "positive_int", "seat_flags"]
 
 
-def can_act(agent: Any) -> TypeGuard[Agent]:
+def can_act(agent: Any) -> TypeGuard[Acting]:
     """Whether ``agent`` has an ``act`` method (all a scripted seat needs)."""
-    return callable(getattr(agent, "act", None))
+    return isinstance(agent, Acting)
 
 
-def accepts_env_ids(agent: Agent) -> TypeGuard[PerEnvAgent]:
+def accepts_env_ids(agent: Any) -> TypeGuard[PerEnvAgent]:
     """Whether ``agent`` keeps per-env state and so wants ``act(..., env_ids=)``."""
-    return bool(getattr(agent, "accepts_env_ids", False))
+    return isinstance(agent, PerEnvAgent) and bool(agent.accepts_env_ids)
 
 
 def joint_learner_of(agent: Any) -> JointLearner | None:
-    """The centralised learner ``agent`` acts for (a MADDPG seat's ``joint_learner``), else None."""
-    return getattr(agent, "joint_learner", None) or None
+    """The centralised learner ``agent`` acts for (a :class:`JointSeat`'s ``joint_learner``), else None."""
+    return (agent.joint_learner or None) if isinstance(agent, JointSeat) else None
 
 
 def learner_of(agent: Any) -> Any:
@@ -85,11 +93,11 @@ def check_seats(spec: EnvSpec, agents: Sequence[Any] | Mapping[str, Any]) -> lis
         if not can_act(agent):
             raise TypeError(f"agent for seat {name!r} ({type(agent).__name__}) has no "
                             f"act(obs, mask, explore) method")
-        space = getattr(agent, "action_space", None)
+        space = agent.action_space if isinstance(agent, Agent) else None
         if space is not None and space != spec.action_space(name):
             raise ValueError(f"agent for seat {name!r} has action space {space}, "
                              f"but the seat's is {spec.action_space(name)}")
-        space = getattr(agent, "observation_space", None)
+        space = agent.observation_space if isinstance(agent, HasObservationSpace) else None
         if space is not None and space != spec.observation_space(name):
             raise ValueError(f"agent for seat {name!r} has observation space {space}, "
                              f"but the seat's is {spec.observation_space(name)}")
@@ -119,9 +127,9 @@ def check_learners(spec: EnvSpec, seats: Sequence[Any], learn: Sequence[bool]) -
     for name, agent, ln in zip(spec.possible_agents, seats, learn):
         joint = joint_learner_of(agent)
         if joint is not None:
-            if not (callable(getattr(joint, "observe_joint", None)) and callable(getattr(joint, "update", None))):
-                raise TypeError(f"seat {name!r}: joint_learner {type(joint).__name__} needs observe_joint() "
-                                f"and update()")
+            if not isinstance(joint, JointLearner):
+                raise TypeError(f"seat {name!r}: joint_learner {type(joint).__name__} needs observe_joint(), "
+                                f"update() and seat_agents()")
             if spec.turn_based and ln:
                 raise TypeError(f"seat {name!r}: {type(joint).__name__} learns from joint per-step data, "
                                 f"which needs a Parallel env; this env is turn-based")

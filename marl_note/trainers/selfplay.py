@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from marl_note.agents.base import Acting, Agent, Cloneable, HasObservationSpace, Saveable
+from marl_note.agents.copies import rebuild
 from marl_note.types import EnvSpec
 
 
@@ -62,10 +64,10 @@ class Elo:
 class FrozenAgent:
     """An acting-only view of a snapshot: it has no ``observe``/``update``, so it never learns."""
 
-    def __init__(self, agent: Any, name: str):
+    def __init__(self, agent: Agent, name: str):
         self.agent, self.name = agent, name
         self.action_space = agent.action_space
-        if hasattr(agent, "observation_space"):
+        if isinstance(agent, HasObservationSpace):
             self.observation_space = agent.observation_space
 
     def act(self, obs: Any, mask: np.ndarray | None = None, explore: bool = False) -> np.ndarray:
@@ -78,14 +80,15 @@ class FrozenAgent:
 def snapshot(agent: Any, name: str = "snapshot") -> FrozenAgent:
     """A frozen copy of ``agent``: later training of ``agent`` does not move it.
 
-    Uses ``agent.clone()`` if defined, else rebuilds the agent from its captured constructor
-    ``config`` and copies its numpy ``state_dict``, else ``copy.deepcopy``.
+    Uses ``agent.clone()`` for a :class:`~marl_note.agents.base.Cloneable` agent, else, for a
+    :class:`~marl_note.agents.base.Saveable` one, rebuilds it from its recorded constructor
+    arguments and copies its numpy ``state_dict``, else ``copy.deepcopy``.
     """
     try:
-        if callable(getattr(agent, "clone", None)):
+        if isinstance(agent, Cloneable):
             copy_ = agent.clone()
-        elif isinstance(getattr(agent, "config", None), dict) and callable(getattr(agent, "state_dict", None)):
-            copy_ = type(agent)(agent.observation_space, agent.action_space, **agent.config)
+        elif isinstance(agent, Saveable):
+            copy_ = rebuild(agent)
             copy_.load_state_dict({k: np.array(v, copy=True) for k, v in agent.state_dict().items()})
         else:
             copy_ = copy.deepcopy(agent)
@@ -184,21 +187,21 @@ class OpponentPool:
     def _check_spaces(self, agent: Any, who: str, seats: Sequence[int]) -> None:
         for seat in seats:
             name = self.spec.possible_agents[seat]
-            a_space = getattr(agent, "action_space", None)
+            a_space = agent.action_space if isinstance(agent, Agent) else None
             if a_space is not None and a_space != self.spec.action_space(name):
                 raise ValueError(f"{who} has action space {a_space} but seat {name!r} has "
                                  f"{self.spec.action_space(name)}")
-            o_space = getattr(agent, "observation_space", None)
+            o_space = agent.observation_space if isinstance(agent, HasObservationSpace) else None
             if o_space is not None and o_space != self.spec.observation_space(name):
                 raise ValueError(f"{who} has observation space {o_space} but seat {name!r} has "
                                  f"{self.spec.observation_space(name)}")
 
-    def add(self, agent: Any, name: str | None = None, frozen: bool = True) -> str:
+    def add(self, agent: Acting, name: str | None = None, frozen: bool = True) -> str:
         """Add a fixed opponent (e.g. a scripted or random player); it is never evicted."""
         name = name or f"opponent_{len(self.opponents)}"
         if name in self.opponents or name == self.learner_name:
             raise ValueError(f"an opponent named {name!r} is already in the pool")
-        if not callable(getattr(agent, "act", None)):
+        if not isinstance(agent, Acting):
             raise TypeError(f"pool opponent {name!r} ({type(agent).__name__}) has no act(obs, mask, explore) method")
         self._check_spaces(agent, f"pool opponent {name!r}", range(self.spec.num_agents))
         self.opponents[name] = agent

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from marl_note.agents.base import Saveable, Stateful
 from marl_note.trainers.seats import can_act
 from marl_note.validation import positive_int
 
@@ -75,17 +76,15 @@ def check_opponents(opponents: Mapping[str, Any]) -> None:
             raise TypeError(f"opponent {name!r} ({type(opponent).__name__}) has no act(obs, mask, explore) method")
 
 
-def param_copy(agent: Any) -> dict[str, np.ndarray]:
-    """A copy of ``agent``'s network weights (its whole ``state_dict()`` if it does not list them)."""
+def param_copy(agent: Stateful) -> dict[str, np.ndarray]:
+    """A copy of ``agent``'s network weights (its whole ``state_dict()`` if it is not
+    :class:`~marl_note.agents.base.Saveable`, which lists them)."""
     state = agent.state_dict()
-    try:
-        keys = agent.param_keys(state)
-    except (AttributeError, TypeError):
-        keys = list(state)
+    keys = agent.param_keys(state) if isinstance(agent, Saveable) else list(state)
     return {k: np.array(state[k], copy=True) for k in keys}
 
 
-def load_params(agent: Any, params: Mapping[str, np.ndarray]) -> None:
+def load_params(agent: Stateful, params: Mapping[str, np.ndarray]) -> None:
     """Load weights from :func:`param_copy` into ``agent``, keeping the rest of its current state."""
     state = dict(agent.state_dict())
     state.update(params)
@@ -126,12 +125,13 @@ class KeepStrongest:
         check_opponents(opponents)
         self.games = positive_int("games", games, "greedy games per seat and opponent")
         self.every = positive_int("every", every, "periodic tests between measurements")
-        if not all(callable(getattr(learner, m, None)) for m in ("state_dict", "load_state_dict")):
+        if not isinstance(learner, Stateful):
             raise TypeError(f"KeepStrongest needs a learner with state_dict()/load_state_dict(); "
                             f"got {type(learner).__name__}")
-        if path is not None and not callable(getattr(learner, "save_param", None)):
+        if path is not None and not isinstance(learner, Saveable):
             raise TypeError(f"path={path!r} needs a learner with save_param(path); got {type(learner).__name__}")
-        self.learner, self.opponents = learner, dict(opponents)
+        self.learner: Any = learner
+        self.opponents = dict(opponents)
         self.path = None if path is None else os.fspath(path)
         self.restore = bool(restore)
         self._reset()

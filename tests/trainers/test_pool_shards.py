@@ -131,14 +131,13 @@ def test_acting_shell_acts_like_the_agent_without_its_networks():
     torch = pytest.importorskip("torch")  # noqa: F841
     from marl_note.agents.exploration.policies import EpsGreedyQPolicy
     from marl_note.agents.torch import DQN
-    from marl_note.contrib.pool.shell import acting_shell, acting_state, load_acting_state
 
     agent = DQN(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(4), hidden_sizes=(8,), seed=0,
                 policy=EpsGreedyQPolicy(1.0, eps_min=0.1, n_steps_annealing=100))
     agent.policy.step(50)
-    shell = pickle.loads(pickle.dumps(acting_shell(agent)))
+    shell = pickle.loads(pickle.dumps(agent.remote.shell()))
     assert not hasattr(shell.nets, "state_dict") and shell.replay is shell._feed.replay
-    load_acting_state(shell, acting_state(agent), version=7)
+    shell.remote.load(agent.remote.state(), version=7)
     obs = np.random.default_rng(0).normal(size=(16, 3))
     assert (shell.act(obs) == agent.act(obs)).all()
     assert shell.policy.metrics() == agent.policy.metrics()  # the exploration schedule travels too

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from marl_note.agents.base import Tunable
 from marl_note.contrib.finders.parts import (
     DEFAULTS,
     LOSS_KEYS,
@@ -133,8 +134,7 @@ class LRFinder:
         trainer, owned = make_trainer(env, trainer_kwargs, LR_DEFAULTS)
         try:
             agent = self.agent if self.factory is None else self.factory(trainer)
-            if not (callable(getattr(agent, "learning_rates", None)) and callable(getattr(agent, "set_learning_rate",
-                                                                                       None))):
+            if not isinstance(agent, Tunable):
                 raise TypeError(f"LRFinder needs an agent with learning_rates() and set_learning_rate() (every "
                                 f"built-in agent and RL subclass has them), got {type(agent).__name__}")
             names = list(agent.learning_rates()) if optimizer is None else \

@@ -25,6 +25,7 @@ from typing import Any
 import cloudpickle
 import numpy as np
 
+from marl_note.agents.base import Acting
 from marl_note.contrib.finders.parts import check_candidates, check_loss_key, checked_metric
 from marl_note.contrib.finders.results import OptFinderResult
 from marl_note.envs.main_guard import main_not_reimported
@@ -100,7 +101,7 @@ class ParallelFinder:
 
     def __init__(self, factory: Callable[..., Any], candidates: Sequence[Mapping[str, Any]],
                  processes: int | None = None, timeout: float = 3600.0):
-        if not callable(factory) or callable(getattr(factory, "act", None)):
+        if not callable(factory) or isinstance(factory, Acting):
             raise TypeError(f"ParallelFinder takes a factory factory(trainer, **candidate) -> agent, "
                             f"got {type(factory).__name__}")
         self.factory = factory

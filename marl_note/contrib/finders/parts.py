@@ -10,7 +10,6 @@ Example:
 """
 from __future__ import annotations
 
-import copy
 import inspect
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -18,6 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from marl_note.agents.base import Acting, JointLearner, Saveable
+from marl_note.agents.copies import TrainingSnapshot as Snapshot
+from marl_note.agents.copies import rebuild
 from marl_note.contrib.finders.results import smooth
 from marl_note.trainers.trainer import DecentralizedTrainer
 
@@ -28,8 +30,6 @@ __all__ = ["LOSS_KEYS", "DEFAULTS", "LR_DEFAULTS", "SearchDone", "Snapshot", "LR
 LOSS_KEYS = ("loss", "critic_loss", "value_loss")  # the update metric a search reads, first found
 DEFAULTS = {"num_train_envs": 1, "num_test_envs": 1, "seed": 0}
 LR_DEFAULTS = {**DEFAULTS, "episodes_per_train": 1000, "test_freq": 10**9, "episodes_per_test": 1}
-# transitions an agent holds outside state_dict() and its replay: an on-policy rollout, an n-step window
-HELD = (("rollout",), ("_feed", "nstep"))
 
 
 class SearchDone(Exception):
@@ -39,7 +39,7 @@ class SearchDone(Exception):
 # --------------------------------------------------------------------------- shared pieces
 
 def split_agent_or_factory(obj: Any, who: str, signature: str) -> tuple[Any, Callable | None]:
-    if callable(getattr(obj, "act", None)) or callable(getattr(obj, "seat_agents", None)):
+    if isinstance(obj, (Acting, JointLearner)):
         return obj, None
     if callable(obj):
         return None, obj
@@ -56,9 +56,8 @@ def make_trainer(env: Any, kwargs: Mapping[str, Any], defaults: Mapping[str, Any
     return DecentralizedTrainer(env, **{**defaults, **kwargs}), True
 
 
-def seats_of(agent: Any, trainer: DecentralizedTrainer) -> list[Any]:
-    seat_agents = getattr(agent, "seat_agents", None)
-    return list(seat_agents()) if callable(seat_agents) else [agent] * trainer.spec.num_agents
+def seats_of(agent: Acting | JointLearner, trainer: DecentralizedTrainer) -> list[Any]:
+    return list(agent.seat_agents()) if isinstance(agent, JointLearner) else [agent] * trainer.spec.num_agents
 
 
 def train_once(trainer: DecentralizedTrainer, agent: Any, callback: Any, progress: bool) -> dict[str, Any]:
@@ -88,32 +87,6 @@ def check_loss_key(loss_key: Any) -> str | None:
     if loss_key is not None and not isinstance(loss_key, str):
         raise TypeError(f"loss_key must be the name of an update metric (a str) or None, got {type(loss_key).__name__}")
     return loss_key
-
-
-class Snapshot:
-    """Everything of an agent that training changes, to put back: ``state_dict()`` (weights, optimiser
-    slots and learning rates, counters, generator, exploration), the replay buffer's contents and the
-    transitions held outside both (an on-policy rollout, an n-step window)."""
-
-    def __init__(self, agent: Any):
-        self.state = {k: np.array(v, copy=True) for k, v in agent.state_dict().items()}
-        replay: Any = getattr(agent, "replay", None)
-        self.replay = ({k: np.array(v, copy=True) for k, v in replay.state_dict().items()}
-                       if callable(getattr(replay, "state_dict", None)) else None)
-        self.held: list[tuple[Any, str, Any]] = []
-        for path in HELD:
-            owner = agent
-            for name in path[:-1]:
-                owner = getattr(owner, name, None)
-            if owner is not None and getattr(owner, path[-1], None) is not None:
-                self.held.append((owner, path[-1], copy.deepcopy(getattr(owner, path[-1]))))
-
-    def restore(self, agent: Any) -> None:
-        agent.load_state_dict(self.state)
-        if self.replay is not None:
-            agent.replay.load_state_dict(self.replay)
-        for owner, name, value in self.held:
-            setattr(owner, name, copy.deepcopy(value))
 
 
 # --------------------------------------------------------------------------- search callbacks
@@ -206,7 +179,7 @@ def check_candidates(candidates: Any, agent: Any, factory: Callable | None) -> l
     if not candidates:
         raise ValueError("candidates is empty: give at least one dict of constructor arguments to try")
     if factory is None:
-        if not isinstance(getattr(agent, "config", None), Mapping):
+        if not isinstance(agent, Saveable):
             raise TypeError(f"OptFinder builds candidates from an agent's recorded constructor arguments "
                             f"(agent.config); {type(agent).__name__} has none: pass a factory(trainer, **candidate)")
         target, name = type(agent).__init__, type(agent).__name__
@@ -225,23 +198,11 @@ def check_candidates(candidates: Any, agent: Any, factory: Callable | None) -> l
     return out
 
 
-def rebuild(agent: Any, overrides: Mapping[str, Any]) -> Any:
-    """A new agent of ``agent``'s class from its recorded arguments and ``overrides``; stateful arguments
-    (a policy, noise process or replay buffer object) are deep-copied so candidates share none."""
-    cls = type(agent)
-    accepted = accepted_names(cls.__init__, 1)
-    spaces = {n: getattr(agent, n) for n in getattr(cls, "saving_spaces", ())
-              if accepted is None or n in accepted}
-    config = {k: copy.deepcopy(v) if callable(getattr(v, "state_dict", None)) else v for k, v in agent.config.items()}
-    return cls(*agent.__dict__.get("_saving_varargs", ()), **{**spaces, **config, **overrides})
-
-
 def weights_of(agent: Any) -> dict[str, np.ndarray] | None:
-    keys = getattr(agent, "param_keys", None)
-    if not callable(keys):
+    if not isinstance(agent, Saveable):
         return None
     state = agent.state_dict()
-    return {k: np.array(state[k], copy=True) for k in keys(state)}
+    return {k: np.array(state[k], copy=True) for k in agent.param_keys(state)}
 
 
 def start_from(agent: Any, reference: Mapping[str, np.ndarray] | None) -> bool:

@@ -2,7 +2,7 @@
 
 Each actor owns a slice of the train envs (an in-process vector env) and a
 :class:`~marl_note.trainers.collector.Collector` whose learning seats are :class:`ActorSeat` s: a
-framework-free acting shell (:mod:`marl_note.contrib.pool.shell`) that reloads the learner's
+framework-free acting shell (:mod:`marl_note.agents.acting_shell`) that reloads the learner's
 board whenever its version moved, and whose ``observe`` writes the closed transitions into the
 actor's shard (:class:`~marl_note.replay.shared.SharedRing`) instead of a replay buffer. After each
 round (``num_store`` episodes, or a share of ``update_freq`` env steps) it reports the round's
@@ -25,8 +25,8 @@ from typing import Any
 import cloudpickle
 import numpy as np
 
+from marl_note.agents.base import PerEnvAgent
 from marl_note.contrib.pool.board import WeightBoard
-from marl_note.contrib.pool.shell import load_acting_state
 from marl_note.contrib.pool.stderr import redirect
 from marl_note.replay.shared import SharedRing
 from marl_note.types import Transitions
@@ -103,13 +103,13 @@ class ActorSeat:
     def __init__(self, shell: Any, board: WeightBoard, write: Any):
         self.shell, self.board, self.write = shell, board, write
         self.version = -1
-        self.accepts_env_ids = bool(getattr(shell, "accepts_env_ids", False))
+        self.accepts_env_ids = isinstance(shell, PerEnvAgent) and bool(shell.accepts_env_ids)
 
     def refresh(self) -> None:
         got = self.board.read(newer_than=self.version)
         if got is not None:
             state, self.version = got
-            load_acting_state(self.shell, state, self.version)
+            self.shell.remote.load(state, self.version)
 
     def act(self, obs: Any, mask: Any = None, explore: bool = False, **kwargs: Any) -> np.ndarray:
         self.refresh()

@@ -40,8 +40,6 @@ from typing import Any
 
 import numpy as np
 
-from marl_note.contrib.pool.shell import acting_state, load_acting_state
-
 __all__ = ["ActorLeague", "LeagueConfig", "LeaguePublisher", "check_matchmaker"]
 
 
@@ -82,7 +80,7 @@ class LeaguePublisher:
         self.name_by_id: dict[int, str] = {}
         self.next_id = 0
         self.version = -1
-        like = acting_state(opponents.learner)
+        like = opponents.learner.remote.state()
         self.arrays: dict[str, np.ndarray] = {"probs": np.zeros(1 + len(self.fixed) + self.slots),
                                               "ids": np.full(self.slots, -1, np.int64)}
         for j in range(self.slots):
@@ -116,7 +114,7 @@ class LeaguePublisher:
             arrays["ids"][j] = self.next_id
             self.name_by_id[self.next_id] = name
             self.next_id += 1
-            for key, value in acting_state(pool.opponents[name].agent).items():
+            for key, value in pool.opponents[name].agent.remote.state().items():
                 arrays[f"s{j}.{key}"][...] = value
         table = pool.draw_table()
         probs = arrays["probs"]
@@ -173,8 +171,8 @@ class ActorLeague:
         for j, new in enumerate(arrays["ids"]):
             if new >= 0 and new != self.ids[j]:
                 prefix = f"s{j}."
-                load_acting_state(self.shells[j], {k[len(prefix):]: v for k, v in arrays.items()
-                                                   if k.startswith(prefix)}, int(new))
+                self.shells[j].remote.load({k[len(prefix):]: v for k, v in arrays.items()
+                                                  if k.startswith(prefix)}, int(new))
         self.ids = arrays["ids"]
         self.probs = arrays["probs"] / arrays["probs"].sum()
 

@@ -23,11 +23,12 @@ from typing import Any
 import cloudpickle
 import numpy as np
 
+from marl_note.agents.base import RemoteActing
 from marl_note.contrib.pool.actor import ActorConfig, Pulse, actor_main
 from marl_note.contrib.pool.board import WeightBoard
 from marl_note.contrib.pool.league import LeaguePublisher
 from marl_note.contrib.pool.options import PoolOptions
-from marl_note.contrib.pool.shell import acting_shell, acting_state, on_policy, shell_refusal
+from marl_note.contrib.pool.shell import on_policy, shell_refusal
 from marl_note.contrib.pool.stderr import StderrTails
 from marl_note.envs.main_guard import main_not_reimported
 from marl_note.envs.subproc_pool import start_context
@@ -129,7 +130,7 @@ def check_pool(trainer: Any, learners: list[Any], options: PoolOptions) -> None:
 class ActorPlan:
     """What each actor is started with (both backends): its envs, seats, acting shells and options."""
 
-    def __init__(self, trainer: Any, seats: list[Any], learners: list[Any], explore: list[bool],
+    def __init__(self, trainer: Any, seats: list[Any], learners: list[RemoteActing], explore: list[bool],
                  learn: list[bool], options: PoolOptions, seed: int | None):
         self.trainer, self.spec, self.options, self.seed = trainer, trainer.spec, options, seed
         self.explore, self.learn, self.learners = list(explore), list(learn), learners
@@ -152,7 +153,7 @@ class ActorPlan:
                 ) -> list[ActorConfig]:
         """One config per actor; the train envs are split over the actors as evenly as possible."""
         t, opts = self.trainer, self.options
-        shells = [acting_shell(a) for a in self.learners]
+        shells = [a.remote.shell() for a in self.learners]
         splits = np.array_split(np.arange(t.num_train_envs), opts.actors)
         round_steps = max(1, math.ceil(t.update_freq / opts.actors))
         return [ActorConfig(index=i, env_fn=t.env_fn, num_envs=len(envs), env_offset=int(envs[0]), spec=self.spec,
@@ -269,7 +270,7 @@ class Pool(Feeding):
         self._finalizer = weakref.finalize(self, _stop, self.procs, self.stop, self.results, self._shms,
                                            self._stuck, self.tails)
         try:
-            self.boards = [self._own(WeightBoard.create(acting_state(a))) for a in learners]
+            self.boards = [self._own(WeightBoard.create(a.remote.state())) for a in learners]
             for k in range(len(learners)):
                 self.publish(k)
             if self.league is not None:
@@ -304,7 +305,7 @@ class Pool(Feeding):
     def publish(self, k: int) -> None:
         """Publish learner ``k``'s acting state; its version is the learner's gradient step count."""
         agent = self.learners[k]
-        self.boards[k].publish(acting_state(agent), version=int(agent.updates))
+        self.boards[k].publish(agent.remote.state(), version=int(agent.updates))
         self.published[k] = int(agent.updates)
 
     def put_league(self, arrays: dict[str, np.ndarray], version: int) -> None:

@@ -49,7 +49,7 @@ from marl_note.contrib.pool.pool import (
     check_pool,
     columns_to_transitions,
 )
-from marl_note.contrib.pool.shell import acting_state, on_policy
+from marl_note.contrib.pool.shell import on_policy
 from marl_note.types import Transitions
 
 __all__ = ["RayPool", "import_ray"]
@@ -194,7 +194,7 @@ class RayPool(Feeding):
     def publish(self, k: int) -> None:
         """Put learner ``k``'s acting state in the object store; the next round calls carry it."""
         agent = self.learners[k]
-        self._refs[k] = self.ray.put(acting_state(agent))
+        self._refs[k] = self.ray.put(agent.remote.state())
         self.published[k] = int(agent.updates)
 
     def put_league(self, arrays: dict[str, np.ndarray], version: int) -> None:

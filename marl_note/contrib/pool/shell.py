@@ -1,163 +1,44 @@
-"""What an actor process acts with: a framework-free shell of a registered agent, refreshed from a board.
+"""What the pool asks of an agent before its actors act for it, through the agent contract.
 
-An agent of a registered algorithm (:class:`~marl_note.agents.core.AgentCore`) acts in numpy through
-its :class:`~marl_note.agents.numpy_policy.NumpyPolicy`. :func:`acting_shell` copies what acting
-needs (spaces, config, encoder, exploration policy, the numpy copy) into an instance of the numpy
-core class its registry entry names (``DQNCore``, ``DDPGCore``, ...;
-:func:`~marl_note.agents.registry.core_of`), without its framework networks or replay buffer, so it
-unpickles in a process that never imports torch or TensorFlow. :func:`acting_state` is what the
-learner publishes for it (the numpy weights, ``agent_steps``, the replay size and the exploration
-schedule's state), :func:`load_acting_state` what the actor applies.
-
-An agent without a numpy copy (a user ``RL`` subclass, or one built with ``numpy_acting=False``)
-falls back to acting in its framework: its shell is a copy of the agent itself without its replay
-(the actor imports the framework when it unpickles it), its published weights are its networks'
-arrays (``nets.numpy_weights``), loaded into the shell's networks (not its optimisers).
+An actor acts with the agent's acting shell (:class:`~marl_note.agents.base.RemoteActing`:
+``agent.remote.shell()``, refreshed with ``shell.remote.load(agent.remote.state(), version)``;
+built-in agents implement it in :mod:`marl_note.agents.acting_shell`). Whether the learners are
+on-policy (the pool then collects in lockstep with the updates) is
+:func:`marl_note.agents.registry.is_on_policy`.
 
 Example:
-    >>> import gymnasium as gym, numpy as np, pickle
-    >>> from marl_note.agents.torch import DQN
-    >>> agent = DQN(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), hidden_sizes=(8,), seed=0)
-    >>> shell = pickle.loads(pickle.dumps(acting_shell(agent)))
-    >>> type(shell).__name__
-    'DQNCore'
-    >>> load_acting_state(shell, acting_state(agent), version=0)
-    >>> bool((shell.act(np.ones((4, 3))) == agent.act(np.ones((4, 3)))).all())
+    >>> import gymnasium as gym
+    >>> from marl_note.agents import RandomAgent
+    >>> from marl_note.agents.torch import PPO
+    >>> print(shell_refusal(RandomAgent(gym.spaces.Discrete(2))))
+    RandomAgent is not a marl_note agent (AgentCore with networks behind the numpy seam); the pool \
+trainer's actors act only with those (train it with actors=None)
+    >>> on_policy(PPO(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), hidden_sizes=(4,)))
     True
 """
 from __future__ import annotations
 
-import copy
 from typing import Any
 
-import numpy as np
+from marl_note.agents.base import RemoteActing
+from marl_note.agents.registry import is_on_policy
 
-from marl_note.agents import registry
-from marl_note.agents.core import AgentCore
-
-__all__ = ["acting_shell", "acting_state", "load_acting_state", "on_policy", "shell_refusal"]
-
-_DROPPED = ("nets", "replay", "_feed", "noise_scale", "_noise_scale", "rollout")
+__all__ = ["on_policy", "shell_refusal"]
 
 
 def on_policy(agent: Any) -> bool:
-    """Whether ``agent`` learns only from data collected with its current weights (PPO)."""
-    from marl_note.agents.ppo import PPOCore
-
-    return isinstance(agent, PPOCore)
-
-
-class _PublishedNets:
-    """Stands for the framework networks in a shell: only the version of the published weights."""
-
-    def __init__(self) -> None:
-        self.version = -1
-
-    def numpy_weights(self, prefixes: Any) -> dict[str, np.ndarray]:
-        raise RuntimeError("an acting shell has no networks: its weights come from the learner's board")
-
-
-class _Size:
-    """Stands for the replay buffer in a shell: ``len()`` is the learner's published replay size."""
-
-    def __init__(self) -> None:
-        self.size = 0
-
-    def __len__(self) -> int:
-        return self.size
-
-
-def _core_class(agent: Any) -> type | None:
-    """The numpy core class of a registered algorithm's backend agent (None for a user subclass: its
-    overrides would be lost in a core-class shell)."""
-    return registry.core_of(agent)
-
-
-def in_framework(agent: Any) -> bool:
-    """Whether ``agent`` acts in an actor through its framework (it has no numpy acting copy)."""
-    return _core_class(agent) is None or agent.numpy_policy() is None
+    """Whether ``agent`` learns only from data collected with its current weights (the one definition,
+    :func:`~marl_note.agents.registry.is_on_policy`; an agent that declares nothing is off-policy here)."""
+    return is_on_policy(agent, default=False)
 
 
 def shell_refusal(agent: Any) -> str | None:
     """Why ``agent`` cannot act in an actor process (None: it can)."""
-    name = type(agent).__name__
-    if not isinstance(agent, AgentCore) or not callable(getattr(getattr(agent, "nets", None), "numpy_weights", None)):
-        return (f"{name} is not a marl_note agent (AgentCore with networks behind the numpy seam); the pool "
-                f"trainer's actors act only with those (train it with actors=None)")
-    if getattr(agent, "joint_learner", None) is not None or hasattr(agent, "observe_joint"):
-        return f"{name} learns from joint per-step data (MADDPG), which the pool trainer does not support yet"
-    feed = getattr(agent, "_feed", None)
-    if feed is not None and getattr(feed, "goal", False):
-        return f"{name} has goal-dict observations (HER/goal envs), which the pool trainer does not support yet"
-    if feed is None and not on_policy(agent):
-        return f"{name} is neither a replay agent nor PPO; the pool trainer trains DQN, DDPG, SAC and PPO"
+    if not isinstance(agent, RemoteActing):
+        return (f"{type(agent).__name__} is not a marl_note agent (AgentCore with networks behind the numpy "
+                f"seam); the pool trainer's actors act only with those (train it with actors=None)")
+    try:
+        agent.remote.shell()
+    except TypeError as exc:
+        return str(exc)
     return None
-
-
-def acting_shell(agent: AgentCore) -> Any:
-    """A picklable copy of ``agent`` that acts (weights loaded by :func:`load_acting_state`): framework-free
-    for an agent with a numpy copy, else the agent's own class with its networks (module docstring)."""
-    reason = shell_refusal(agent)
-    if reason is not None:
-        raise TypeError(reason)
-    framework = in_framework(agent)
-    cls = type(agent) if framework else _core_class(agent)
-    assert cls is not None
-    shell: Any = object.__new__(cls)
-    shell.__dict__.update({k: v for k, v in agent.__dict__.items() if k not in _DROPPED and k != "batch"})
-    if framework:  # its networks travel with it; acting_state sends their weights
-        shell.nets = agent.nets
-    else:
-        shell.__dict__["_numpy_policy"] = copy.deepcopy(agent.numpy_policy())
-        shell.nets = _PublishedNets()
-    if "replay" in agent.__dict__ or "_feed" in agent.__dict__:  # exploration may read the replay's size
-        size = _Size()
-        shell.__dict__["replay"] = size
-        feed = agent.__dict__.get("_feed")
-        if feed is not None:
-            feed = copy.copy(feed)
-            feed.replay, feed.nstep, feed.augment = size, None, None
-        shell.__dict__["_feed"] = feed
-    shell.rng = np.random.default_rng(agent.rng.integers(0, 2**63 - 1))
-    return shell
-
-
-def _network_weights(agent: Any) -> dict[str, np.ndarray]:
-    if in_framework(agent):
-        return agent.nets.numpy_weights(agent.nets.weight_names)
-    policy = agent.numpy_policy()
-    assert policy is not None
-    return dict(policy.weights)
-
-
-def acting_state(agent: AgentCore) -> dict[str, np.ndarray]:
-    """What an actor needs to act as ``agent`` does now: numpy weights, counters, exploration state."""
-    out = {f"w.{k}": v for k, v in _network_weights(agent).items()}
-    out["agent_steps"] = np.asarray(agent.agent_steps, np.int64)
-    feed = getattr(agent, "_feed", None)
-    out["replay_size"] = np.asarray(len(feed if feed is not None else getattr(agent, "replay", ())), np.int64)
-    explorer: Any = getattr(agent, "policy", None)
-    if hasattr(explorer, "state_dict"):
-        out.update({f"policy.{k}": np.asarray(v) for k, v in explorer.state_dict().items()})
-    return out
-
-
-def load_acting_state(shell: Any, state: dict[str, np.ndarray], version: int) -> None:
-    """Apply a published :func:`acting_state` to ``shell`` as weights ``version``."""
-    weights = {k[2:]: v for k, v in state.items() if k.startswith("w.")}
-    if isinstance(shell.nets, _PublishedNets):
-        shell.nets.version = int(version)
-        shell._numpy_policy.load(weights, int(version))
-    else:  # a framework shell: the networks' weights, not its optimisers
-        optimizers, shell.nets.optimizers = shell.nets.optimizers, {}
-        try:
-            shell.nets.load_state_dict(weights)
-        finally:
-            shell.nets.optimizers = optimizers
-    shell.agent_steps = int(state["agent_steps"])
-    if isinstance(shell.__dict__.get("replay"), _Size):
-        shell.replay.size = int(state["replay_size"])
-    explorer: Any = getattr(shell, "policy", None)
-    keys = {k[len("policy."):]: v for k, v in state.items() if k.startswith("policy.")}
-    if keys and hasattr(explorer, "load_state_dict"):
-        explorer.load_state_dict(keys)

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from marl_note.agents.base import DistributedTrainable
 from marl_note.agents.tf.distribute import _PEER_ERRORS, StrategyNetworks, _peer_detail
 from marl_note.distributed import DistributedContext, RankLostError
 
@@ -138,9 +139,9 @@ def collective(rank: int, what: str) -> Iterator[None]:
 def _networks(agent: Any, strategy: tf.distribute.Strategy) -> Any:
     from marl_note.agents.tf.networks import TFNetworks
 
-    nets = getattr(agent, "nets", None)
+    nets = agent.distributed_networks if isinstance(agent, DistributedTrainable) else None
     if not isinstance(nets, StrategyNetworks):
-        raise TypeError(f"{type(agent).__name__} has no TensorFlow networks (agent.nets is {type(nets).__name__}): "
+        raise TypeError(f"{type(agent).__name__} has no TensorFlow networks (its networks are {type(nets).__name__}): "
                         f"a MultiWorkerMirroredStrategy trains TF agents (marl_note.agents.tf) built with strategy=")
     if nets.strategy is not strategy:
         how = ("with strategy=ctx.collective.strategy" if isinstance(nets, TFNetworks)
@@ -154,7 +155,7 @@ def _networks(agent: Any, strategy: tf.distribute.Strategy) -> Any:
 def distribute(agent: Any, strategy: tf.distribute.Strategy, rank: int = 0) -> None:
     """Check ``agent`` was built under ``strategy`` and copy rank 0's numpy state (weights, targets,
     optimiser moments) into it on every worker (all workers call it, like a train step)."""
-    if getattr(getattr(agent, "cfg", None), "target_kl", None) is not None:
+    if isinstance(agent, DistributedTrainable) and agent.local_kl_stop:
         raise ValueError(f"{type(agent).__name__}(target_kl=...) stops each worker's epochs on that worker's own KL, "
                          f"so the workers would fall out of lockstep; use target_kl=None with several workers")
     nets = _networks(agent, strategy)

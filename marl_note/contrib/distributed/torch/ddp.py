@@ -24,6 +24,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from marl_note.agents.base import DistributedTrainable
 from marl_note.agents.torch.networks import TorchNetworks
 from marl_note.distributed import DistributedContext, RankLostError, env_rank_info
 
@@ -70,12 +71,10 @@ def average_gradients(params: Sequence[torch.Tensor]) -> tuple[float, float, int
 
 
 def _networks(agent: Any) -> TorchNetworks:
-    nets = getattr(agent, "nets", None)
+    nets = agent.distributed_networks if isinstance(agent, DistributedTrainable) else None
     if not isinstance(nets, TorchNetworks):
-        raise TypeError(f"{type(agent).__name__} has no PyTorch networks (agent.nets is {type(nets).__name__}): "
+        raise TypeError(f"{type(agent).__name__} has no PyTorch networks (its networks are {type(nets).__name__}): "
                         f"torch.distributed trains PyTorch agents (marl_note.agents.torch)")
-    if hasattr(nets, "discover"):  # an RL subclass: its modules are the agent's attributes
-        nets.discover(agent)
     return nets
 
 
@@ -83,7 +82,7 @@ def _networks(agent: Any) -> TorchNetworks:
 def distribute(agent: Any, src: int = 0) -> None:
     """Broadcast rank ``src``'s parameters and buffers into ``agent``'s modules and average its
     gradients over the ranks at every optimiser step from now on (all ranks call it)."""
-    if getattr(getattr(agent, "cfg", None), "target_kl", None) is not None:
+    if isinstance(agent, DistributedTrainable) and agent.local_kl_stop:
         raise ValueError(f"{type(agent).__name__}(target_kl=...) stops each rank's epochs on that rank's own KL, "
                          f"so the ranks would fall out of lockstep; use target_kl=None with several ranks")
     nets = _networks(agent)
