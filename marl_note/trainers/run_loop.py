@@ -12,7 +12,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from marl_note.agents.base import Agent, JointLearner, LearningAgent, Tunable
+from marl_note.agents.base import Agent, JointLearner, LearningAgent
 from marl_note.trainers.callbacks import CallbackList, stop_value
 from marl_note.trainers.collector import CollectStats
 from marl_note.trainers.evaluation import evaluate_against, use_baseline
