@@ -140,7 +140,8 @@ class SaveBest:
     """
 
     def __init__(self, path: str):
-        self.path, self.saved = path, None
+        self.path = path
+        self.saved: int | None = None
         self.agents: dict[str, Any] = {}
 
     def __call__(self, episodes: int) -> None:
@@ -258,11 +259,11 @@ def _weights_folder(path: str, record: Mapping[str, Any], which: str | None,
         raise CLIError(f"{os.path.join(path, RUN_FILE)} names its checkpoints {saved!r}; expected "
                        f"{{\"best\": \"best\" or null, \"last\": \"last\"}}")
     if which == "best" and saved.get("best") is None:
-        raise CLIError(f"--which best: {option} {path} has no best weights (no test ran during its training); "
-                       f"--which last uses the last ones")
+        raise CLIError(f"--which best: {option} {path} has no best weights (no test metric picked them: independent "
+                       f"agents in a board game test against each other); --which last uses the last ones")
     if which is None and saved.get("best") is None:
-        return _inside_run(path, "last"), "last", "no test ran during training, so the run has no best weights: " \
-                                                    "the last weights play"
+        return _inside_run(path, "last"), "last", "the run saved no best weights (no test metric picked them), " \
+                                                    "so the last weights play"
     chosen = which or "best"
     return _inside_run(path, chosen), chosen, None
 
