@@ -36,8 +36,9 @@ TRAIN_EPILOG = """seats:
   --algo maddpg        one joint learner with an actor per seat (Parallel envs such as MPE)
 
 envs: PettingZoo classic (tictactoe_v3, connect_four_v3, ...), MPE from the mpe2 package
-(simple_spread_v3, ...), butterfly and sisl names, and Gymnasium ids (CartPole-v1, Pendulum-v1).
-Classic games are turn-based; MPE/butterfly/sisl envs run as Parallel envs.
+(simple_spread_v3, ...), butterfly, sisl and atari names (or registry ids: butterfly/pistonball-v6),
+and Gymnasium ids (CartPole-v1, Pendulum-v1), as the installed packages list them. Classic games are
+turn-based; MPE/butterfly/sisl/atari envs run as Parallel envs.
 
 algorithms: dqn (Discrete actions), ppo and sac (Discrete or Box), ddpg (Box), maddpg (Discrete or
 Box, Parallel envs), alphazero (PUCT search, tictactoe_v3 and connect_four_v3).
@@ -82,7 +83,8 @@ _non_negative = _int_at_least(0, "non-negative")
 
 def _env_options(p: argparse.ArgumentParser, required: bool) -> None:
     p.add_argument("--env", required=required, metavar="NAME",
-                   help="env name: a PettingZoo/MPE module name (tictactoe_v3, simple_spread_v3) or a Gymnasium id"
+                   help="env name: a PettingZoo/MPE module name (tictactoe_v3, simple_spread_v3) or registry id "
+                        "(butterfly/pistonball-v6), or a Gymnasium id"
                         + ("" if required else "; default: the env the checkpoint's run was trained on"))
     p.add_argument("--env-arg", action="append", metavar="KEY=VALUE",
                    help="an argument of the env's factory, e.g. max_cycles=25 (repeatable)")
