@@ -24,7 +24,7 @@ from typing import Any
 from marl_note.cli.agents import build_learners, check_agent_kwargs, check_algorithm, import_backend, plan_seats
 from marl_note.cli.agents import seat_agents as arrange_seats
 from marl_note.cli.common import CLIError, parse_assignments, setup_errors
-from marl_note.cli.envs import EnvChoice, resolve_env
+from marl_note.cli.envs import EnvChoice, canonical_env_name, resolve_env
 from marl_note.cli.limits import check_settings
 from marl_note.cli.results import is_board_game, random_players, seat_results
 from marl_note.cli.runs import (
@@ -67,11 +67,12 @@ def _env(name: str | None, source: Source | None, env_args: list[str] | None) ->
         if source is None or source.env is None:
             raise CLIError("--env is required: the checkpoint is a single agent, which does not record its env")
         name, kwargs = source.env, {**source.env_kwargs, **kwargs}
-    elif source is not None and source.env == name and not kwargs:
+    elif source is not None and source.env is not None and canonical_env_name(name) == source.env and not kwargs:
+        name = source.env  # the run's env, however it is typed (tictactoe_v3, classic/tictactoe-v3)
         kwargs = dict(source.env_kwargs)
     choice = resolve_env(name, kwargs)
-    if source is not None and source.env == name and source.record.get("wrappers"):
-        from marl_note.cli.zoo_run import wrap_choice  # a zoo recipe's wrappers, as the run was trained
+    if source is not None and source.env == choice.name and source.record.get("wrappers"):
+        from marl_note.cli.zoo_run import wrap_choice  # the run's wrappers (a recipe's, --wrapper), as it was trained
 
         choice = wrap_choice(choice, source.record["wrappers"])
     return choice

@@ -40,7 +40,7 @@ from typing import Any
 
 from marl_note.cli.common import CLIError
 
-__all__ = ["EnvChoice", "FAMILIES", "OPTIONAL_PACKAGES", "known_envs", "resolve_env"]
+__all__ = ["EnvChoice", "FAMILIES", "OPTIONAL_PACKAGES", "canonical_env_name", "known_envs", "resolve_env"]
 
 # family -> (package holding one module per env, the factory each module provides, what installs it)
 FAMILIES: dict[str, tuple[str, str, str]] = {
@@ -168,6 +168,16 @@ def _installed_version(package: str) -> str | None:
         return metadata.version(package)
     except metadata.PackageNotFoundError:
         return None
+
+
+def canonical_env_name(name: str) -> str:
+    """The name ``name`` resolves to (a module name or Gymnasium id), without importing the env.
+
+    Example:
+        >>> canonical_env_name("butterfly/pistonball-v6"), canonical_env_name("CartPole-v1")
+        ('pistonball_v6', 'CartPole-v1')
+    """
+    return _module_name(name, known_envs())[0]
 
 
 def _module_name(name: str, known: Mapping[str, str]) -> tuple[str, str]:

@@ -74,3 +74,6 @@ def test_pixel_wrappers_reach_the_agent_and_evaluate_wraps_the_env_alike(capsys,
     assert main(["evaluate", "--checkpoint", str(out), "--episodes", "1", "--num-envs", "1",
                  "--env-arg", "max_cycles=8"]) == 0  # the recorded wrappers again: the saved agent fits the env
     assert "greedy episodes: 1" in capsys.readouterr().out
+    assert main(["evaluate", "--checkpoint", str(out), "--episodes", "1", "--num-envs", "1",
+                 "--env", "butterfly/cooperative_pong-v6", "--env-arg", "max_cycles=8"]) == 0  # typed as a registry id
+    assert "greedy episodes: 1" in capsys.readouterr().out
