@@ -132,13 +132,15 @@ def _unknown(name: str, short: str, known: Mapping[str, str]) -> CLIError:
     had = f"PettingZoo {first}" if first == last else f"PettingZoo {first} to {last}"
     installed = _installed_version("pettingzoo")
     where = f"the installed PettingZoo {installed} has no {short}" if installed else "PettingZoo is not installed"
+    install = f" (pip install 'pettingzoo=={last}' has it)"
     if family in MOVED:
         after, package = MOVED[family]
-        where += f" ({family} envs left PettingZoo after {after} for the {package} package)"
+        install = (f"; {family} envs left PettingZoo after {after} for the {package} package, which has their newer "
+                   f"versions (pip install 'pettingzoo=={last}' has this one)")
     nearest = _nearest(short, known)
     near = f"; nearest installed names: {', '.join(nearest)}" if nearest else ""
-    return CLIError(f"unknown env {name!r}: {short} ({family}) was in {had}, {where} (pip install "
-                    f"'pettingzoo=={last}' has it){near}. {forms}{missing_mpe}")
+    return CLIError(f"unknown env {name!r}: {short} ({family}) was in {had}, {where}{install}{near}. "
+                    f"{forms}{missing_mpe}")
 
 
 def _nearest(short: str, known: Mapping[str, str]) -> list[str]:

@@ -25,15 +25,29 @@ def _png_title(path) -> str | None:
         return image.text.get("Title")
 
 
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """One short CartPole run with --plot (its directory and what train printed), shared by the tests."""
+    import contextlib
+    import io
+
+    out = tmp_path_factory.mktemp("runs") / "run"
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert main([*CARTPOLE, "--out", str(out), "--plot"]) == 0
+    return out, printed.getvalue()
+
+
 @pytest.fixture
-def cartpole_run(tmp_path, capsys):
+def cartpole_run(trained, tmp_path):
+    """A copy of the shared run, for a test that changes it."""
     out = tmp_path / "run"
-    assert main([*CARTPOLE, "--out", str(out), "--plot"]) == 0
-    return out, capsys.readouterr().out
+    shutil.copytree(trained[0], out)
+    return out, trained[1]
 
 
-def test_train_saves_the_best_and_the_last_weights_and_says_which_is_which(cartpole_run):
-    out, text = cartpole_run
+def test_train_saves_the_best_and_the_last_weights_and_says_which_is_which(trained):
+    out, text = trained
     assert sorted(os.listdir(out)) == ["best", "last", "marl_note_run.json", "metric.png"]
     record = json.loads((out / "marl_note_run.json").read_text())
     assert record["checkpoints"] == {"best": "best", "last": "last"}
@@ -45,14 +59,14 @@ def test_train_saves_the_best_and_the_last_weights_and_says_which_is_which(cartp
             f"episodes) in {out / 'best'}") in text
 
 
-def test_the_plot_is_titled_with_env_algorithm_and_seed(cartpole_run):
-    out, text = cartpole_run
+def test_the_plot_is_titled_with_env_algorithm_and_seed(trained):
+    out, text = trained
     assert f"plot: {out / 'metric.png'}" in text
     assert _png_title(out / "metric.png") == "CartPole-v1: dqn (torch), seed 3"
 
 
-def test_evaluate_uses_the_best_weights_unless_asked_for_the_last(cartpole_run, capsys):
-    out, _ = cartpole_run
+def test_evaluate_uses_the_best_weights_unless_asked_for_the_last(trained, capsys):
+    out, _ = trained
     assert main(["evaluate", "--checkpoint", str(out), "--episodes", "2", "--num-envs", "1"]) == 0
     assert f"{out}: the best weights ({out / 'best'})" in capsys.readouterr().out
     assert main(["evaluate", "--checkpoint", str(out), "--episodes", "2", "--num-envs", "1", "--which", "last"]) == 0
