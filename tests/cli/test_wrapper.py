@@ -77,3 +77,20 @@ def test_pixel_wrappers_reach_the_agent_and_evaluate_wraps_the_env_alike(capsys,
     assert main(["evaluate", "--checkpoint", str(out), "--episodes", "1", "--num-envs", "1",
                  "--env", "butterfly/cooperative_pong-v6", "--env-arg", "max_cycles=8"]) == 0  # typed as a registry id
     assert "greedy episodes: 1" in capsys.readouterr().out
+
+
+def test_a_recipe_takes_the_same_fixed_list_of_wrappers(tmp_path):
+    from importlib import resources
+
+    from marl_note.cli.zoo import RecipeError, load_recipe
+
+    shipped = resources.files("marl_note.cli") / "recipes" / "pistonball_v6.toml"
+    path = tmp_path / "mine.toml"
+    path.write_text(shipped.read_text())
+    assert [w["name"] for w in load_recipe(path).wrappers][1] == "supersuit.resize_v1"
+    path.write_text(shipped.read_text().replace('name = "supersuit.resize_v1"', 'name = "supersuit.reward_lambda_v0"'))
+    with pytest.raises(RecipeError, match=r"wrappers\[1\]: unknown wrapper 'reward_lambda_v0'"):
+        load_recipe(path)
+    path.write_text(shipped.read_text().replace("x_size = 64", "x = 64"))
+    with pytest.raises(RecipeError, match=r"wrappers\[1\]: resize_v1 has no option 'x'"):
+        load_recipe(path)
