@@ -56,9 +56,11 @@ FAMILIES: dict[str, tuple[str, str, str]] = {
 OPTIONAL_PACKAGES: dict[str, str] = {
     "Box2D": "pip install 'marl_note[zoo]' (or pip install 'gymnasium[box2d]')",
     "rlcard": "pip install 'marl_note[zoo]' (or pip install rlcard)",
+}
+# what installs a module that some installed env needs and no marl_note extra declares
+_OTHER_PACKAGES: dict[str, str] = {
     "multi_agent_ale_py": FAMILIES["atari"][2],
     "chess": "pip install 'pettingzoo[classic]' (or pip install chess)",
-    "hanabi_learning_environment": "pip install 'pettingzoo[classic]' (or pip install hanabi_learning_environment)",
     "pymunk": "pip install 'pettingzoo[butterfly]' (or pip install pymunk)",
     "jax": "pip install 'gymnasium[jax]'",
     "mujoco": "pip install 'gymnasium[mujoco]'",
@@ -231,7 +233,8 @@ def resolve_env(name: str, kwargs: Mapping[str, Any] | None = None) -> EnvChoice
         module = importlib.import_module(f"{package}.{short}")
     except ImportError as exc:
         missing = getattr(exc, "name", None) or str(exc)
-        install = OPTIONAL_PACKAGES.get(missing.partition(".")[0], install)
+        top = missing.partition(".")[0]
+        install = OPTIONAL_PACKAGES.get(top) or _OTHER_PACKAGES.get(top, install)
         raise CLIError(f"env {short} ({family}) needs the package {missing!r}, which is not installed: "
                        f"{install}") from None
     factory = getattr(module, factory_name, None)
@@ -248,9 +251,9 @@ def _check_gym_dependencies(env_id: str, kwargs: Mapping[str, Any]) -> None:
         gym.make(env_id, **kwargs).close()
     except (gym.error.DependencyNotInstalled, ImportError) as exc:
         missing = _missing_module(exc)
-        if missing in OPTIONAL_PACKAGES:
-            raise CLIError(f"env {env_id} needs the package {missing!r}, which is not installed: "
-                           f"{OPTIONAL_PACKAGES[missing]}") from None
+        hint = OPTIONAL_PACKAGES.get(missing or "") or _OTHER_PACKAGES.get(missing or "")
+        if hint is not None:
+            raise CLIError(f"env {env_id} needs the package {missing!r}, which is not installed: {hint}") from None
         if isinstance(exc, ImportError):
             raise CLIError(f"env {env_id} cannot be built ({exc})") from None
         raise CLIError(f"env {env_id} needs a package that is not installed: {exc}") from None

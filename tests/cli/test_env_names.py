@@ -73,3 +73,11 @@ def test_the_history_table_knows_old_names_only_as_data():
 
     assert releases("tictactoe_v3") == ("classic", "1.8.0", "1.26.1")
     assert releases("CartPole-v1") is None and releases("no_such_v1") is None
+
+
+def test_an_env_whose_package_is_missing_names_what_installs_it():
+    if importlib.util.find_spec("pettingzoo.atari") is None or importlib.util.find_spec("multi_agent_ale_py"):
+        pytest.skip("needs PettingZoo's atari modules without multi_agent_ale_py installed")
+    with pytest.raises(CLIError, match=r"env pong_v3 \(atari\) needs the package 'multi_agent_ale_py', which is not "
+                                       r"installed: pip install 'pettingzoo\[atari\]'"):
+        resolve_env("atari/pong-v3")
