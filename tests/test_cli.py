@@ -82,8 +82,10 @@ def test_train_saves_the_self_play_agent_and_reports_each_seat_against_random(ru
     assert record["env"] == "tictactoe_v3" and record["mode"] == "self-play" and record["backend"] == "torch"
     assert record["seats"] == {"player_1": "agent", "player_2": "agent"}
     assert record["episodes"] >= 24 and record["gradient_steps"] > 0  # it trained
-    assert sorted(os.listdir(out)) == ["agent", "marl_note_run.json"]
-    assert json.load(open(os.path.join(out, "agent", "manifest.json")))["algorithm"] == "DQN"
+    assert sorted(os.listdir(out)) == ["best", "last", "marl_note_run.json"]  # the best test's weights, the last ones
+    for which in ("best", "last"):
+        assert json.load(open(os.path.join(out, which, "agent", "manifest.json")))["algorithm"] == "DQN"
+    assert record["checkpoints"] == {"best": "best", "last": "last"} and record["best_episode"] >= 12
     for seat in ("player_1", "player_2"):
         line = re.search(rf"as {seat}: win ([\d.]+)%, draw ([\d.]+)%, loss ([\d.]+)% \(4 games", proc.stdout)
         assert line, proc.stdout
@@ -128,13 +130,13 @@ def test_play_finishes_games_with_greedy_replies(run_dir, monkeypatch, capsys):
     board[0, 0, 0, 1] = 1  # player_2's view after X takes cell 1: the other player's plane
     mask = np.ones((1, 9), bool)
     mask[0, 0] = False
-    greedy = int(restore(os.path.join(out, "agent")).act(board, mask)[0]) + 1
+    greedy = int(restore(os.path.join(out, "best", "agent")).act(board, mask)[0]) + 1  # play uses the best
     assert f"player_2 (O, the agent) plays {greedy}\n" in text.split("game 2")[0]
 
 
 def test_evaluate_a_single_checkpoint_against_a_run_and_train_again_into_the_run(run_dir, capsys):
     out, _ = run_dir
-    agent = os.path.join(out, "agent")
+    agent = os.path.join(out, "last", "agent")
     assert main(["evaluate", "--env", "tictactoe_v3", "--checkpoint", agent, "--opponent", out,
                  "--episodes", "2"]) == 0
     text = capsys.readouterr().out
@@ -224,7 +226,7 @@ def test_a_checkpoint_trained_on_another_env_is_refused(run_dir, capsys):
     out, _ = run_dir
     err = run_main(capsys, "evaluate", "--env", "connect_four_v3", "--checkpoint", out)
     assert "was trained on seats ['player_1', 'player_2']; this env's seats are ['player_0', 'player_1']" in err
-    err = run_main(capsys, "evaluate", "--env", "connect_four_v3", "--checkpoint", os.path.join(out, "agent"))
+    err = run_main(capsys, "evaluate", "--env", "connect_four_v3", "--checkpoint", os.path.join(out, "last", "agent"))
     assert "fits no seat of connect_four_v3" in err
 
 

@@ -128,7 +128,7 @@ def test_cli_train_without_algo_uses_the_recipe_and_explicit_flags_override_it(t
     assert f"training dqn (torch) on CartPole-v1 (zoo recipe {label})" in text and "on 2 envs" in text
     record = json.loads((out / "marl_note_run.json").read_text())
     assert record["recipe"] == label and record["algo"] == "dqn"
-    config = json.loads((out / "agent_0" / "manifest.json").read_text())["config"]
+    config = json.loads((out / "last" / "agent_0" / "manifest.json").read_text())["config"]
     assert config["hidden_sizes"] == {"$tuple": [256, 256]} and config["lr"] == 0.01  # the recipe's net, the flag's lr
     assert main(["evaluate", "--checkpoint", str(out), "--episodes", "2"]) == 0
 
@@ -139,7 +139,7 @@ def test_cli_with_algo_uses_no_recipe_and_unknown_recipes_are_refused(tmp_path, 
                  "--out", str(out), "--quiet", "--eval-episodes", "0"]) == 0
     assert "zoo recipe" not in capsys.readouterr().out
     record = json.loads((out / "marl_note_run.json").read_text())
-    config = json.loads((out / "agent_0" / "manifest.json").read_text())["config"]
+    config = json.loads((out / "last" / "agent_0" / "manifest.json").read_text())["config"]
     assert record["recipe"] is None and config["hidden_sizes"] == {"$tuple": [128, 128]}
     assert main(["train", "--env", "FrozenLake-v1", "--out", str(tmp_path / "x")]) == 2
     assert "no zoo recipe for 'FrozenLake-v1'" in capsys.readouterr().err

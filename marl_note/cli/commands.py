@@ -24,10 +24,21 @@ from typing import Any
 from marl_note.cli.agents import build_learners, check_agent_kwargs, check_algorithm, import_backend, plan_seats
 from marl_note.cli.agents import seat_agents as arrange_seats
 from marl_note.cli.common import CLIError, parse_assignments, setup_errors
-from marl_note.cli.envs import EnvChoice, resolve_env
+from marl_note.cli.envs import EnvChoice, canonical_env_name, resolve_env
 from marl_note.cli.limits import check_settings
 from marl_note.cli.results import is_board_game, random_players, seat_results
-from marl_note.cli.runs import Source, check_out_dir, check_source_fits, inspect_checkpoint, load_source, write_run
+from marl_note.cli.runs import (
+    PLOT_FILE,
+    SaveBest,
+    Source,
+    check_out_dir,
+    check_source_fits,
+    clear_earlier_run,
+    inspect_checkpoint,
+    load_source,
+    write_run,
+)
+from marl_note.cli.wrappers import parse_wrappers
 
 __all__ = ["evaluate", "play", "train"]
 
@@ -56,11 +67,12 @@ def _env(name: str | None, source: Source | None, env_args: list[str] | None) ->
         if source is None or source.env is None:
             raise CLIError("--env is required: the checkpoint is a single agent, which does not record its env")
         name, kwargs = source.env, {**source.env_kwargs, **kwargs}
-    elif source is not None and source.env == name and not kwargs:
+    elif source is not None and source.env is not None and canonical_env_name(name) == source.env and not kwargs:
+        name = source.env  # the run's env, however it is typed (tictactoe_v3, classic/tictactoe-v3)
         kwargs = dict(source.env_kwargs)
     choice = resolve_env(name, kwargs)
-    if source is not None and source.env == name and source.record.get("wrappers"):
-        from marl_note.cli.zoo_run import wrap_choice  # a zoo recipe's wrappers, as the run was trained
+    if source is not None and source.env == choice.name and source.record.get("wrappers"):
+        from marl_note.cli.zoo_run import wrap_choice  # the run's wrappers (a recipe's, --wrapper), as it was trained
 
         choice = wrap_choice(choice, source.record["wrappers"])
     return choice
@@ -109,14 +121,16 @@ def train(args: Any) -> int:
         check_settings(args)  # budgets, counts and the seed, recipe values included
         agent_kwargs = {**(recipe.agent_kwargs() if recipe else {}), **parse_assignments(args.agent_arg, "--agent-arg")}
         check_agent_kwargs(args.algo, agent_kwargs)
-        choice = wrap_choice(_env(args.env, None, args.env_arg), recipe.wrappers if recipe else ())
+        wrappers = (*(recipe.wrappers if recipe else ()), *parse_wrappers(args.wrapper))
+        choice = wrap_choice(_env(args.env, None, args.env_arg), wrappers)
         opponent_source = _opponent_source(args.opponent, "--opponent")
         out = args.out or os.path.join("runs", f"{choice.name}-{args.algo}")
         test_freq = args.test_freq or max(1, args.episodes // 10)
+        save_best = SaveBest(out)
         trainer = _trainer(choice, args.num_envs, num_train_envs=args.num_envs, num_test_envs=args.num_envs,
                            batch_size=args.batch_size, update_freq=args.update_freq, test_freq=test_freq,
                            episodes_per_train=args.episodes, episodes_per_test=args.test_episodes, seed=args.seed,
-                           processes=args.processes, plot_path=os.path.join(out, "metric.png"),
+                           processes=args.processes, plot_path=os.path.join(out, PLOT_FILE), save_best_fn=save_best,
                            stop_fn=None if args.stop_reward is None else _StopAt(args.stop_reward))
     try:
         with setup_errors():
@@ -131,15 +145,19 @@ def train(args: Any) -> int:
                 learners = build_learners(args.backend, args.algo, spec, plan, agent_kwargs, args.seed)
             opponents = _opponents(spec, choice.name, None, args.seed, opponent_source)
             seats = arrange_seats(plan, learners, opponents)
+        # independent agents in a board game test against each other: a constant-sum metric that says nothing
+        telling = not (plan.mode == "independent" and is_board_game(spec))
+        if telling:
+            save_best.agents = dict(learners)
+        clear_earlier_run(out)  # an earlier run's checkpoints and plot in --out: none stays beside this run's
         _say(f"training {args.algo} ({args.backend}) on {choice.name}"
              + (f" (zoo recipe {recipe.label})" if recipe else "")
              + f": {_describe(plan, args.opponent)}, {budget_text(args)} on {args.num_envs} envs")
         started = time.perf_counter()
         budget = [Budget(args.env_steps, args.minutes)] if args.env_steps or args.minutes else []
         stats = trainer.train(seats, learning_mask=[s in plan.learners for s in trainer.possible_agents],
-                              plot=args.plot, progress=not args.quiet, callbacks=budget)
-        # independent agents in a board game test against each other: a constant-sum metric that says nothing
-        telling = stats["test_history"] and not (plan.mode == "independent" and is_board_game(spec))
+                              plot=False, progress=not args.quiet, callbacks=budget)
+        telling = telling and bool(stats["test_history"])
         _say(f"trained {stats['num_collected_episodes']} episodes, {stats['num_collected_steps']} env steps, "
              f"{stats['num_gradient_steps']} gradient steps in {time.perf_counter() - started:.0f} s"
              + (f"; best test metric {stats['best_reward']:.3f} (after {stats['best_episode']} episodes)"
@@ -153,13 +171,21 @@ def train(args: Any) -> int:
                   "mode": plan.mode, "seats": plan.seat_map, "opponent": args.opponent, "seed": args.seed,
                   "episodes": stats["num_collected_episodes"], "env_steps": stats["num_collected_steps"],
                   "gradient_steps": stats["num_gradient_steps"], "best_test_metric": stats["best_reward"],
+                  "best_episode": stats["best_episode"] if save_best.saved is not None else None,
                   "vs_random": results, "recipe": recipe.label if recipe else None,
-                  "wrappers": [dict(w) for w in recipe.wrappers] if recipe else []}
-        write_run(out, record, learners)
-        _say(f"saved {', '.join(sorted(learners))} under {out} (evaluate: python -m marl_note evaluate "
-             f"--checkpoint {out})")
-        if stats.get("plot_path"):
-            _say(f"plot: {stats['plot_path']}")
+                  "wrappers": [dict(w) for w in wrappers]}
+        write_run(out, record, learners, best=save_best.saved is not None)
+        names = ", ".join(sorted(learners))
+        best = (f"; the best test's weights (test metric {stats['best_reward']:.3f} after {save_best.saved} episodes) "
+                f"in {os.path.join(out, 'best')}" if save_best.saved is not None else "; no best weights (no test "
+                "metric to pick them by)")
+        _say(f"saved {names}: the last weights in {os.path.join(out, 'last')}{best} (evaluate: python -m marl_note "
+             f"evaluate --checkpoint {out} [--which best|last])")
+        if args.plot and stats["test_history"]:
+            from marl_note.trainers.plot import plot_run
+
+            title = f"{choice.name}: {args.algo} ({args.backend}), seed {args.seed}"
+            _say(f"plot: {plot_run(trainer, os.path.join(out, PLOT_FILE), title=title)}")
     finally:
         trainer.close()
     return 0
@@ -187,7 +213,7 @@ def evaluate(args: Any) -> int:
     """``evaluate``: see ``python -m marl_note evaluate --help``."""
     check_settings(args)
     with setup_errors():
-        source = inspect_checkpoint(args.checkpoint)
+        source = inspect_checkpoint(args.checkpoint, which=args.which)
         opponent_source = _opponent_source(args.opponent, "--opponent")
         choice = _env(args.env, source, args.env_arg)
         trainer = _trainer(choice, args.num_envs, num_train_envs=1, num_test_envs=min(args.num_envs, args.episodes),
@@ -199,11 +225,19 @@ def evaluate(args: Any) -> int:
                 check_source_fits(opponent_source, trainer.spec, choice.name, fill=True)
             ours = load_source(source, seat_names, args.backend)
             theirs = _opponents(trainer.spec, choice.name, args.backend, args.seed, opponent_source)
+        _say_weights(source)
         results = seat_results(trainer, ours, theirs, args.episodes)
         _report(results, trainer.spec, ours, "a random player" if opponent_source is None else args.opponent)
     finally:
         trainer.close()
     return 0
+
+
+def _say_weights(source: Source) -> None:
+    """Which weights of a run directory play (the best test's or the last), and why when not the ones asked for."""
+    if source.which is not None:
+        _say(f"{source.path}: the {source.which} weights ({os.path.join(source.path, source.which)})"
+             + (f"; {source.note}" if source.note else ""))
 
 
 # ---------------------------------------------------------------------------------------------- play
@@ -216,7 +250,7 @@ def play(args: Any) -> int:
     with setup_errors():
         if args.env is not None:
             board_for(args.env)  # before looking at the checkpoint
-        source = inspect_checkpoint(args.checkpoint)
+        source = inspect_checkpoint(args.checkpoint, which=args.which)
         choice = _env(args.env, source, args.env_arg)
         board = board_for(choice.name)
         from marl_note.envs import adapt, make_spec
@@ -235,6 +269,7 @@ def play(args: Any) -> int:
         if missing:
             raise CLIError(f"{args.checkpoint} has no agent that can play {missing[0]!r}")
         bots = load_source(source, {s: n for s, n in seats.items() if s != human}, args.backend)
+    _say_weights(source)
     interactive = sys.stdin.isatty()
     tally = {"win": 0, "draw": 0, "loss": 0}
     for game in range(args.games):

@@ -1,18 +1,24 @@
-"""Env names on the command line: PettingZoo (classic, butterfly, sisl), MPE (the mpe2 package) and Gymnasium ids.
+"""Env names on the command line: PettingZoo (classic, butterfly, sisl, atari), MPE (mpe2) and Gymnasium ids.
 
 A PettingZoo or MPE name is the module name (``tictactoe_v3``, ``simple_spread_v3``), optionally
-with its family (``classic/tictactoe_v3``); a Gymnasium name is a registered id (``CartPole-v1``).
-Classic games are built with their turn-based ``env()``; MPE, butterfly and sisl envs with their
-``parallel_env()`` (every agent acts each step, what MADDPG learns from). Names are listed from
-the installed packages without importing any env module, so an unknown name is answered with
-close matches at once, and an env whose package needs something not installed (butterfly needs
-pymunk; the zoo's LunarLander-v3 needs Box2D and texas_holdem_v4 rlcard, both in ``marl_note[zoo]``)
-is reported with the command that installs it, when the name is resolved, before anything is built.
+with its family (``classic/tictactoe_v3``), or PettingZoo's registry id (``classic/tictactoe-v3``,
+``butterfly/pistonball-v6``; without ``-vN`` the newest installed version); a Gymnasium name is a
+registered id (``CartPole-v1``). Classic games are built with their turn-based ``env()``; MPE,
+butterfly, sisl and atari envs with their ``parallel_env()`` (every agent acts each step, what
+MADDPG learns from). Names are listed from the installed packages without importing any env
+module, so an unknown name is answered at once: with the PettingZoo releases that had it, when
+it is an older or removed name (:mod:`marl_note.cli.env_history`), and the nearest installed
+names. An env whose package needs something not installed (butterfly needs pymunk, atari
+multi_agent_ale_py; the zoo's LunarLander-v3 needs Box2D and texas_holdem_v4 rlcard, both in
+``marl_note[zoo]``) is reported with the command that installs it, when the name is resolved,
+before anything is built.
 
 Example:
     >>> choice = resolve_env("classic/tictactoe_v3")
     >>> choice.name, choice.family, choice.make().possible_agents
     ('tictactoe_v3', 'classic', ['player_1', 'player_2'])
+    >>> resolve_env("classic/tictactoe-v3").name  # PettingZoo's registry id
+    'tictactoe_v3'
     >>> resolve_env("CartPole-v1").family
     'gymnasium'
     >>> resolve_env("conect_four_v3")
@@ -34,7 +40,7 @@ from typing import Any
 
 from marl_note.cli.common import CLIError
 
-__all__ = ["EnvChoice", "FAMILIES", "OPTIONAL_PACKAGES", "known_envs", "resolve_env"]
+__all__ = ["EnvChoice", "FAMILIES", "OPTIONAL_PACKAGES", "canonical_env_name", "known_envs", "resolve_env"]
 
 # family -> (package holding one module per env, the factory each module provides, what installs it)
 FAMILIES: dict[str, tuple[str, str, str]] = {
@@ -42,6 +48,8 @@ FAMILIES: dict[str, tuple[str, str, str]] = {
     "mpe": ("mpe2", "parallel_env", "pip install mpe2"),
     "butterfly": ("pettingzoo.butterfly", "parallel_env", "pip install 'pettingzoo[butterfly]'"),
     "sisl": ("pettingzoo.sisl", "parallel_env", "pip install 'pettingzoo[sisl]'"),
+    "atari": ("pettingzoo.atari", "parallel_env",
+              "pip install 'pettingzoo[atari]' and the game ROMs (pip install autorom; AutoROM --accept-license)"),
 }
 # a module an env imports that marl_note declares as an optional extra -> what installs it
 # (Box2D: Gymnasium's box2d envs, LunarLander-v3 ...; rlcard: PettingZoo's card games, texas_holdem_v4 ...)
@@ -49,7 +57,17 @@ OPTIONAL_PACKAGES: dict[str, str] = {
     "Box2D": "pip install 'marl_note[zoo]' (or pip install 'gymnasium[box2d]')",
     "rlcard": "pip install 'marl_note[zoo]' (or pip install rlcard)",
 }
+# what installs a module that some installed env needs and no marl_note extra declares
+_OTHER_PACKAGES: dict[str, str] = {
+    "multi_agent_ale_py": FAMILIES["atari"][2],
+    "chess": "pip install 'pettingzoo[classic]' (or pip install chess)",
+    "pymunk": "pip install 'pettingzoo[butterfly]' (or pip install pymunk)",
+    "jax": "pip install 'gymnasium[jax]'",
+    "mujoco": "pip install 'gymnasium[mujoco]'",
+}
 _ENV_MODULE = re.compile(r"[a-z][a-z0-9_]*_v\d+")
+# PettingZoo's registry id: family/name-vN (pettingzoo.make("aec"|"parallel", ...)), the version optional
+_REGISTRY_ID = re.compile(r"(?P<family>[a-z0-9_]+)/(?P<base>[a-z][a-z0-9_]*?)(?:-v(?P<version>\d+))?")
 
 
 @dataclass(frozen=True)
@@ -97,14 +115,92 @@ def _close_matches(name: str, names: list[str]) -> list[str]:
     return [lowered[n] for n in found]
 
 
-def _unknown(name: str, known: Mapping[str, str]) -> CLIError:
-    matches = _close_matches(name, list(known))
-    hint = f"did you mean {', '.join(matches)}? " if matches else ""
+def _unknown(name: str, short: str, known: Mapping[str, str]) -> CLIError:
+    """The error for an unknown name: which PettingZoo releases had it (an older or removed name) and the nearest
+    installed names."""
+    from marl_note.cli.env_history import MOVED, releases
+
     families = ", ".join(f"{f} ({n})" for f, n in _family_counts(known).items())
+    forms = (f"Known: {families}; a PettingZoo name is its module name (tictactoe_v3, classic/tictactoe_v3) or its "
+             f"registry id (classic/tictactoe-v3), a Gymnasium name its id (CartPole-v1).")
     missing_mpe = ("" if "mpe" in known.values()
                    else " MPE envs (simple_spread_v3, ...) need the mpe2 package: pip install mpe2.")
-    return CLIError(f"unknown env {name!r}; {hint}Known: {families}; a PettingZoo name is its module name "
-                    f"(tictactoe_v3, classic/tictactoe_v3), a Gymnasium name its id (CartPole-v1).{missing_mpe}")
+    history = releases(short)
+    if history is None:
+        matches = _close_matches(name, list(known))
+        hint = f"did you mean {', '.join(matches)}? " if matches else ""
+        return CLIError(f"unknown env {name!r}; {hint}{forms}{missing_mpe}")
+    family, first, last = history
+    had = f"PettingZoo {first}" if first == last else f"PettingZoo {first} to {last}"
+    installed = _installed_version("pettingzoo")
+    where = f"the installed PettingZoo {installed} has no {short}" if installed else "PettingZoo is not installed"
+    install = f" (pip install 'pettingzoo=={last}' has it)"
+    if family in MOVED:
+        after, package = MOVED[family]
+        install = (f"; {family} envs left PettingZoo after {after} for the {package} package, which has their newer "
+                   f"versions (pip install 'pettingzoo=={last}' has this one)")
+    nearest = _nearest(short, known)
+    near = f"; nearest installed names: {', '.join(nearest)}" if nearest else ""
+    return CLIError(f"unknown env {name!r}: {short} ({family}) was in {had}, {where}{install}{near}. "
+                    f"{forms}{missing_mpe}")
+
+
+def _nearest(short: str, known: Mapping[str, str]) -> list[str]:
+    """Installed names nearest to ``short``: the same env in another version first, then close spellings."""
+    from marl_note.cli.env_history import releases
+
+    base = short.rpartition("_v")[0]
+    same = sorted((n for n in known if n.rpartition("_v")[0] == base and _ENV_MODULE.fullmatch(n)),
+                  key=_version, reverse=True)
+    history = releases(short)
+    family = [n for n, f in known.items() if history is not None and f == history[0]]
+    out: list[str] = []
+    for n in same + _close_matches(short, list(known)) + family:  # then the installed envs of its family
+        if n not in out:
+            out.append(n)
+    return out[:5]
+
+
+def _version(name: str) -> int:
+    return int(name.rpartition("_v")[2])
+
+
+def _installed_version(package: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def canonical_env_name(name: str) -> str:
+    """The name ``name`` resolves to (a module name or Gymnasium id), without importing the env.
+
+    Example:
+        >>> canonical_env_name("butterfly/pistonball-v6"), canonical_env_name("CartPole-v1")
+        ('pistonball_v6', 'CartPole-v1')
+    """
+    return _module_name(name, known_envs())[0]
+
+
+def _module_name(name: str, known: Mapping[str, str]) -> tuple[str, str]:
+    """``(module name, family given or "")`` of a name as typed: a Gymnasium id or module name as is,
+    ``family/name_vN`` and PettingZoo's registry id ``family/name-vN`` (no version: the newest installed)."""
+    if name in known or name.count("/") != 1:
+        return name, ""
+    family, short = name.split("/")
+    if family not in FAMILIES:
+        return name, ""
+    if _ENV_MODULE.fullmatch(short):
+        return short, family
+    match = _REGISTRY_ID.fullmatch(name)
+    if match is None:
+        return short, family
+    if match["version"] is not None:
+        return f"{match['base']}_v{int(match['version'])}", family
+    versions = [n for n, f in known.items() if f == family and n.rpartition("_v")[0] == match["base"]]
+    return (max(versions, key=_version) if versions else match["base"]), family
 
 
 def _family_counts(known: Mapping[str, str]) -> dict[str, int]:
@@ -121,11 +217,12 @@ def resolve_env(name: str, kwargs: Mapping[str, Any] | None = None) -> EnvChoice
     """
     kwargs = dict(kwargs or {})
     known = known_envs()
-    family_given, _, short = name.rpartition("/") if name.count("/") == 1 and name.split("/")[0] in FAMILIES \
-        else ("", "", name)
+    short, family_given = _module_name(name, known)
     family = known.get(short)
-    if family is None or (family_given and family != family_given):
-        raise _unknown(name, known)
+    if family is not None and family_given and family != family_given:
+        raise CLIError(f"unknown env {name!r}: {short} is a {family} env, not {family_given} ({family}/{short})")
+    if family is None:
+        raise _unknown(name, short, known)
     if family == "gymnasium":
         import gymnasium as gym
 
@@ -136,7 +233,8 @@ def resolve_env(name: str, kwargs: Mapping[str, Any] | None = None) -> EnvChoice
         module = importlib.import_module(f"{package}.{short}")
     except ImportError as exc:
         missing = getattr(exc, "name", None) or str(exc)
-        install = OPTIONAL_PACKAGES.get(missing.partition(".")[0], install)
+        top = missing.partition(".")[0]
+        install = OPTIONAL_PACKAGES.get(top) or _OTHER_PACKAGES.get(top, install)
         raise CLIError(f"env {short} ({family}) needs the package {missing!r}, which is not installed: "
                        f"{install}") from None
     factory = getattr(module, factory_name, None)
@@ -153,9 +251,9 @@ def _check_gym_dependencies(env_id: str, kwargs: Mapping[str, Any]) -> None:
         gym.make(env_id, **kwargs).close()
     except (gym.error.DependencyNotInstalled, ImportError) as exc:
         missing = _missing_module(exc)
-        if missing in OPTIONAL_PACKAGES:
-            raise CLIError(f"env {env_id} needs the package {missing!r}, which is not installed: "
-                           f"{OPTIONAL_PACKAGES[missing]}") from None
+        hint = OPTIONAL_PACKAGES.get(missing or "") or _OTHER_PACKAGES.get(missing or "")
+        if hint is not None:
+            raise CLIError(f"env {env_id} needs the package {missing!r}, which is not installed: {hint}") from None
         if isinstance(exc, ImportError):
             raise CLIError(f"env {env_id} cannot be built ({exc})") from None
         raise CLIError(f"env {env_id} needs a package that is not installed: {exc}") from None

@@ -41,12 +41,18 @@ TRAIN_EPILOG = """seats:
   --algo maddpg        one joint learner with an actor per seat (Parallel envs such as MPE)
 
 envs: PettingZoo classic (tictactoe_v3, connect_four_v3, ...), MPE from the mpe2 package
-(simple_spread_v3, ...), butterfly and sisl names, and Gymnasium ids (CartPole-v1, Pendulum-v1).
-Classic games are turn-based; MPE/butterfly/sisl envs run as Parallel envs.
+(simple_spread_v3, ...), butterfly, sisl and atari names (or registry ids: butterfly/pistonball-v6),
+and Gymnasium ids (CartPole-v1, Pendulum-v1), as the installed packages list them. Classic games are
+turn-based; MPE/butterfly/sisl/atari envs run as Parallel envs.
 
 {algorithms}
 Agent options: --agent-arg KEY=VALUE, e.g. --agent-arg 'hidden_sizes=[128, 128]'
 --agent-arg lr=5e-4 (values are read as JSON, otherwise as text).
+
+wrappers: --wrapper NAME[:KEY=VALUE,...] puts a SuperSuit wrapper around the env (repeatable, in order),
+e.g. for pixel envs --wrapper color_reduction_v0:mode=B --wrapper resize_v1:x_size=84,y_size=84
+--wrapper frame_stack_v1:stack_size=4. Only SuperSuit's wrappers with plain options are taken (values:
+Python literals, or a bare word as text); evaluate and play wrap the env the same way.
 
 zoo recipes: without --algo, train uses the zoo's recipe for --env (python -m marl_note zoo lists them;
 --recipe FILE takes your own TOML file): its algorithm, seats, wrappers, agent and trainer options and
@@ -55,8 +61,10 @@ recipe's values (--agent-arg and --env-arg key by key). With --algo no recipe is
 with another --env trains that recipe's settings on --env (its env arguments, stop reward and result
 stay with its own env).
 
-output: --out DIR (default runs/ENV-ALGO) gets one checkpoint per distinct agent (agent.save()) and
-marl_note_run.json; it must be new, empty or an earlier run directory. The summary plays the trained
+output: --out DIR (default runs/ENV-ALGO) gets one checkpoint per distinct agent (agent.save()) in
+DIR/last (the weights at the end) and in DIR/best (the weights of the best periodic test), and
+marl_note_run.json; it must be new, empty or an earlier run directory (whose files are replaced).
+evaluate and play use the best weights unless --which last. The summary plays the trained
 agent(s) against a random player in each seat of a board game (--eval-episodes games per seat)."""
 
 
@@ -79,7 +87,8 @@ _non_negative = _int_at_least(0, "non-negative")
 
 def _env_options(p: argparse.ArgumentParser, required: bool) -> None:
     p.add_argument("--env", required=required, metavar="NAME",
-                   help="env name: a PettingZoo/MPE module name (tictactoe_v3, simple_spread_v3) or a Gymnasium id"
+                   help="env name: a PettingZoo/MPE module name (tictactoe_v3, simple_spread_v3) or registry id "
+                        "(butterfly/pistonball-v6), or a Gymnasium id"
                         + ("" if required else "; default: the env the checkpoint's run was trained on"))
     p.add_argument("--env-arg", action="append", metavar="KEY=VALUE",
                    help="an argument of the env's factory, e.g. max_cycles=25 (repeatable)")
@@ -130,6 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--test-freq", type=_positive, help="training episodes between tests (default episodes/10)")
     train.add_argument("--test-episodes", type=_positive, help="episodes per periodic test (default 50)")
     train.add_argument("--stop-reward", type=float, metavar="X", help="stop once a test metric reaches X")
+    train.add_argument("--wrapper", action="append", metavar="NAME[:KEY=VALUE,...]",
+                       help="a SuperSuit wrapper around the env (repeatable, applied in order after a recipe's), "
+                            "e.g. resize_v1:x_size=84,y_size=84")
     train.add_argument("--agent-arg", action="append", metavar="KEY=VALUE",
                        help="a constructor argument of the agents (repeatable), e.g. lr=5e-4")
     train.add_argument("--eval-episodes", type=_non_negative, default=100,
@@ -145,6 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
                           help="a run directory of train --out, or one agent checkpoint (directory or .zip)")
     evaluate.add_argument("--episodes", type=_positive, default=100,
                           help="games per seat (board games) or episodes (default 100)")
+    evaluate.add_argument("--which", choices=["best", "last"],
+                          help="of a run directory: the weights of its best test (default, when it has them) or "
+                               "the last ones")
     evaluate.add_argument("--opponent", default="random", metavar="random|DIR",
                           help="who plays the other seats: 'random' (default) or a checkpoint")
     evaluate.add_argument("--backend", choices=["torch", "tf"], help="load into this backend (default: recorded)")
@@ -157,6 +172,9 @@ def build_parser() -> argparse.ArgumentParser:
                                       "ends the game.")
     _env_options(play, required=False)
     play.add_argument("--checkpoint", required=True, metavar="DIR", help="a run directory or one agent checkpoint")
+    play.add_argument("--which", choices=["best", "last"],
+                      help="of a run directory: the weights of its best test (default, when it has them) or the last "
+                           "ones")
     play.add_argument("--seat", help="your seat (default: the first seat, which moves first)")
     play.add_argument("--games", type=_positive, default=1, help="games to play (default 1)")
     play.add_argument("--backend", choices=["torch", "tf"], help="load into this backend (default: recorded)")

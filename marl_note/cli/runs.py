@@ -1,16 +1,23 @@
 """The output of ``marl_note train --out DIR`` and reading checkpoints back for ``evaluate`` and ``play``.
 
-A run directory holds one agent checkpoint per distinct agent (written by the agents' own
-``save()``: ``agent/`` for self-play, one per seat for independent agents, ``maddpg/`` for
-MADDPG) and ``marl_note_run.json``, which names the env, the algorithm, the backend and which
-checkpoint plays which seat (``null``: the seat was played by the opponent). Each checkpoint and
-the run file are written atomically, the run file last. ``--out`` must be missing, empty or an
-earlier run directory; anything else is refused before training starts.
+A run directory holds the agents twice, each time one agent checkpoint per distinct agent
+(written by the agents' own ``save()``: ``agent`` for self-play, one per seat for independent
+agents, ``maddpg`` for MADDPG): ``last/`` the weights at the end of training, ``best/`` the
+weights at the best periodic test (saved at each new best, as SB3's ``EvalCallback`` keeps
+``best_model``; missing when no test ran). ``marl_note_run.json`` names the env, the algorithm,
+the backend, which checkpoint plays which seat (``null``: the seat was played by the opponent)
+and which of ``best``/``last`` were saved. Each checkpoint and the run file are written
+atomically, the run file last. ``--out`` must be missing, empty or an earlier run directory;
+anything else is refused before training starts, and an earlier run's files there (its
+checkpoints, its plot) are removed when the new run starts, so that none of them stays beside
+the new run's.
 
 ``--checkpoint`` (and ``evaluate --opponent``) take a run directory or a single agent checkpoint
 (a directory with ``manifest.json`` or a ``.zip``): a single agent plays every seat whose spaces
-match its own. Everything is checked (readable manifests, spaces against the env's seats) before
-a backend is imported.
+match its own. Of a run directory the best weights play (``--which last``: the last ones); a run
+written before there were two (its checkpoints beside the run file) plays what it saved.
+Everything is checked (readable manifests, spaces against the env's seats) before a backend is
+imported.
 
 Example:
     >>> import os, tempfile
@@ -33,10 +40,12 @@ from typing import Any
 from marl_note.agents.base import JointLearner
 from marl_note.cli.common import CLIError
 
-__all__ = ["RUN_FILE", "Source", "check_out_dir", "check_source_fits", "inspect_checkpoint", "load_source",
-           "write_run"]
+__all__ = ["PLOT_FILE", "RUN_FILE", "SaveBest", "Source", "WHICH", "check_out_dir", "check_source_fits",
+           "clear_earlier_run", "inspect_checkpoint", "load_source", "write_run"]
 
 RUN_FILE = "marl_note_run.json"
+PLOT_FILE = "metric.png"
+WHICH = ("best", "last")  # the run directory's sub-directories: the best test's weights and the last ones
 RUN_FORMAT = "marl_note.cli-run/1"
 _OUR_TEMP = (".marl_note-tmp-", ".marl_note-ckpt-")
 
@@ -69,21 +78,94 @@ def check_out_dir(path: str, names: list[str]) -> None:
             shown = ", ".join(entries[:5]) + (f" and {len(entries) - 5} more" if len(entries) > 5 else "")
             raise CLIError(f"--out {path} holds {shown} and is no marl_note run directory; refusing to write into "
                            f"it. Choose a new or empty directory")
-    for name in names:
-        try:
-            check_checkpoint_target(os.path.join(path, name))
-        except CheckpointError as exc:
-            raise CLIError(f"--out {path}: {exc}") from None
+    for which in WHICH:
+        folder = os.path.join(path, which)
+        if os.path.lexists(folder) and not os.path.isdir(folder):
+            raise CLIError(f"--out {path}: {folder} exists and is not a directory")
+        for name in names:
+            try:
+                check_checkpoint_target(os.path.join(folder, name))
+            except CheckpointError as exc:
+                raise CLIError(f"--out {path}: {exc}") from None
 
 
-def write_run(path: str, record: Mapping[str, Any], agents: Mapping[str, Any]) -> None:
-    """Save every agent under ``path/<name>`` with its own ``save()``, then the run record (atomically, last)."""
+def clear_earlier_run(path: str) -> list[str]:
+    """Remove what an earlier run wrote into run directory ``path`` (its checkpoints, its plot); returns them.
+
+    Only entries the run record names (its checkpoints, in ``best/``, ``last/`` or beside the
+    record for a run written before there were two) and the plot are removed; anything else in
+    the directory is kept. The record itself stays until the new run replaces it.
+    """
+    import shutil
+
+    from marl_note.agents.checkpoints import CheckpointError, check_checkpoint_target
+
+    record = _read_run(path) if os.path.isdir(path) else None
+    if record is None:
+        return []
+    seat_map = record.get("seats")
+    names = sorted({n for n in seat_map.values() if n is not None}, key=str) if isinstance(seat_map, dict) else []
+    removed = []
+    for folder in ([path] if "checkpoints" not in record else []) + [os.path.join(path, w) for w in WHICH]:
+        if folder != path and not (os.path.isdir(folder) and not os.path.islink(folder)):
+            continue
+        for name in names:
+            sub = _inside_run(folder, name, path)
+            try:
+                is_checkpoint = os.path.isdir(sub) and check_checkpoint_target(sub) is not None
+            except CheckpointError:
+                is_checkpoint = False
+            if is_checkpoint:
+                shutil.rmtree(sub)
+                removed.append(sub)
+        if folder != path and not os.listdir(folder):
+            os.rmdir(folder)
+    plot = os.path.join(path, PLOT_FILE)
+    if os.path.isfile(plot):
+        os.remove(plot)
+        removed.append(plot)
+    return removed
+
+
+class SaveBest:
+    """The trainer's ``save_best_fn`` of ``train``: each new best test's weights into ``path/best/<name>``.
+
+    ``agents`` (``{checkpoint name: agent}``) is set once the agents are built; ``saved`` is the
+    episode count of the last save (None: none yet).
+
+    Example:
+        >>> saver = SaveBest("runs/x")
+        >>> saver(10)  # no agents yet: nothing is saved
+        >>> saver.saved is None
+        True
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+        self.saved: int | None = None
+        self.agents: dict[str, Any] = {}
+
+    def __call__(self, episodes: int) -> None:
+        if not self.agents:
+            return
+        for name, agent in self.agents.items():
+            agent.save(os.path.join(self.path, "best", name))
+        self.saved = int(episodes)
+
+
+def write_run(path: str, record: Mapping[str, Any], agents: Mapping[str, Any], best: bool = False) -> None:
+    """Save every agent under ``path/last/<name>`` with its own ``save()``, then the run record (atomically, last).
+
+    ``best``: the best test's weights are in ``path/best`` (:class:`SaveBest`); the record says so.
+    """
     from marl_note.atomic_files import write_atomically
 
     os.makedirs(path, exist_ok=True)
     for name, agent in agents.items():
-        agent.save(os.path.join(path, name))
-    data = json.dumps({"format": RUN_FORMAT, **record}, indent=2, sort_keys=True, default=_plain).encode()
+        agent.save(os.path.join(path, "last", name))
+    checkpoints = {"last": "last", "best": "best" if best else None}
+    data = json.dumps({"format": RUN_FORMAT, **record, "checkpoints": checkpoints}, indent=2, sort_keys=True,
+                      default=_plain).encode()
     write_atomically(os.path.join(path, RUN_FILE), lambda f: f.write(data + b"\n"))
 
 
@@ -107,10 +189,16 @@ class Source:
     seat_map: Mapping[str, str | None] | None = None
     manifests: Mapping[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
     record: Mapping[str, Any] = field(default_factory=dict)
+    which: str | None = None  # of a run directory: "best" or "last" (None: a single checkpoint, or an older run)
+    note: str | None = None  # why the weights that play are not the ones asked for (no best weights saved)
 
 
-def inspect_checkpoint(path: str, option: str = "--checkpoint") -> Source:
-    """Read what ``path`` holds (manifests only, no arrays, no backend), or raise a CLIError saying what is wrong."""
+def inspect_checkpoint(path: str, option: str = "--checkpoint", which: str | None = None) -> Source:
+    """Read what ``path`` holds (manifests only, no arrays, no backend), or raise a CLIError saying what is wrong.
+
+    ``which``: of a run directory, the ``"best"`` weights (``None``: those, else the last when the run saved no
+    best) or the ``"last"`` ones; a single agent checkpoint has one set of weights and takes no ``which``.
+    """
     from marl_note.agents.checkpoints import CheckpointError, check_checkpoint_target
 
     if not os.path.lexists(path):
@@ -138,13 +226,17 @@ def inspect_checkpoint(path: str, option: str = "--checkpoint") -> Source:
             if manifest.get("kind") != "agent":
                 raise CLIError(f"{option} {path} holds {manifest.get('kind')!r} data, not a whole agent "
                                f"(a checkpoint written by agent.save() or marl_note train)")
+            if which is not None:
+                raise CLIError(f"--which {which}: {option} {path} is a single agent checkpoint (one set of weights), "
+                               f"not a run directory of marl_note train with best and last weights")
             return Source(path, option, manifests={"agent": (path, manifest)})
         seat_map = record.get("seats")
         if not isinstance(seat_map, dict) or not seat_map:
             raise CLIError(f"{os.path.join(path, RUN_FILE)} names no seats")
+        folder, chosen, note = _weights_folder(path, record, which, option)
         manifests = {}
         for name in sorted({n for n in seat_map.values() if n is not None}, key=str):
-            sub = _inside_run(path, name)
+            sub = _inside_run(folder, name, path)
             manifest = check_checkpoint_target(sub) if os.path.isdir(sub) else None
             if manifest is None:
                 raise CLIError(f"{option} {path}: the run names the checkpoint {name!r}, but {sub} holds none")
@@ -152,16 +244,38 @@ def inspect_checkpoint(path: str, option: str = "--checkpoint") -> Source:
     except CheckpointError as exc:
         raise CLIError(f"{option} {path} is not a readable marl_note checkpoint: {exc}") from None
     return Source(path, option, env=record.get("env"), env_kwargs=record.get("env_kwargs") or {},
-                  seat_map=seat_map, manifests=manifests, record=record)
+                  seat_map=seat_map, manifests=manifests, record=record, which=chosen, note=note)
 
 
-def _inside_run(path: str, name: Any) -> str:
+def _weights_folder(path: str, record: Mapping[str, Any], which: str | None,
+                    option: str) -> tuple[str, str | None, str | None]:
+    """``(folder holding the checkpoints, "best"/"last" or None, note)`` of run directory ``path``."""
+    saved = record.get("checkpoints")
+    if saved is None:  # written before runs kept two sets of weights: the checkpoints beside the record
+        if which is not None:
+            raise CLIError(f"--which {which}: {option} {path} was written by an older marl_note train that kept one "
+                           f"set of weights (the last); leave --which out to use them")
+        return path, None, None
+    if not isinstance(saved, dict) or not all(saved.get(w) in (w, None) for w in WHICH) or saved.get("last") is None:
+        raise CLIError(f"{os.path.join(path, RUN_FILE)} names its checkpoints {saved!r}; expected "
+                       f"{{\"best\": \"best\" or null, \"last\": \"last\"}}")
+    if which == "best" and saved.get("best") is None:
+        raise CLIError(f"--which best: {option} {path} has no best weights (no test metric picked them: independent "
+                       f"agents in a board game test against each other); --which last uses the last ones")
+    if which is None and saved.get("best") is None:
+        return _inside_run(path, "last"), "last", "the run saved no best weights (no test metric picked them), " \
+                                                    "so the last weights play"
+    chosen = which or "best"
+    return _inside_run(path, chosen), chosen, None
+
+
+def _inside_run(path: str, name: Any, run: str | None = None) -> str:
     """``path/name`` for a checkpoint name of a run record, or a CLIError when it would leave the run directory.
 
     A run record is data: the checkpoints it names are plain entries of its own directory (no
     separators, no ``..``, and no link that resolves outside it).
     """
-    where = os.path.join(path, RUN_FILE)
+    where = os.path.join(run or path, RUN_FILE)  # run: the run directory, when ``path`` is its best/ or last/
     if not isinstance(name, str) or not name or name in (".", "..") or os.sep in name \
             or (os.altsep and os.altsep in name) or "\0" in name:
         raise CLIError(f"{where} names the checkpoint {name!r}, which is not a plain entry of the run directory; "

@@ -347,6 +347,13 @@ def _check_wrapper(spec: Any, index: int, path: str) -> dict[str, Any]:
         raise RecipeError(f"{path}: wrappers[{index}] with_agent_id takes no options, got {sorted(options)}")
     if name == "pad_seats" and not options <= {"observations", "actions"}:
         raise RecipeError(f"{path}: wrappers[{index}] pad_seats takes observations and actions, got {sorted(options)}")
+    if name.startswith("supersuit."):
+        from marl_note.cli.wrappers import check_supersuit_wrapper  # the fixed list --wrapper takes too
+
+        try:
+            check_supersuit_wrapper(name.partition(".")[2], sorted(options), f"{path}: wrappers[{index}]")
+        except ValueError as exc:
+            raise RecipeError(str(exc)) from None
     return dict(spec)
 
 

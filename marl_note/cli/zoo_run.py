@@ -65,6 +65,9 @@ def _apply(spec: Mapping[str, Any], env: Any) -> Any:
         return with_agent_id(lambda: env)()
     if name == "pad_seats":
         return pad_seats(lambda: env, **options)()
+    from marl_note.cli.wrappers import check_supersuit_wrapper
+
+    check_supersuit_wrapper(name.partition(".")[2], list(options), f"the wrapper {name}")  # a fixed list, by name
     try:
         import supersuit
     except ImportError:

@@ -130,7 +130,8 @@ def _draw(panels: Mapping[str, Mapping[str, Points]], path: str | None, what: st
     fig.tight_layout()
     os.makedirs(os.path.dirname(path), exist_ok=True)
     try:  # a temporary file beside the plot, renamed over it: the umask applies as to any new file
-        write_atomically(path, lambda f: fig.savefig(f, format="png"), suffix=".png")
+        # the title also as the PNG's Title text (what image viewers show and what a program can read back)
+        write_atomically(path, lambda f: fig.savefig(f, format="png", metadata={"Title": title}), suffix=".png")
         if show:
             import matplotlib.pyplot as plt
 
