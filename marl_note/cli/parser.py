@@ -42,7 +42,7 @@ Classic games are turn-based; MPE/butterfly/sisl envs run as Parallel envs.
 algorithms: dqn (Discrete actions), ppo and sac (Discrete or Box), ddpg (Box), maddpg (Discrete or
 Box, Parallel envs), alphazero (PUCT search, tictactoe_v3 and connect_four_v3).
 Agent options: --agent-arg KEY=VALUE, e.g. --agent-arg 'hidden_sizes=[128, 128]'
---agent-arg lr=5e-4 (values are read as JSON, otherwise as text).
+--agent-arg lr=5e-4 (values are Python literals: True, None, 3, [64, 64]; a bare word such as 8x8 is text).
 
 zoo recipes: without --algo, train uses the zoo's recipe for --env (python -m marl_note zoo lists them;
 --recipe FILE takes your own TOML file): its algorithm, seats, wrappers, agent and trainer options and
