@@ -136,8 +136,16 @@ def train(args: Any) -> int:
              + f": {_describe(plan, args.opponent)}, {budget_text(args)} on {args.num_envs} envs")
         started = time.perf_counter()
         budget = [Budget(args.env_steps, args.minutes)] if args.env_steps or args.minutes else []
-        stats = trainer.train(seats, learning_mask=[s in plan.learners for s in trainer.possible_agents],
-                              plot=args.plot, progress=not args.quiet, callbacks=budget)
+        try:
+            stats = trainer.train(seats, learning_mask=[s in plan.learners for s in trainer.possible_agents],
+                                  plot=args.plot, progress=not args.quiet, callbacks=budget)
+        except KeyboardInterrupt:  # Ctrl-C: keep what was learned, then exit with 130 (marl_note.cli.main)
+            _save_interrupted(trainer, out, learners, {
+                "env": choice.name, "env_kwargs": dict(choice.kwargs), "algo": args.algo, "backend": args.backend,
+                "mode": plan.mode, "seats": plan.seat_map, "opponent": args.opponent, "seed": args.seed,
+                "recipe": recipe.label if recipe else None,
+                "wrappers": [dict(w) for w in recipe.wrappers] if recipe else []})
+            raise
         # independent agents in a board game test against each other: a constant-sum metric that says nothing
         telling = stats["test_history"] and not (plan.mode == "independent" and is_board_game(spec))
         _say(f"trained {stats['num_collected_episodes']} episodes, {stats['num_collected_steps']} env steps, "
@@ -163,6 +171,38 @@ def train(args: Any) -> int:
     finally:
         trainer.close()
     return 0
+
+
+RUN_CHECKPOINT = "run_checkpoint"  # the trainer's run checkpoint under --out, written when a run is interrupted
+
+
+def _save_interrupted(trainer: Any, out: str, learners: Mapping[str, Any], record: dict[str, Any]) -> None:
+    """After Ctrl-C during training: save the learners (as a finished run saves them, the run record
+    marked ``interrupted``) and the trainer's run checkpoint under ``out``, say where; a second Ctrl-C
+    while saving is ignored so that the files are whole."""
+    run = trainer.run_state
+    if run is None:  # interrupted before the first chunk: nothing learned yet
+        return
+    import signal
+    import threading
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main_thread else None
+    try:
+        write_run(out, {**record, "episodes": run.episodes, "env_steps": run.env_steps, "gradient_steps": run.updates,
+                        "best_test_metric": run.best if run.history else None, "vs_random": None,
+                        "interrupted": True}, learners)
+        saved = f"saved {', '.join(sorted(learners))} under {out}"
+        try:
+            path = trainer.save_checkpoint(os.path.join(out, RUN_CHECKPOINT))
+            saved += f" and the run checkpoint in {path} (DecentralizedTrainer.train(..., resume_from=...))"
+        except Exception as exc:  # the learners are saved; say why the run checkpoint is not
+            saved += f"; the run checkpoint could not be saved: {exc}"
+        _say(f"interrupted after {run.episodes} episodes, {run.env_steps} env steps: {saved} "
+             f"(evaluate: python -m marl_note evaluate --checkpoint {out})")
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGINT, previous)
 
 
 class _StopAt:
