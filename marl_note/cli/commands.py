@@ -21,6 +21,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from marl_note.agents.threads import DEFAULT_THREADS, describe_threads, use_threads
 from marl_note.cli.agents import build_learners, check_agent_kwargs, check_algorithm, import_backend, plan_seats
 from marl_note.cli.agents import seat_agents as arrange_seats
 from marl_note.cli.common import CLIError, parse_assignments, setup_errors
@@ -64,6 +65,19 @@ def _env(name: str | None, source: Source | None, env_args: list[str] | None) ->
 
         choice = wrap_choice(choice, source.record["wrappers"])
     return choice
+
+
+def _threads(args: Any) -> int:
+    """The intra-op thread count of a command: ``--threads``, else one (see :mod:`marl_note.agents.threads`)."""
+    return int(args.threads) if getattr(args, "threads", None) is not None else DEFAULT_THREADS
+
+
+def _use_source_threads(args: Any, source: Source) -> None:
+    """Set the threads of the backends ``source`` loads into, before its checkpoints are restored."""
+    backends = {args.backend} if args.backend else {m["backend"] for _, m in source.manifests.values()}
+    for backend in sorted(b for b in backends if b in ("torch", "tf")):
+        import_backend(backend)  # a CLIError saying what to install when it cannot be imported
+        use_threads(_threads(args), backend=backend, interop=True)
 
 
 def _trainer(choice: EnvChoice, num_envs: int, **options: Any) -> Any:
@@ -117,7 +131,8 @@ def train(args: Any) -> int:
                            batch_size=args.batch_size, update_freq=args.update_freq, test_freq=test_freq,
                            episodes_per_train=args.episodes, episodes_per_test=args.test_episodes, seed=args.seed,
                            processes=args.processes, plot_path=os.path.join(out, "metric.png"),
-                           stop_fn=None if args.stop_reward is None else _StopAt(args.stop_reward))
+                           stop_fn=None if args.stop_reward is None else _StopAt(args.stop_reward),
+                           threads=_threads(args))
     try:
         with setup_errors():
             spec = trainer.spec
@@ -127,13 +142,15 @@ def train(args: Any) -> int:
             if opponent_source is not None:
                 check_source_fits(opponent_source, spec, choice.name, fill=True)
             module = import_backend(args.backend)
+            threads, _ = use_threads(_threads(args), backend=args.backend, interop=True)  # before any agent exists
             with setup_errors(f"cannot build the {args.algo} agents"):
                 learners = build_learners(module, args.algo, spec, plan, agent_kwargs, args.seed)
             opponents = _opponents(spec, choice.name, None, args.seed, opponent_source)
             seats = arrange_seats(plan, learners, opponents)
         _say(f"training {args.algo} ({args.backend}) on {choice.name}"
              + (f" (zoo recipe {recipe.label})" if recipe else "")
-             + f": {_describe(plan, args.opponent)}, {budget_text(args)} on {args.num_envs} envs")
+             + f": {_describe(plan, args.opponent)}, {budget_text(args)} on {args.num_envs} envs, "
+             + describe_threads(threads))
         started = time.perf_counter()
         budget = [Budget(args.env_steps, args.minutes)] if args.env_steps or args.minutes else []
         try:
@@ -231,12 +248,13 @@ def evaluate(args: Any) -> int:
         opponent_source = _opponent_source(args.opponent, "--opponent")
         choice = _env(args.env, source, args.env_arg)
         trainer = _trainer(choice, args.num_envs, num_train_envs=1, num_test_envs=min(args.num_envs, args.episodes),
-                           episodes_per_test=args.episodes, seed=args.seed)
+                           episodes_per_test=args.episodes, seed=args.seed, threads=_threads(args))
     try:
         with setup_errors():
             seat_names = check_source_fits(source, trainer.spec, choice.name)
             if opponent_source is not None:
                 check_source_fits(opponent_source, trainer.spec, choice.name, fill=True)
+            _use_source_threads(args, source)
             ours = load_source(source, seat_names, args.backend)
             theirs = _opponents(trainer.spec, choice.name, args.backend, args.seed, opponent_source)
         results = seat_results(trainer, ours, theirs, args.episodes)
@@ -274,6 +292,7 @@ def play(args: Any) -> int:
         missing = [s for s in names if s != human and s not in seats]
         if missing:
             raise CLIError(f"{args.checkpoint} has no agent that can play {missing[0]!r}")
+        _use_source_threads(args, source)
         bots = load_source(source, {s: n for s, n in seats.items() if s != human}, args.backend)
     interactive = sys.stdin.isatty()
     tally = {"win": 0, "draw": 0, "loss": 0}

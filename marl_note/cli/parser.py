@@ -81,6 +81,12 @@ def _env_options(p: argparse.ArgumentParser, required: bool) -> None:
                    help="an argument of the env's factory, e.g. max_cycles=25 (repeatable)")
 
 
+def _threads_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--threads", type=_positive, metavar="N",
+                   help="intra-op threads of torch/TensorFlow (default 1: the fastest for these small networks, "
+                        "and much the fastest on a busy machine)")
+
+
 def _verbose_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--verbose", action="store_true",
                    help="show the frameworks' start-up logs (TensorFlow's C++ and absl lines; hidden by default)")
@@ -125,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="games per seat against a random player in the summary (default 100; 0: none)")
     train.add_argument("--plot", action="store_true", help="write the test metric plot to DIR/metric.png")
     train.add_argument("--quiet", action="store_true", help="no progress output while training")
+    _threads_option(train)
     _verbose_option(train)
 
     evaluate = sub.add_parser("evaluate", help="play greedy games and report per-seat results",
@@ -140,6 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--backend", choices=["torch", "tf"], help="load into this backend (default: recorded)")
     evaluate.add_argument("--seed", type=int, default=0, help="seed of the envs and the random player (default 0)")
     evaluate.add_argument("--num-envs", type=_positive, default=16, help="test envs (default 16)")
+    _threads_option(evaluate)
     _verbose_option(evaluate)
 
     play = sub.add_parser("play", help="play a trained agent in the terminal (tic-tac-toe, connect four)",
@@ -152,6 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     play.add_argument("--games", type=_positive, default=1, help="games to play (default 1)")
     play.add_argument("--backend", choices=["torch", "tf"], help="load into this backend (default: recorded)")
     play.add_argument("--seed", type=int, help="seed of the env")
+    _threads_option(play)
     _verbose_option(play)
 
     zoo = sub.add_parser("zoo", help="list the zoo's training recipes, or show one",

@@ -10,6 +10,7 @@ import numpy as np
 from marl_note import _moved
 from marl_note.agents.base import Agent
 from marl_note.agents.checkpoints.format import check_checkpoint_target
+from marl_note.agents.threads import check_threads, use_threads
 from marl_note.distributed import DistributedContext
 from marl_note.envs.adapters import adapt, env_factory, make_spec
 from marl_note.envs.main_guard import check_not_reimporting_main
@@ -91,6 +92,15 @@ class DecentralizedTrainer:
     on rank 0 alone, and rank 0's decision to stop (budget, ``stop_fn``, ``stop_training``) is
     every rank's, after each chunk.
 
+    ``threads`` is the intra-op thread count of the frameworks (PyTorch, TensorFlow) during
+    ``train()``: ``"auto"`` (the default) is one thread, which the small networks of these runs
+    train fastest with, idle and much more so on a busy machine (:mod:`marl_note.agents.threads`,
+    ``bench/bench_threads.py``); a positive integer asks for more; None leaves the frameworks'
+    defaults (one thread per core). PyTorch's count is restored when ``train()`` returns;
+    TensorFlow's pools are fixed when its runtime starts, so a TF run takes the count only if it
+    was set before its agents were built (``use_threads(n, backend="tf")``, as the command line
+    does). ``trainer.threads_in_effect`` says what each imported framework used.
+
     ``source`` (an :class:`~marl_note.trainers.source.ExperienceSource`) is where the training
     experience comes from: by default (None) a :class:`~marl_note.trainers.source.CollectorSource`
     steps the train envs in this process (or in ``processes`` worker processes);
@@ -119,8 +129,10 @@ class DecentralizedTrainer:
                  plot_path: str | None = None, step_timeout: float | None = DEFAULT_STEP_TIMEOUT,
                  check_finite: bool = True, distributed: DistributedContext | None = None,
                  source: ExperienceSource | None = None, actors: int | None = None, sync_every: int | None = None,
-                 pool: Mapping[str, Any] | None = None):
+                 pool: Mapping[str, Any] | None = None, threads: int | str | None = "auto"):
         check_not_reimporting_main("DecentralizedTrainer")
+        self.threads = check_threads(threads)
+        self.threads_in_effect: dict[str, int] = {}  # {framework: intra-op threads} of the last train()
         self.env_fn = env_factory(env)
         self.check_finite = bool(check_finite)
         self.num_train_envs = count("num_train_envs", num_train_envs, maximum=MAX_COUNT)
@@ -296,10 +308,14 @@ class DecentralizedTrainer:
         ``plot_series()`` (Elo). The run records them anyway (:mod:`marl_note.trainers.series`,
         ``trainer.run_state``); :mod:`marl_note.trainers.plot`'s ``visualize_*(trainer)`` draw them.
         """
-        session = self._prepare(agents, learning_mask, exploration_mask, test_agents, matchmaker, callbacks,
-                                checkpoint_path, resume_from, baseline)
-        session.loop(progress)
-        return session.summarise(plot)
+        self.threads_in_effect, restore_threads = use_threads(self.threads)
+        try:
+            session = self._prepare(agents, learning_mask, exploration_mask, test_agents, matchmaker, callbacks,
+                                    checkpoint_path, resume_from, baseline)
+            session.loop(progress)
+            return session.summarise(plot)
+        finally:
+            restore_threads()
 
     def _prepare(self, agents: Seats, learning_mask: Any, exploration_mask: Any, test_agents: Seats | None,
                  matchmaker: Callable | None, callbacks: Sequence[Any], checkpoint_path: str | None,

@@ -24,8 +24,8 @@ def test_env_arg_false_reaches_car_racing_as_a_bool():
 def test_train_passes_is_slippery_false_to_frozen_lake(tmp_path, capsys):
     out = tmp_path / "run"
     assert main(["train", "--env", "FrozenLake-v1", "--algo", "dqn", "--env-arg", "is_slippery=False",
-                 "--env-arg", "map_name=4x4", "--episodes", "2", "--num-envs", "2", "--update-freq", "8", "--test-episodes", "1",
-                 "--eval-episodes", "0", "--quiet", "--out", str(out)]) == 0
+                 "--env-arg", "map_name=4x4", "--episodes", "2", "--num-envs", "2", "--update-freq", "8",
+                 "--test-episodes", "1", "--eval-episodes", "0", "--quiet", "--out", str(out)]) == 0
     record = json.loads((out / "marl_note_run.json").read_text())
     assert record["env_kwargs"] == {"is_slippery": False, "map_name": "4x4"}
 
