@@ -6,7 +6,8 @@ number of env steps (``--env-steps``; the run's periodic and final tests include
 for them), through ``marl_note.cli.main`` in this one process. "old" is the frameworks' default
 (PyTorch: one intra-op thread per usable core, ``--threads`` that many), "new" the default now
 (``--threads 1``). The two alternate run by run (interleaved, the order swapped each repeat), first
-idle, then loaded: two CPU-bound busy-loop processes started by this script run beside it. PyTorch's
+idle, then loaded: two CPU-bound busy-loop processes started by this script run beside it; one short
+unmeasured run of each task comes first (imports and first-use costs). PyTorch's
 inter-op pool is set once for the whole process (to one thread); it is idle for these networks.
 
 Printed per run: env steps/s; then per task and load the median of each and the ratio new / old
@@ -100,6 +101,8 @@ def main() -> None:
     old = torch.get_num_threads()  # PyTorch's default: one per usable core
     print(f"{platform.machine()}, {usable_cores()} usable cores, load {os.getloadavg()[0]:.1f}; "
           f"old = {old} threads (PyTorch's default), new = 1", flush=True)
+    for task in tasks:  # imports and first-use costs, paid before any measured run (else the first one pays them)
+        run_once(task, 1, 0.01)
     results = {"idle": measure(tasks, args.repeats, args.scale, old, "idle")}
     if not args.idle_only:
         ctx = mp.get_context("spawn")
