@@ -16,6 +16,7 @@ import keras
 import tensorflow as tf
 
 from marl_note.agents.exploration.policies import EpsGreedyQPolicy
+from marl_note.agents.threads import DEFAULT_THREADS, use_threads
 from marl_note.compat.tf import RL
 from marl_note.trainers import DecentralizedTrainer
 
@@ -59,6 +60,7 @@ def main() -> None:
     parser.add_argument("--save", default=os.path.join(tempfile.gettempdir(), "custom_dqn_tf.zip"))
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args()
+    use_threads(DEFAULT_THREADS, backend="tf")  # TF fixes its thread pools at its first op: set them first
     keras.utils.set_random_seed(args.seed)  # network initialisation
 
     best_path = args.save.replace(".zip", "_best.zip")

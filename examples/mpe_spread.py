@@ -15,6 +15,7 @@ import importlib
 from mpe2 import simple_spread_v3
 
 from marl_note.agents import RandomAgent
+from marl_note.agents.threads import DEFAULT_THREADS, use_threads
 from marl_note.envs import with_agent_id
 from marl_note.trainers import DecentralizedTrainer
 
@@ -30,6 +31,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     agents = importlib.import_module(f"marl_note.agents.{args.backend}")
+    use_threads(DEFAULT_THREADS, backend=args.backend)  # TF fixes its thread pools before the agents exist
     common = dict(num_train_envs=8, num_test_envs=10, batch_size=1024, test_freq=max(1, args.episodes // 4),
                   episodes_per_train=args.episodes, episodes_per_test=20, seed=args.seed)
 

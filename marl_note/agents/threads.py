@@ -1,27 +1,44 @@
-"""The learner's share of the cores when actor processes run beside it on the same machine.
+"""How many threads the frameworks use: one intra-op thread by default, more on request.
 
-PyTorch starts with one intra-op thread per core. In a pool run (``DecentralizedTrainer(actors=N)``)
-the actors take cores too, and a learner whose parallel regions wait on a thread that an actor has
-descheduled runs its gradient steps much slower: measured here (2 cores, 2 actors, a 64-64 DQN on
-CartPole) 1.7 ms per gradient step against 1.1 ms with one thread. :func:`limit_framework_threads`
-caps the threads of a framework that is already imported (it never imports one, so the trainer
-may call it) and returns the function that restores them.
+The networks of a multi-agent run are small (a few 64-unit layers), so PyTorch's and TensorFlow's
+intra-op threads gain nothing in a gradient step and lose a great deal when the cores are busy:
+a parallel region waits for every thread, and a thread that another process has descheduled holds
+up the step. Measured on the shared 2-core VM (``bench/bench_threads.py``, ``docs/benchmarks.md``),
+one thread is several times faster per env step under load and no slower idle. So
+:class:`~marl_note.trainers.DecentralizedTrainer` (``threads="auto"``, its default), the command
+line (``--threads N``), the zoo and the examples run with :data:`DEFAULT_THREADS`;
+``threads=N`` asks for more and ``threads=None`` leaves the frameworks' own defaults alone.
 
-TensorFlow fixes its thread pools when its runtime starts, before any agent exists, so its
-threads cannot be capped here; set ``tf.config.threading.set_intra_op_parallelism_threads`` before
-building a TF agent for a pool run.
+:func:`use_threads` sets the threads of the frameworks already imported (it never imports one, so
+the trainer may call it; the calls themselves live in ``agents/torch/threads.py`` and
+``agents/tf/threads.py``). TensorFlow fixes its thread pools when its runtime starts, before any TF
+agent exists: only a caller that sets them first (the command line does, before building agents)
+changes them; later, :func:`use_threads` reports the count TensorFlow keeps.
+
+In a pool run (``DecentralizedTrainer(actors=N)``) the actors take cores too:
+:func:`limit_framework_threads` caps the learner's PyTorch threads and returns the function that
+restores them (measured here, 2 cores, 2 actors, a 64-64 DQN on CartPole: 1.7 ms per gradient step
+against 1.1 ms with one thread).
 
 Example:
+    >>> check_threads("auto"), check_threads(None), check_threads(4)
+    (1, None, 4)
     >>> restore = limit_framework_threads(1)
     >>> restore()  # back to what it was (a no-op when no framework was capped)
+    >>> describe_threads({"torch": 1})
+    '1 thread (torch)'
 """
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
-__all__ = ["usable_cores", "limit_framework_threads"]
+__all__ = ["DEFAULT_THREADS", "check_threads", "describe_threads", "limit_framework_threads", "use_threads",
+           "usable_cores"]
+
+DEFAULT_THREADS = 1  # intra-op threads of a run unless asked otherwise (see the module docstring)
 
 
 def usable_cores() -> int:
@@ -31,16 +48,65 @@ def usable_cores() -> int:
     return max(1, os.cpu_count() or 1)
 
 
+def check_threads(threads: Any) -> int | None:
+    """``threads`` of a trainer or the command line as a count: ``"auto"`` is :data:`DEFAULT_THREADS`, None
+    (the frameworks' defaults) stays None, else a positive integer; anything else raises naming it."""
+    if threads is None:
+        return None
+    if isinstance(threads, str) and threads == "auto":
+        return DEFAULT_THREADS
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"threads must be 'auto', None or a positive integer, got {threads!r}")
+    return int(threads)
+
+
+def use_threads(threads: int | None, backend: str | None = None,
+                interop: bool = False) -> tuple[dict[str, int], Callable[[], None]]:
+    """Set ``threads`` intra-op threads in every framework already imported (and in ``backend``,
+    ``"torch"`` or ``"tf"``, which is imported if it is not yet); with ``interop`` PyTorch's inter-op
+    pool too where it may still change. Returns ``{framework: threads in effect}`` and the function
+    that restores PyTorch's intra-op count (TensorFlow's pools cannot change back). ``threads=None``
+    changes nothing and reports the counts in effect."""
+    effect: dict[str, int] = {}
+    restores: list[Callable[[], None]] = []
+    if backend == "torch" or sys.modules.get("torch") is not None:
+        from marl_note.agents.torch import threads as torch_threads
+
+        if threads is not None:
+            restores.append(torch_threads.set_threads(threads, interop=interop))
+        effect["torch"] = torch_threads.threads()
+    if backend == "tf" or sys.modules.get("tensorflow") is not None:
+        from marl_note.agents.tf import threads as tf_threads
+
+        if threads is not None:
+            tf_threads.set_threads(threads)
+        effect["tensorflow"] = tf_threads.threads() or usable_cores()  # 0: TensorFlow's default, one per core
+
+    def restore() -> None:
+        for undo in restores:
+            undo()
+    return effect, restore
+
+
+def describe_threads(effect: Mapping[str, int]) -> str:
+    """``{framework: threads}`` in words, for a run's header: ``"1 thread (torch)"``."""
+    if not effect:
+        return "no framework threads"
+    counts = sorted(set(effect.values()))
+    if len(counts) == 1:
+        return f"{counts[0]} thread{'s' if counts[0] > 1 else ''} ({', '.join(effect)})"
+    return ", ".join(f"{n} thread{'s' if n > 1 else ''} ({name})" for name, n in effect.items())
+
+
 def limit_framework_threads(threads: int) -> Callable[[], None]:
     """Cap PyTorch's intra-op threads at ``threads`` if PyTorch is imported and uses more; returns
     the function that sets them back (call it once the actors have stopped)."""
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise ValueError(f"threads must be a positive integer, got {threads!r}")
-    torch = sys.modules.get("torch")
-    if torch is None or not hasattr(torch, "get_num_threads"):
+    if sys.modules.get("torch") is None:
         return lambda: None
-    before = int(torch.get_num_threads())
-    if before <= threads:
+    from marl_note.agents.torch import threads as torch_threads
+
+    if torch_threads.threads() <= threads:
         return lambda: None
-    torch.set_num_threads(threads)
-    return lambda: torch.set_num_threads(before)
+    return torch_threads.set_threads(threads)

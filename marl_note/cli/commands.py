@@ -21,6 +21,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from marl_note.agents.threads import DEFAULT_THREADS, describe_threads, use_threads
 from marl_note.cli.agents import build_learners, check_agent_kwargs, check_algorithm, import_backend, plan_seats
 from marl_note.cli.agents import seat_agents as arrange_seats
 from marl_note.cli.common import CLIError, parse_assignments, setup_errors
@@ -78,6 +79,19 @@ def _env(name: str | None, source: Source | None, env_args: list[str] | None) ->
     return choice
 
 
+def _threads(args: Any) -> int:
+    """The intra-op thread count of a command: ``--threads``, else one (see :mod:`marl_note.agents.threads`)."""
+    return int(args.threads) if getattr(args, "threads", None) is not None else DEFAULT_THREADS
+
+
+def _use_source_threads(args: Any, source: Source) -> None:
+    """Set the threads of the backends ``source`` loads into, before its checkpoints are restored."""
+    backends = {args.backend} if args.backend else {m["backend"] for _, m in source.manifests.values()}
+    for backend in sorted(b for b in backends if b in ("torch", "tf")):
+        import_backend(backend)  # a CLIError saying what to install when it cannot be imported
+        use_threads(_threads(args), backend=backend, interop=True)
+
+
 def _trainer(choice: EnvChoice, num_envs: int, **options: Any) -> Any:
     """The trainer over ``choice`` (``num_envs``: the value of --num-envs, named when too many envs do not fit)."""
     from marl_note.replay import InsufficientMemoryError
@@ -131,7 +145,8 @@ def train(args: Any) -> int:
                            batch_size=args.batch_size, update_freq=args.update_freq, test_freq=test_freq,
                            episodes_per_train=args.episodes, episodes_per_test=args.test_episodes, seed=args.seed,
                            processes=args.processes, plot_path=os.path.join(out, PLOT_FILE), save_best_fn=save_best,
-                           stop_fn=None if args.stop_reward is None else _StopAt(args.stop_reward))
+                           stop_fn=None if args.stop_reward is None else _StopAt(args.stop_reward),
+                           threads=_threads(args))
     try:
         with setup_errors():
             spec = trainer.spec
@@ -141,6 +156,7 @@ def train(args: Any) -> int:
             if opponent_source is not None:
                 check_source_fits(opponent_source, spec, choice.name, fill=True)
             import_backend(args.backend)
+            threads, _ = use_threads(_threads(args), backend=args.backend, interop=True)  # before any agent exists
             with setup_errors(f"cannot build the {args.algo} agents"):
                 learners = build_learners(args.backend, args.algo, spec, plan, agent_kwargs, args.seed)
             opponents = _opponents(spec, choice.name, None, args.seed, opponent_source)
@@ -152,11 +168,20 @@ def train(args: Any) -> int:
         clear_earlier_run(out)  # an earlier run's checkpoints and plot in --out: none stays beside this run's
         _say(f"training {args.algo} ({args.backend}) on {choice.name}"
              + (f" (zoo recipe {recipe.label})" if recipe else "")
-             + f": {_describe(plan, args.opponent)}, {budget_text(args)} on {args.num_envs} envs")
+             + f": {_describe(plan, args.opponent)}, {budget_text(args)} on {args.num_envs} envs, "
+             + describe_threads(threads))
         started = time.perf_counter()
         budget = [Budget(args.env_steps, args.minutes)] if args.env_steps or args.minutes else []
-        stats = trainer.train(seats, learning_mask=[s in plan.learners for s in trainer.possible_agents],
-                              plot=False, progress=not args.quiet, callbacks=budget)
+        try:
+            stats = trainer.train(seats, learning_mask=[s in plan.learners for s in trainer.possible_agents],
+                                  plot=False, progress=not args.quiet, callbacks=budget)
+        except KeyboardInterrupt:  # Ctrl-C: keep what was learned, then exit with 130 (marl_note.cli.main)
+            _save_interrupted(trainer, out, learners, {
+                "env": choice.name, "env_kwargs": dict(choice.kwargs), "algo": args.algo, "backend": args.backend,
+                "mode": plan.mode, "seats": plan.seat_map, "opponent": args.opponent, "seed": args.seed,
+                "recipe": recipe.label if recipe else None, "wrappers": [dict(w) for w in wrappers]},
+                best=save_best.saved is not None)
+            raise
         telling = telling and bool(stats["test_history"])
         _say(f"trained {stats['num_collected_episodes']} episodes, {stats['num_collected_steps']} env steps, "
              f"{stats['num_gradient_steps']} gradient steps in {time.perf_counter() - started:.0f} s"
@@ -191,6 +216,39 @@ def train(args: Any) -> int:
     return 0
 
 
+RUN_CHECKPOINT = "run_checkpoint"  # the trainer's run checkpoint under --out, written when a run is interrupted
+
+
+def _save_interrupted(trainer: Any, out: str, learners: Mapping[str, Any], record: dict[str, Any],
+                      best: bool = False) -> None:
+    """After Ctrl-C during training: save the learners (as a finished run saves them, the run record
+    marked ``interrupted``) and the trainer's run checkpoint under ``out``, say where; a second Ctrl-C
+    while saving is ignored so that the files are whole."""
+    run = trainer.run_state
+    if run is None:  # interrupted before the first chunk: nothing learned yet
+        return
+    import signal
+    import threading
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main_thread else None
+    try:
+        write_run(out, {**record, "episodes": run.episodes, "env_steps": run.env_steps, "gradient_steps": run.updates,
+                        "best_test_metric": run.best if run.history else None, "vs_random": None,
+                        "interrupted": True}, learners, best=best)
+        saved = f"saved {', '.join(sorted(learners))} under {out}"
+        try:
+            path = trainer.save_checkpoint(os.path.join(out, RUN_CHECKPOINT))
+            saved += f" and the run checkpoint in {path} (DecentralizedTrainer.train(..., resume_from=...))"
+        except Exception as exc:  # the learners are saved; say why the run checkpoint is not
+            saved += f"; the run checkpoint could not be saved: {exc}"
+        _say(f"interrupted after {run.episodes} episodes, {run.env_steps} env steps: {saved} "
+             f"(evaluate: python -m marl_note evaluate --checkpoint {out})")
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGINT, previous)
+
+
 class _StopAt:
     """``stop_fn`` of ``--stop-reward``: stop once a test metric reaches the threshold (picklable)."""
 
@@ -217,12 +275,13 @@ def evaluate(args: Any) -> int:
         opponent_source = _opponent_source(args.opponent, "--opponent")
         choice = _env(args.env, source, args.env_arg)
         trainer = _trainer(choice, args.num_envs, num_train_envs=1, num_test_envs=min(args.num_envs, args.episodes),
-                           episodes_per_test=args.episodes, seed=args.seed)
+                           episodes_per_test=args.episodes, seed=args.seed, threads=_threads(args))
     try:
         with setup_errors():
             seat_names = check_source_fits(source, trainer.spec, choice.name)
             if opponent_source is not None:
                 check_source_fits(opponent_source, trainer.spec, choice.name, fill=True)
+            _use_source_threads(args, source)
             ours = load_source(source, seat_names, args.backend)
             theirs = _opponents(trainer.spec, choice.name, args.backend, args.seed, opponent_source)
         _say_weights(source)
@@ -268,6 +327,7 @@ def play(args: Any) -> int:
         missing = [s for s in names if s != human and s not in seats]
         if missing:
             raise CLIError(f"{args.checkpoint} has no agent that can play {missing[0]!r}")
+        _use_source_threads(args, source)
         bots = load_source(source, {s: n for s, n in seats.items() if s != human}, args.backend)
     _say_weights(source)
     interactive = sys.stdin.isatty()

@@ -3,6 +3,12 @@
 Example:
     >>> parse_assignments(["hidden_sizes=[64, 64]", "lr=1e-3", "policy=greedy"], "--agent-arg")
     {'hidden_sizes': [64, 64], 'lr': 0.001, 'policy': 'greedy'}
+    >>> parse_assignments(["continuous=False", "is_slippery=false", "map_name=8x8", "render_mode=None"], "--env-arg")
+    {'continuous': False, 'is_slippery': False, 'map_name': '8x8', 'render_mode': None}
+    >>> parse_assignments(["hidden_sizes=[64, 64"], "--agent-arg")
+    Traceback (most recent call last):
+    ...
+    marl_note.cli.common.CLIError: --agent-arg hidden_sizes=[64, 64: the value is no Python literal ...
     >>> parse_assignments(["lr"], "--agent-arg")
     Traceback (most recent call last):
     ...
@@ -10,12 +16,14 @@ Example:
 """
 from __future__ import annotations
 
+import ast
 import contextlib
 import json
+import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-__all__ = ["CLIError", "parse_assignments", "setup_errors"]
+__all__ = ["CLIError", "parse_assignments", "parse_value", "setup_errors"]
 
 
 class CLIError(Exception):
@@ -29,8 +37,36 @@ class CLIError(Exception):
     """
 
 
+# words that stand for themselves in any case: true/false/none (and JSON's null)
+_WORDS: dict[str, Any] = {"true": True, "false": False, "none": None, "null": None}
+# a bare word kept as text: letters, digits and _ . - / : + (map_name=8x8, render_mode=rgb_array, CartPole-v1)
+_BARE = re.compile(r"[\w.\-/:+]+")
+
+
+def parse_value(text: str) -> Any:
+    """One ``KEY=VALUE`` value: a Python literal (``False``, ``None``, ``3``, ``1e-3``, ``'x'``, ``[64, 64]``,
+    ``{'a': 1}``), JSON (``true``, ``null``, ``[true]``), ``true``/``false``/``none`` in any case, or else a
+    bare word kept as text (``8x8``, ``rgb_array``); anything else raises ValueError saying why."""
+    stripped = text.strip()
+    if stripped.lower() in _WORDS:
+        return _WORDS[stripped.lower()]
+    try:
+        return ast.literal_eval(stripped)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        pass
+    try:
+        return json.loads(stripped)
+    except ValueError:
+        pass
+    if _BARE.fullmatch(stripped):
+        return stripped
+    raise ValueError("the value is no Python literal (True/False/None, a number, a quoted string, a list, a dict) "
+                     "nor a bare word; quote text that has spaces or brackets, e.g. KEY=\"'a b'\"")
+
+
 def parse_assignments(items: Sequence[str] | None, option: str) -> dict[str, Any]:
-    """``["key=value", ...]`` as a dict; a value is read as JSON (numbers, lists, true/null) or else kept as text."""
+    """``["key=value", ...]`` as a dict, each value read by :func:`parse_value`; a value that does not
+    parse raises a :class:`CLIError` naming ``option`` and the argument."""
     out: dict[str, Any] = {}
     for item in items or ():
         key, sep, text = item.partition("=")
@@ -38,9 +74,9 @@ def parse_assignments(items: Sequence[str] | None, option: str) -> dict[str, Any
         if not sep or not key.isidentifier():
             raise CLIError(f"{option} expects KEY=VALUE, got {item!r}")
         try:
-            out[key] = json.loads(text)
-        except ValueError:
-            out[key] = text
+            out[key] = parse_value(text)
+        except ValueError as exc:
+            raise CLIError(f"{option} {item}: {exc}") from None
     return out
 
 

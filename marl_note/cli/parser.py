@@ -47,7 +47,7 @@ turn-based; MPE/butterfly/sisl/atari envs run as Parallel envs.
 
 {algorithms}
 Agent options: --agent-arg KEY=VALUE, e.g. --agent-arg 'hidden_sizes=[128, 128]'
---agent-arg lr=5e-4 (values are read as JSON, otherwise as text).
+--agent-arg lr=5e-4 (values are Python literals: True, None, 3, [64, 64]; a bare word such as 8x8 is text).
 
 wrappers: --wrapper NAME[:KEY=VALUE,...] puts a SuperSuit wrapper around the env (repeatable, in order),
 e.g. for pixel envs --wrapper color_reduction_v0:mode=B --wrapper resize_v1:x_size=84,y_size=84
@@ -104,6 +104,17 @@ def _algorithms_help() -> str:
     return textwrap.fill(f"algorithms: {', '.join(parts)}.", 100)
 
 
+def _threads_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--threads", type=_positive, metavar="N",
+                   help="intra-op threads of torch/TensorFlow (default 1: the fastest for these small networks, "
+                        "and much the fastest on a busy machine)")
+
+
+def _verbose_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--verbose", action="store_true",
+                   help="show the frameworks' start-up logs (TensorFlow's C++ and absl lines; hidden by default)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser for the ``train``, ``evaluate`` and ``play`` commands."""
     parser = argparse.ArgumentParser(prog="python -m marl_note", description=DESCRIPTION,
@@ -148,6 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="games per seat against a random player in the summary (default 100; 0: none)")
     train.add_argument("--plot", action="store_true", help="write the test metric plot to DIR/metric.png")
     train.add_argument("--quiet", action="store_true", help="no progress output while training")
+    _threads_option(train)
+    _verbose_option(train)
 
     evaluate = sub.add_parser("evaluate", help="play greedy games and report per-seat results",
                               description="Load trained agents (either backend) and play greedy games: per-seat "
@@ -165,6 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--backend", choices=["torch", "tf"], help="load into this backend (default: recorded)")
     evaluate.add_argument("--seed", type=int, default=0, help="seed of the envs and the random player (default 0)")
     evaluate.add_argument("--num-envs", type=_positive, default=16, help="test envs (default 16)")
+    _threads_option(evaluate)
+    _verbose_option(evaluate)
 
     play = sub.add_parser("play", help="play a trained agent in the terminal (tic-tac-toe, connect four)",
                           description="Play a board game against a trained agent: the board is printed as text "
@@ -179,6 +194,8 @@ def build_parser() -> argparse.ArgumentParser:
     play.add_argument("--games", type=_positive, default=1, help="games to play (default 1)")
     play.add_argument("--backend", choices=["torch", "tf"], help="load into this backend (default: recorded)")
     play.add_argument("--seed", type=int, help="seed of the env")
+    _threads_option(play)
+    _verbose_option(play)
 
     zoo = sub.add_parser("zoo", help="list the zoo's training recipes, or show one",
                          description="The zoo's recipes (train --env NAME without --algo uses them): env, "

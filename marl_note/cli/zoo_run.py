@@ -33,6 +33,7 @@ from marl_note.validation import MAX_SEED, shown
 
 __all__ = ["Budget", "RecipeRun", "WrappedEnv", "prepare", "train_recipe", "wrap_choice"]
 
+TEST_SLACK = 0.03  # the share of a wall-time budget that a test may run past it
 EPISODE_CAP = 10_000_000  # the trainer's episode count when a budget names none (env steps or minutes end it)
 
 
@@ -90,12 +91,19 @@ def wrap_choice(choice: EnvChoice, wrappers: Sequence[Mapping[str, Any]]) -> Env
 class Budget:
     """A trainer callback that ends training once ``env_steps`` env steps or ``minutes`` have been spent.
 
-    Training stops after the collection chunk that crosses the limit (a test then runs).
+    The budget is checked inside collection, after every step of the envs (through the trainer's
+    ``collect_limit``): a chunk stops where the budget runs out, and the final test (as every test
+    of the run) ends at the latest :data:`TEST_SLACK` of the wall-time budget after it, or after as
+    many env steps as the env-step budget, with the episodes it finished; so a run stops within 5%
+    of its wall time (the update of the last chunk and the saving aside) and an env whose episodes
+    never end under a poor policy still stops.
 
     Example:
         >>> budget = Budget(env_steps=1000)
         >>> budget.env_steps, budget.minutes
         (1000, None)
+        >>> budget.limit("train", 999), budget.limit("train", 1000), budget.limit("test", 1000)
+        (False, True, True)
     """
 
     def __init__(self, env_steps: int | None = None, minutes: float | None = None):
@@ -105,6 +113,17 @@ class Budget:
 
     def on_train_begin(self, trainer: Any) -> None:
         self.steps, self.started, self.stopped_by = 0, time.perf_counter(), None
+        trainer.collect_limit = self.limit
+
+    def limit(self, kind: str, env_steps: int) -> bool:
+        """The trainer's ``collect_limit``: True once a collection of ``kind`` (``"train"``/``"test"``) that
+        has taken ``env_steps`` env steps so far must end."""
+        elapsed = time.perf_counter() - self.started
+        if kind == "train":
+            return bool((self.env_steps is not None and self.steps + env_steps >= self.env_steps)
+                        or (self.minutes is not None and elapsed >= 60 * self.minutes))
+        return bool((self.minutes is not None and elapsed >= 60 * self.minutes * (1 + TEST_SLACK))
+                    or (self.env_steps is not None and env_steps >= self.env_steps))
 
     def on_collect_end(self, trainer: Any, stats: Any, episodes: int) -> None:
         self.steps += int(stats.env_steps)

@@ -216,11 +216,14 @@ class Collector:
             for i in range(self.num_envs):
                 self.episode_begin(i)
 
-    def collect(self, n_steps: int | None = None, n_episodes: int | None = None) -> CollectStats:
+    def collect(self, n_steps: int | None = None, n_episodes: int | None = None,
+                stop: Callable[[int], bool] | None = None) -> CollectStats:
         """Step until ``n_steps`` env steps (all envs advance together) or ``n_episodes`` episodes.
 
         With ``n_episodes`` each env gets an even share of the episodes and stops once it has
-        finished them, so the result is not biased towards short episodes.
+        finished them, so the result is not biased towards short episodes. ``stop(env_steps)``,
+        asked after every step of the envs with the env steps collected so far, ends the
+        collection early when it returns True (a budget that runs out mid-chunk).
         """
         if (n_steps is None) == (n_episodes is None):
             raise ValueError("collect needs exactly one of n_steps or n_episodes")
@@ -253,6 +256,8 @@ class Collector:
             if quota is not None and done_eps is not None:
                 active = [i for i in active if done_eps[i] < quota[i]]
             elif n_steps is not None and stats.env_steps >= n_steps:
+                break
+            if stop is not None and active and stop(stats.env_steps):
                 break
         return stats
 

@@ -85,6 +85,7 @@ class CollectorSource:
 
     def __init__(self) -> None:
         self.collector: Collector | None = None
+        self.trainer: Any = None
 
     def check(self, trainer: Any, matchmaker: Any = None) -> None:
         return None
@@ -96,13 +97,16 @@ class CollectorSource:
                                    learn=list(learn), matchmaker=matchmaker, check_finite=trainer.check_finite,
                                    episode_begin=hooks["episode_begin"], episode_end=hooks["episode_end"])
         self.collector.reset(seed=trainer.distributed.rank_seed(seed))
+        self.trainer = trainer  # its collect_limit (a budget) is asked during each chunk
         for learner in self.collector.learners:  # rank 0's weights; gradients averaged from here on
             trainer.distributed.prepare(learner)
         return list(self.collector.learners)
 
     def collect(self, env_steps: int) -> CollectStats:
         assert self.collector is not None, "start() first"
-        stats = self.collector.collect(n_steps=env_steps)
+        limit = self.trainer.collect_limit
+        stats = self.collector.collect(n_steps=env_steps,
+                                       stop=None if limit is None else lambda steps: limit("train", steps))
         self.collector.flush()
         return stats
 

@@ -10,6 +10,7 @@ import numpy as np
 from marl_note import _moved
 from marl_note.agents.base import Agent
 from marl_note.agents.checkpoints.format import check_checkpoint_target
+from marl_note.agents.threads import check_threads, use_threads
 from marl_note.distributed import DistributedContext
 from marl_note.envs.adapters import adapt, env_factory, make_spec
 from marl_note.envs.main_guard import check_not_reimporting_main
@@ -92,6 +93,15 @@ class DecentralizedTrainer:
     on rank 0 alone, and rank 0's decision to stop (budget, ``stop_fn``, ``stop_training``) is
     every rank's, after each chunk.
 
+    ``threads`` is the intra-op thread count of the frameworks (PyTorch, TensorFlow) during
+    ``train()``: ``"auto"`` (the default) is one thread, which the small networks of these runs
+    train fastest with, idle and much more so on a busy machine (:mod:`marl_note.agents.threads`,
+    ``bench/bench_threads.py``); a positive integer asks for more; None leaves the frameworks'
+    defaults (one thread per core). PyTorch's count is restored when ``train()`` returns;
+    TensorFlow's pools are fixed when its runtime starts, so a TF run takes the count only if it
+    was set before its agents were built (``use_threads(n, backend="tf")``, as the command line
+    does). ``trainer.threads_in_effect`` says what each imported framework used.
+
     ``source`` (an :class:`~marl_note.trainers.source.ExperienceSource`) is where the training
     experience comes from: by default (None) a :class:`~marl_note.trainers.source.CollectorSource`
     steps the train envs in this process (or in ``processes`` worker processes);
@@ -120,8 +130,10 @@ class DecentralizedTrainer:
                  plot_path: str | None = None, step_timeout: float | None = DEFAULT_STEP_TIMEOUT,
                  check_finite: bool = True, distributed: DistributedContext | None = None,
                  source: ExperienceSource | None = None, actors: int | None = None, sync_every: int | None = None,
-                 pool: Mapping[str, Any] | None = None):
+                 pool: Mapping[str, Any] | None = None, threads: int | str | None = "auto"):
         check_not_reimporting_main("DecentralizedTrainer")
+        self.threads = check_threads(threads)
+        self.threads_in_effect: dict[str, int] = {}  # {framework: intra-op threads} of the last train()
         self.env_fn = env_factory(env)
         self.check_finite = bool(check_finite)
         self.num_train_envs = count("num_train_envs", num_train_envs, maximum=MAX_COUNT)
@@ -167,6 +179,8 @@ class DecentralizedTrainer:
         check_envs_fit(self.num_train_envs, self.num_test_envs, workers, self.spec)  # with its observations
         self._train_venv = self._test_venv = None
         self.stop_training = False  # set True (by a callback or hook) to end training after the current chunk
+        # set by a callback for one train() (a budget): limit(kind, env_steps) -> True ends a collection early
+        self.collect_limit: Callable[[str, int], bool] | None = None
         self.history: list[tuple[int, float]] = []
         self._run: RunState | None = None
         self._run_agents: list[Agent] = []
@@ -289,11 +303,13 @@ class DecentralizedTrainer:
         col = Collector(self._test_venv, self.spec, seats, explore=[False] * len(seats), learn=[False] * len(seats),
                         check_finite=self.check_finite)
         col.reset(seed=None if self.seed is None else self.seed + 100_000 + len(self.history) * self.num_test_envs)
-        stats = col.collect(n_episodes=episodes)
+        limit = self.collect_limit
+        stats = col.collect(n_episodes=episodes, stop=None if limit is None else lambda steps: limit("test", steps))
         rewards = stats.returns_array(self.spec.num_agents)
         return {"rewards": rewards, "reward": self._metric(rewards, learn),
                 "reward_std": float(rewards.mean(axis=1).std()) if len(rewards) else float("nan"),
-                "mean_num_steps": float(np.mean(stats.lengths)), "num_collected_steps": stats.env_steps,
+                "mean_num_steps": float(np.mean(stats.lengths)) if stats.lengths else float("nan"),
+                "num_collected_steps": stats.env_steps,
                 "num_collected_agent_steps": stats.agent_steps, "num_collected_episodes": stats.episodes}
 
     def test_against(self, agent: Agent, opponent: Any = None, episodes: int | None = None) -> dict[str, Any]:
@@ -342,7 +358,13 @@ class DecentralizedTrainer:
         :mod:`marl_note.trainers.logging`: ``TensorBoard`` and ``CSVLogger``). A callback or hook
         that sets ``trainer.stop_training = True`` ends training after the current chunk (a test
         then runs if that chunk had none); it is reset at the start of each ``train()`` and
-        reported as ``stopped_by_stop_training`` in the returned statistics.
+        reported as ``stopped_by_stop_training`` in the returned statistics. A callback may also set
+        ``trainer.collect_limit = limit`` in ``on_train_begin`` (for this ``train()``):
+        ``limit(kind, env_steps)`` is asked after every step of the envs in a training chunk (``kind``
+        ``"train"``) and in a test (``"test"``), with the env steps of that collection so far, and
+        True ends that collection early (a test then reports the episodes it finished), so that a
+        budget holds inside a long chunk or test (the in-process collector; an actor pool checks
+        between chunks).
         ``checkpoint_path`` saves the whole run there (atomically) after every test and at the end;
         it must be a new or empty directory, one holding a previous checkpoint (other files there,
         such as plots, are kept) or a ``.zip`` path; anything else is refused before training starts.
@@ -353,6 +375,7 @@ class DecentralizedTrainer:
         ``plot_series()`` (Elo). The run records them anyway (:mod:`marl_note.trainers.series`,
         ``trainer.run_state``); :mod:`marl_note.trainers.plot`'s ``visualize_*(trainer)`` draw them.
         """
+        self.threads_in_effect, restore_threads = use_threads(self.threads)
         try:
             session = self._prepare(agents, learning_mask, exploration_mask, test_agents, matchmaker, callbacks,
                                     checkpoint_path, resume_from, baseline)
@@ -360,6 +383,8 @@ class DecentralizedTrainer:
             return session.summarise(plot)
         finally:
             self.settings.stop()
+            restore_threads()
+            self.collect_limit = None  # a budget's limit belongs to its train()
 
     def _prepare(self, agents: Seats, learning_mask: Any, exploration_mask: Any, test_agents: Seats | None,
                  matchmaker: Callable | None, callbacks: Sequence[Any], checkpoint_path: str | None,
@@ -393,6 +418,7 @@ class DecentralizedTrainer:
                 warnings.warn(f"resume_from={resume_from!r} has already collected {run.episodes} training episodes, "
                               f"the whole budget of episodes_per_train={self.episodes_per_train}: this train() "
                               f"collects nothing more (raise episodes_per_train to go on training)", stacklevel=3)
+        self.collect_limit = None  # a callback's on_train_begin may set it (a budget)
         self._run, self._run_agents, self._run_callbacks = run, seats, callback_list.callbacks
         self._run_learners = distinct([a for a, ln in zip(seats, learn) if ln])
         self.settings.start(self._run_learners, learner_labels(self.spec.possible_agents, seats, learn,

@@ -1,0 +1,55 @@
+"""Budgets hold: a wall-time budget is checked inside collection, so a run stops within 5% of it even when
+its chunk (update_freq) and its tests are far longer; an env-step budget ends a run whose episodes never end.
+
+The chunks here are a million env steps and the tests a million episodes: without the checks inside
+collection the runs would not end for hours. The budgets are 8 s, so that 5% (0.4 s) is measurable
+on a loaded machine.
+"""
+import json
+import time
+
+import pytest
+from mpe2 import simple_spread_v3
+
+from marl_note.cli import main
+from marl_note.cli.zoo_run import Budget
+from marl_note.trainers import DecentralizedTrainer
+
+pytest.importorskip("torch")
+SECONDS = 8.0
+
+
+def spread():
+    return simple_spread_v3.parallel_env(max_cycles=25)
+
+
+@pytest.mark.parametrize("env", ["CartPole-v1", spread], ids=["cartpole", "simple_spread"])
+def test_a_wall_time_budget_interrupts_the_chunk_and_bounds_the_final_test(env):
+    from marl_note.agents.torch import DQN
+
+    trainer = DecentralizedTrainer(env, num_train_envs=2, num_test_envs=2, update_freq=10**6, test_freq=1,
+                                   episodes_per_test=10**6, seed=0)
+    try:
+        name = trainer.possible_agents[0]
+        dqn = DQN(trainer.observation_space(name), trainer.action_space(name), hidden_sizes=[8],
+                  learning_starts=10**8, seed=0)  # acting only: the time goes to collection and the test
+        budget = Budget(minutes=SECONDS / 60)
+        started = time.perf_counter()
+        stats = trainer.train([dqn] * len(trainer.possible_agents), learning_mask=[1] * len(trainer.possible_agents),
+                              plot=False, progress=False, callbacks=[budget])
+        took = time.perf_counter() - started
+    finally:
+        trainer.close()
+    assert stats["stopped_by_budget"] == "minutes"
+    assert 0 < stats["num_collected_steps"] < 10**6  # the chunk was cut where the budget ran out
+    assert len(stats["test_history"]) == 1  # the final test ran, bounded
+    assert SECONDS <= took < SECONDS * 1.05, took
+
+
+def test_an_env_step_budget_ends_a_run_whose_episodes_never_end(tmp_path, capsys):
+    out = tmp_path / "cliff"
+    # CliffWalking has no time limit: a greedy policy that walks into a wall never ends its episode
+    assert main(["train", "--env", "CliffWalking-v1", "--algo", "dqn", "--env-steps", "300", "--num-envs", "2",
+                 "--eval-episodes", "0", "--quiet", "--out", str(out)]) == 0
+    record = json.loads((out / "marl_note_run.json").read_text())
+    assert 300 <= record["env_steps"] <= 302

@@ -1,0 +1,90 @@
+"""The terminal of the command line: no framework start-up logs before a command's first line, and
+Ctrl-C during training keeps the learners and the run checkpoint (exit status 130).
+
+Both run the real entry point in subprocesses (``python -m marl_note``), as a user would.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from marl_note.cli import main
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ENV = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}  # TensorFlow's default log level
+ENV["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
+FRAMEWORK_LOGS = ("oneDNN", "absl", "cpu_feature_guard", "rebuild TensorFlow", "TF_ENABLE_ONEDNN_OPTS")
+
+
+def started(*args: str) -> subprocess.Popen:
+    """``python -m marl_note ARGS`` in the background, its standard streams piped."""
+    return subprocess.Popen([sys.executable, "-m", "marl_note", *args], env=ENV, text=True, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def finished(proc: subprocess.Popen, stdin: str = "") -> subprocess.CompletedProcess:
+    try:
+        stdout, stderr = proc.communicate(stdin, timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
+
+def test_evaluate_and_play_into_tensorflow_print_no_framework_logs(tmp_path, capsys):
+    pytest.importorskip("tensorflow")
+    out = str(tmp_path / "ttt")  # a tiny self-play run, loaded below into TensorFlow
+    assert main(["train", "--env", "tictactoe_v3", "--algo", "dqn", "--self-play", "--episodes", "8", "--num-envs",
+                 "2", "--update-freq", "16", "--test-episodes", "2", "--eval-episodes", "0", "--quiet",
+                 "--agent-arg", "hidden_sizes=[8]", "--out", out]) == 0
+    capsys.readouterr()
+    evaluating = started("evaluate", "--checkpoint", out, "--backend", "tf", "--episodes", "2", "--num-envs", "1")
+    playing = started("play", "--checkpoint", out, "--backend", "tf")  # side by side
+    evaluated, played = finished(evaluating), finished(playing, stdin="q\n")
+    for proc in (evaluated, played):
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        logged = [line for line in proc.stderr.splitlines() if any(word in line for word in FRAMEWORK_LOGS)]
+        assert logged == [], proc.stderr[-2000:]
+    assert evaluated.stdout.startswith("greedy games against a random player")
+
+
+def test_ctrl_c_saves_the_learners_and_the_run_checkpoint_and_exits_130(tmp_path):
+    pytest.importorskip("torch")
+    out = str(tmp_path / "cartpole")
+    proc = subprocess.Popen([sys.executable, "-m", "marl_note", "train", "--env", "CartPole-v1", "--algo", "dqn",
+                             "--episodes", "2000", "--num-envs", "2", "--update-freq", "50", "--test-freq",
+                             "100000", "--out", out, "--agent-arg", "hidden_sizes=[16]"],
+                            env=ENV, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        # the first progress line (stderr is a pipe: plain lines, the first after 5% of the episodes or 60 s)
+        deadline = time.monotonic() + 200
+        seen = []
+        for line in proc.stderr:
+            seen.append(line)
+            if line.startswith("marl_note: ") and "episodes" in line or time.monotonic() > deadline:
+                break
+        assert any("episodes" in line for line in seen), "".join(seen)
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, stderr[-3000:]
+    assert "interrupted" in stderr
+    said = [line for line in stdout.splitlines() if line.startswith("interrupted after")]
+    assert said and out in said[0] and "run_checkpoint" in said[0], stdout
+    record = json.loads(open(os.path.join(out, "marl_note_run.json")).read())
+    assert record["interrupted"] is True and record["env_steps"] > 0
+
+    from marl_note.agents.checkpoints import restore
+    from marl_note.trainers.run_state import load_run
+
+    agent = restore(os.path.join(out, "agent_0"), backend="torch")
+    run = load_run(os.path.join(out, "run_checkpoint"), [agent])
+    assert run.env_steps == record["env_steps"] and run.episodes == record["episodes"] > 0
