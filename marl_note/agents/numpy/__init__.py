@@ -1,0 +1,21 @@
+"""Numpy agents: ``from marl_note.agents.numpy import DQN``; no framework is imported.
+
+The same constructor arguments, defaults, behaviour and ``state_dict()`` keys and layouts as
+``marl_note.agents.torch`` and ``marl_note.agents.tf``, for MLP networks, with hand-written
+backward passes and torch's Adam (:mod:`marl_note.agents.numpy.layers`): the small networks of
+most CPU workloads learn several times faster than through a framework's per-op dispatch, and a
+checkpoint moves between the three backends. Conv and user torsos stay on the frameworks.
+"""
+from typing import TYPE_CHECKING
+
+from marl_note._moved import lazy_package
+
+if TYPE_CHECKING:
+    from marl_note.agents.numpy.dqn import DQN
+
+__all__ = ["DQN"]
+
+# each class loads its own module on first use
+__getattr__ = lazy_package(__name__, {
+    "DQN": "marl_note.agents.numpy.dqn",
+})
