@@ -47,7 +47,8 @@ ACTION_SPACES = ("Discrete", "Box", "MultiDiscrete", "MultiBinary")
 #: Backend name -> (framework, how to install it).
 BACKENDS: Mapping[str, tuple[str, str]] = MappingProxyType({
     "torch": ("PyTorch", "pip install 'marl_note[torch]'"),
-    "tf": ("TensorFlow", "pip install 'marl_note[tf]'")})
+    "tf": ("TensorFlow", "pip install 'marl_note[tf]'"),
+    "numpy": ("numpy", "pip install marl_note")})  # MLP networks in plain numpy: no framework
 
 _NAME = re.compile(r"[a-z][a-z0-9_\-]*\Z")
 _DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+\Z")
@@ -130,7 +131,8 @@ class Algorithm:
 
     - ``name``: lowercase (``"dqn"``), as the command line and recipes spell it.
     - ``core``: the numpy core class (its constructor names the options; imports no framework).
-    - ``torch`` / ``tf``: the public class per backend (at least one); the same constructor in both.
+    - ``torch`` / ``tf`` / ``numpy``: the public class per backend (at least one); the same constructor in
+      each (``numpy``: MLP networks in plain numpy, :mod:`marl_note.agents.numpy`).
     - ``actions``: the action spaces it takes, by Gymnasium class name (:data:`ACTION_SPACES`).
     - ``on_policy``: learns only from data collected with its current weights (PPO); required.
     - ``joint``: one learner over every seat of a Parallel env, acting through ``seat_agents()``
@@ -142,7 +144,7 @@ class Algorithm:
       :func:`~marl_note.agents.checks.check_agent` builds it on; None: derived from ``actions``.
     - ``tiny``: constructor options for a small, fast instance (what ``check_agent`` builds).
 
-    ``core``, ``torch``, ``tf``, ``fits`` and ``cases`` are dotted paths (``"pkg.module.Name"``)
+    ``core``, ``torch``, ``tf``, ``numpy``, ``fits`` and ``cases`` are dotted paths (``"pkg.module.Name"``)
     or the objects themselves.
 
     Example:
@@ -168,6 +170,7 @@ MultiDiscrete, MultiBinary, got ('Tuple',)
     fits: Code | None = None
     cases: Code | None = None
     tiny: Mapping[str, Any] = field(default_factory=dict)
+    numpy: Code | None = None
 
     def __post_init__(self) -> None:
         name = self.name
@@ -175,10 +178,11 @@ MultiDiscrete, MultiBinary, got ('Tuple',)
             raise RegistryError(f"an algorithm name must be lowercase letters, digits, '_' or '-', starting with a "
                                 f"letter (as the command line spells it), got {name!r}")
         _check_code(name, "core", self.core)
-        if self.torch is None and self.tf is None:
-            raise RegistryError(f"algorithm {name!r} names no backend class: give torch=... and/or tf=...")
+        if self.torch is None and self.tf is None and self.numpy is None:
+            raise RegistryError(f"algorithm {name!r} names no backend class: give torch=..., tf=... and/or numpy=...")
         _check_code(name, "torch class", self.torch, optional=True)
         _check_code(name, "tf class", self.tf, optional=True)
+        _check_code(name, "numpy class", self.numpy, optional=True)
         _check_code(name, "fits", self.fits, optional=True)
         _check_code(name, "cases", self.cases, optional=True)
         actions = self.actions
@@ -198,11 +202,11 @@ MultiDiscrete, MultiBinary, got ('Tuple',)
 
     @property
     def backends(self) -> tuple[str, ...]:
-        """The backends this algorithm has a class for, in ``("torch", "tf")`` order."""
+        """The backends this algorithm has a class for, in ``("torch", "tf", "numpy")`` order."""
         return tuple(b for b in BACKENDS if getattr(self, b) is not None)
 
     def cls(self, backend: str) -> type:
-        """The public class for ``backend`` (``"torch"`` or ``"tf"``), importing that backend only.
+        """The public class for ``backend`` (``"torch"``, ``"tf"`` or ``"numpy"``), importing that backend only.
 
         Example:
             >>> get("dqn").cls("torch").__module__
@@ -279,7 +283,7 @@ MultiDiscrete, MultiBinary, got ('Tuple',)
 _TINY = {"hidden_sizes": (8,), "buffer_size": 256, "learning_starts": 16, "update_steps": 1}
 _BUILTIN = (
     Algorithm("dqn", "marl_note.agents.dqn.DQNCore", "marl_note.agents.torch.dqn.DQN", "marl_note.agents.tf.dqn.DQN",
-              ("Discrete",), on_policy=False, tiny=_TINY),
+              ("Discrete",), on_policy=False, tiny=_TINY, numpy="marl_note.agents.numpy.dqn.DQN"),
     Algorithm("ppo", "marl_note.agents.ppo.PPOCore", "marl_note.agents.torch.ppo.PPO", "marl_note.agents.tf.ppo.PPO",
               ("Discrete", "Box"), on_policy=True, tiny={"hidden_sizes": (8,), "n_steps": 16, "n_epochs": 1}),
     Algorithm("ddpg", "marl_note.agents.ddpg.DDPGCore", "marl_note.agents.torch.ddpg.DDPG",
@@ -392,7 +396,7 @@ def entries() -> list[Algorithm]:
 
 def _classes(entry: Algorithm) -> list[type]:
     """The entry's classes whose modules are imported already (an object can only be of those)."""
-    found = (_loaded(code) for code in (entry.core, entry.torch, entry.tf) if code is not None)
+    found = (_loaded(code) for code in (entry.core, entry.torch, entry.tf, entry.numpy) if code is not None)
     return [c for c in found if isinstance(c, type)]
 
 

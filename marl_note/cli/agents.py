@@ -55,7 +55,8 @@ ALGORITHMS: dict[str, Algorithm] = {
                            board_games=True),
 }
 BACKENDS = {"torch": ("PyTorch", "pip install 'marl_note[torch]'"),
-            "tf": ("TensorFlow", "pip install 'marl_note[tf]'")}
+            "tf": ("TensorFlow", "pip install 'marl_note[tf]'"),
+            "numpy": ("numpy", "pip install marl_note")}
 _SET_BY_CLI = ("observation_space", "action_space", "observation_spaces", "action_spaces", "seed")
 
 
@@ -172,7 +173,7 @@ def plan_seats(spec: Any, algo: str, self_play: bool = False, opponent: str | No
 
 
 def import_backend(backend: str) -> Any:
-    """``marl_note.agents.torch`` or ``marl_note.agents.tf``, or a CLIError saying what to install."""
+    """``marl_note.agents.torch``, ``.tf`` or ``.numpy``, or a CLIError saying what to install."""
     framework, install = BACKENDS[backend]
     try:
         return importlib.import_module(f"marl_note.agents.{backend}")

@@ -61,9 +61,10 @@ class DuelingQNet:
 
     def backward(self, grad_q: np.ndarray, cache: Any, grads: dict[str, np.ndarray]) -> None:
         torso, vc, ac = cache
-        grad_h = self.value.backward(grad_q.sum(axis=1, keepdims=True), vc, grads)
-        grad_h = grad_h + self.advantage.backward(grad_q - grad_q.mean(axis=1, keepdims=True), ac, grads)
-        self.torso.backward(grad_h, torso, grads)
+        from_value = self.value.backward(grad_q.sum(axis=1, keepdims=True), vc, grads)
+        from_advantage = self.advantage.backward(grad_q - grad_q.mean(axis=1, keepdims=True), ac, grads)
+        assert from_value is not None and from_advantage is not None
+        self.torso.backward(from_value + from_advantage, torso, grads)
 
 
 class DQNNetworks(NumpyNetworks):
@@ -109,7 +110,7 @@ class DQNNetworks(NumpyNetworks):
         act = np.asarray(b["act"], np.int64)
         q = q_all[rows, act]
         diff = q - target
-        weights = np.asarray(b["weights"], np.float32)
+        weights = np.asarray(b["weights"], q_all.dtype)
         if self.config.criterion == "huber":  # smooth_l1 with beta 1
             small = np.abs(diff) < 1.0
             losses = np.where(small, 0.5 * diff * diff, np.abs(diff) - 0.5)
@@ -117,9 +118,9 @@ class DQNNetworks(NumpyNetworks):
         else:
             losses, dloss = diff * diff, 2.0 * diff
         n = len(q)
-        loss = float(np.mean(weights * losses, dtype=np.float32))
+        loss = float(np.mean(weights * losses))
         grad_q = np.zeros_like(q_all)
-        grad_q[rows, act] = (weights * dloss / np.float32(n)).astype(q_all.dtype)
+        grad_q[rows, act] = weights * dloss / n
         grads: dict[str, np.ndarray] = {}
         self.q_net.backward(grad_q, cache, grads)
         return loss, q, grads

@@ -21,7 +21,7 @@ Example:
     >>> net = MLP(params, "q_net", "tanh")
     >>> y, cache = net.forward(np.ones((5, 3), np.float32))
     >>> grads = {}
-    >>> net.backward(np.ones_like(y), cache, grads).shape, sorted(grads)[:2]
+    >>> net.backward(np.ones_like(y), cache, grads, need_input=True).shape, sorted(grads)[:2]
     ((5, 3), ['q_net.0.bias', 'q_net.0.weight'])
     >>> opt = Adam([params[k] for k in sorted(grads)], lr=1e-3)
     >>> opt.step([grads[k] for k in sorted(grads)]); opt.steps
@@ -278,12 +278,12 @@ class Adam:
                     raise ValueError(f"{prefix}.{i}.{slot} has shape {found[slot].shape}, this network expects "
                                      f"{self.params[i].shape}")
         for i, p in enumerate(self.params):
-            found = slots.get(i)
-            if found is None:
+            mine = slots.get(i)
+            if mine is None:
                 self.steps[i], self.exp_avg[i], self.exp_avg_sq[i] = 0, None, None
             else:
-                self.steps[i] = int(float(found["step"]))
-                self.exp_avg[i] = np.array(found["exp_avg"], p.dtype)
-                self.exp_avg_sq[i] = np.array(found["exp_avg_sq"], p.dtype)
+                self.steps[i] = int(float(mine["step"]))
+                self.exp_avg[i] = np.array(mine["exp_avg"], p.dtype)
+                self.exp_avg_sq[i] = np.array(mine["exp_avg_sq"], p.dtype)
         if f"{prefix}.lr" in state:
             self.lr = float(np.asarray(state[f"{prefix}.lr"]))
