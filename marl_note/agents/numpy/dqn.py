@@ -18,7 +18,16 @@ from marl_note.agents.dqn import DQNConfig, DQNCore
 from marl_note.agents.numpy.layers import MLP, Dense
 from marl_note.agents.numpy.networks import NumpyNetworks
 
-__all__ = ["DQN", "DQNNetworks", "DuelingQNet"]
+__all__ = ["DQN", "DQNNetworks", "DuelingQNet", "first_rows"]
+
+
+def first_rows(cache: Any, n: int) -> Any:
+    """A forward pass's cache cut to its first ``n`` rows (views): the backward pass of part of a batch."""
+    if isinstance(cache, np.ndarray):
+        return cache[:n]
+    if isinstance(cache, (tuple, list)):
+        return type(cache)(first_rows(c, n) for c in cache)
+    return cache
 
 
 class DuelingQNet:
@@ -91,10 +100,12 @@ class DQNNetworks(NumpyNetworks):
     def q_values(self, obs: np.ndarray) -> np.ndarray:
         return self.q_net(np.asarray(obs, np.float32))
 
-    def _target(self, b: Mapping[str, np.ndarray]) -> np.ndarray:
+    def _target(self, b: Mapping[str, np.ndarray], chooser: np.ndarray | None = None) -> np.ndarray:
+        """The TD target; ``chooser``: the online Q-values at ``next_obs`` when already computed (double)."""
         next_obs = np.asarray(b["next_obs"], np.float32)
         q_next = self.target_net(next_obs)
-        chooser = self.q_net(next_obs) if self.config.double else q_next
+        if chooser is None:
+            chooser = self.q_net(next_obs) if self.config.double else q_next
         best = np.where(b["legal"], chooser, -np.inf).argmax(axis=1)
         rows = np.arange(len(best))
         return b["rew"] + b["discount"] * b["alive"] * q_next[rows, best]
@@ -102,10 +113,11 @@ class DQNNetworks(NumpyNetworks):
     def td_target(self, arrays: Mapping[str, np.ndarray]) -> np.ndarray:
         return self._target(arrays)
 
-    def _loss(self, b: Mapping[str, np.ndarray], target: np.ndarray
+    def _loss(self, b: Mapping[str, np.ndarray], target: np.ndarray, forward: tuple[np.ndarray, Any] | None = None
               ) -> tuple[float, np.ndarray, dict[str, np.ndarray]]:
-        """``(mean weighted loss, q of the taken actions, gradients by array name)``."""
-        q_all, cache = self.q_net.forward(np.asarray(b["obs"], np.float32))
+        """``(mean weighted loss, q of the taken actions, gradients by array name)``; ``forward``: the online
+        network's ``(output, cache)`` at ``obs`` when already computed."""
+        q_all, cache = forward if forward is not None else self.q_net.forward(np.asarray(b["obs"], np.float32))
         rows = np.arange(len(q_all))
         act = np.asarray(b["act"], np.int64)
         q = q_all[rows, act]
@@ -118,7 +130,7 @@ class DQNNetworks(NumpyNetworks):
         else:
             losses, dloss = diff * diff, 2.0 * diff
         n = len(q)
-        loss = float(np.mean(weights * losses))
+        loss = float((weights * losses).sum() / n)
         grad_q = np.zeros_like(q_all)
         grad_q[rows, act] = weights * dloss / n
         grads: dict[str, np.ndarray] = {}
@@ -134,11 +146,17 @@ class DQNNetworks(NumpyNetworks):
     def train_step(self, arrays: Mapping[str, np.ndarray], who: str, update: int
                    ) -> tuple[dict[str, float], np.ndarray]:
         """One Adam step on the batch; returns ``(metrics, |TD| per row)``. Non-finite steps raise, unwritten."""
-        target = self._target(arrays)
-        loss, q, grads = self._loss(arrays, target)
+        forward, chooser = None, None
+        if self.config.double:  # one pass of the online network over obs and next_obs together
+            obs = np.asarray(arrays["obs"], np.float32)
+            both, cache = self.q_net.forward(np.concatenate([obs, np.asarray(arrays["next_obs"], np.float32)]))
+            n = len(obs)
+            forward, chooser = (both[:n], first_rows(cache, n)), both[n:]
+        target = self._target(arrays, chooser)
+        loss, q, grads = self._loss(arrays, target, forward)
         self.step("optimizer", loss, grads, self.config.max_grad_norm, who, update)
         td_abs = np.abs(target - q)
-        return {"loss": loss, "q_mean": float(q.mean()), "td_abs": float(td_abs.mean())}, td_abs
+        return {"loss": loss, "q_mean": float(q.sum() / len(q)), "td_abs": float(td_abs.sum() / len(q))}, td_abs
 
 
 class DQN(DQNCore):

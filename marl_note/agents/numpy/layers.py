@@ -37,7 +37,7 @@ import numpy as np
 
 from marl_note.agents.networks import ACTIVATIONS, activate
 
-__all__ = ["Dense", "MLP", "Adam", "activation_grad", "clip_grad_norm", "total_norm", "polyak", "mlp_keys"]
+__all__ = ["Dense", "MLP", "Adam", "activation_grad", "clip_grad_norm", "total_norm", "polyak", "mlp_keys", "flat_view"]
 
 _SQRT_2PI = math.sqrt(2.0 * math.pi)
 
@@ -200,13 +200,36 @@ def polyak(target: Sequence[np.ndarray], source: Sequence[np.ndarray], tau: floa
             t += t.dtype.type(tau) * (s - t)
 
 
+def flat_view(arrays: Sequence[np.ndarray]) -> np.ndarray | None:
+    """One 1-D array over all of ``arrays`` when they lie back to back in one buffer (in order, C-contiguous,
+    one dtype), else None: an optimiser then writes every parameter with one operation."""
+    if not arrays:
+        return None
+    owner = arrays[0].base
+    if not isinstance(owner, np.ndarray) or owner.ndim != 1 or not owner.flags.c_contiguous:
+        return None
+    item = owner.itemsize
+    start = (arrays[0].ctypes.data - owner.ctypes.data) // item
+    at = start
+    for a in arrays:
+        if a.base is not owner or a.dtype != owner.dtype or not a.flags.c_contiguous \
+                or a.ctypes.data != owner.ctypes.data + at * item:
+            return None
+        at += a.size
+    return owner[start:at]
+
+
 class Adam:
     """``torch.optim.Adam`` (``betas=(0.9, 0.999)``, ``eps=1e-8``, no weight decay) over numpy arrays,
     updated in place.
 
     The moments are created at the first step (torch keeps no slots before it); each parameter
-    keeps its own step count, as torch does. :meth:`state` / :meth:`load` use torch's flattened
-    state-dict names: ``{i}.step``, ``{i}.exp_avg``, ``{i}.exp_avg_sq`` per parameter index ``i``.
+    keeps its own step count, as torch does. The moments of all parameters are one flat array, and
+    parameters that lie back to back in one buffer (:func:`flat_view`, as
+    :class:`~marl_note.agents.numpy.networks.NumpyNetworks` lays out a network) are written with one
+    operation: a small network's step costs a handful of numpy calls, not a dozen per array.
+    :meth:`state` / :meth:`load` use torch's flattened state-dict names: ``{i}.step``,
+    ``{i}.exp_avg``, ``{i}.exp_avg_sq`` per parameter index ``i``.
 
     Example:
         >>> p = np.array([1.0, -1.0], np.float32)
@@ -223,38 +246,74 @@ class Adam:
         self.betas = (float(betas[0]), float(betas[1]))
         self.eps = float(eps)
         self.steps: list[int] = [0] * len(self.params)
-        self.exp_avg: list[np.ndarray | None] = [None] * len(self.params)
-        self.exp_avg_sq: list[np.ndarray | None] = [None] * len(self.params)
+        sizes = [p.size for p in self.params]
+        self._bounds = np.cumsum([0, *sizes]).tolist()
+        self._flat = flat_view(self.params)
+        self._dtype = self.params[0].dtype if self.params else np.dtype(np.float32)
+        self._m: np.ndarray | None = None  # flat moments, None before the first step
+        self._v: np.ndarray | None = None
+
+    def _slot(self, flat: np.ndarray | None, i: int) -> np.ndarray | None:
+        return None if flat is None else flat[self._bounds[i]:self._bounds[i + 1]].reshape(self.params[i].shape)
+
+    @property
+    def exp_avg(self) -> list[np.ndarray | None]:
+        return [self._slot(self._m, i) for i in range(len(self.params))]
+
+    @property
+    def exp_avg_sq(self) -> list[np.ndarray | None]:
+        return [self._slot(self._v, i) for i in range(len(self.params))]
 
     def step(self, grads: Sequence[np.ndarray]) -> None:
         """One update of every parameter with its gradient in ``grads`` (same order as the parameters)."""
         if len(grads) != len(self.params):
             raise ValueError(f"Adam has {len(self.params)} parameters, got {len(grads)} gradients")
+        self.step_flat(np.concatenate([np.ravel(g) for g in grads]))
+
+    def step_flat(self, flat_g: np.ndarray) -> None:
+        """One update of every parameter from one flat gradient (the parameters' gradients raveled, in order)."""
+        if flat_g.shape != (self._bounds[-1],):
+            raise ValueError(f"Adam has {self._bounds[-1]} weights, got a gradient of {flat_g.size}")
+        dtype = self._dtype.type
+        if self._m is None or self._v is None:
+            self._m = np.zeros(self._bounds[-1], self._dtype)
+            self._v = np.zeros(self._bounds[-1], self._dtype)
+        m, v = self._m, self._v
         b1, b2 = self.betas
-        for i, (p, g) in enumerate(zip(self.params, grads)):
-            m, v = self.exp_avg[i], self.exp_avg_sq[i]
-            if m is None or v is None:
-                m = self.exp_avg[i] = np.zeros_like(p)
-                v = self.exp_avg_sq[i] = np.zeros_like(p)
-            self.steps[i] += 1
-            t = self.steps[i]
-            dtype = p.dtype.type
-            m += dtype(1.0 - b1) * (g - m)
-            v *= dtype(b2)
-            v += dtype(1.0 - b2) * (g * g)
-            step_size = self.lr / (1.0 - b1 ** t)
-            denom = np.sqrt(v)
-            denom /= dtype(math.sqrt(1.0 - b2 ** t))
-            denom += dtype(self.eps)
-            p -= dtype(step_size) * (m / denom)
+        m += dtype(1.0 - b1) * (flat_g - m)
+        v *= dtype(b2)
+        v += dtype(1.0 - b2) * (flat_g * flat_g)
+        self.steps = [t + 1 for t in self.steps]
+        if len(set(self.steps)) == 1:  # one step count (always, unless a loaded state had several)
+            update = self._update(m, v, self.steps[0])
+        else:
+            update = np.concatenate([self._update(m[a:b], v[a:b], t)
+                                     for a, b, t in zip(self._bounds, self._bounds[1:], self.steps)])
+        if self._flat is not None:
+            self._flat -= update
+        else:
+            for i, p in enumerate(self.params):
+                p -= update[self._bounds[i]:self._bounds[i + 1]].reshape(p.shape)
+
+    def _update(self, m: np.ndarray, v: np.ndarray, t: int) -> np.ndarray:
+        """torch's ``step_size * m / (sqrt(v) / sqrt(1 - b2^t) + eps)`` with ``step_size = lr / (1 - b1^t)``."""
+        b1, b2 = self.betas
+        dtype = self._dtype.type
+        denom = np.sqrt(v)
+        denom /= dtype(math.sqrt(1.0 - b2 ** t))
+        denom += dtype(self.eps)
+        out = m / denom
+        out *= dtype(self.lr / (1.0 - b1 ** t))
+        return out
 
     # -- numpy state -----------------------------------------------------------------------------
     def state(self, prefix: str) -> dict[str, np.ndarray]:
         """``{prefix}.lr`` and, after the first step, each parameter's slots (torch's names and dtypes)."""
         out = {f"{prefix}.lr": np.asarray(self.lr, np.float64)}
+        if self._m is None:
+            return out
         for i, (t, m, v) in enumerate(zip(self.steps, self.exp_avg, self.exp_avg_sq)):
-            if m is None or v is None:
-                continue
+            assert m is not None and v is not None
             out[f"{prefix}.{i}.step"] = np.asarray(t, np.float32)
             out[f"{prefix}.{i}.exp_avg"] = m.copy()
             out[f"{prefix}.{i}.exp_avg_sq"] = v.copy()
@@ -262,7 +321,8 @@ class Adam:
 
     def load(self, prefix: str, state: Mapping[str, Any]) -> None:
         """Take the slots and learning rate saved under ``prefix`` by any backend (checked before anything
-        changes: every slot's shape, and complete slots for the parameters that have any)."""
+        changes: every slot's shape, and complete slots for the parameters that have any). A parameter
+        without slots starts from zero moments and step 0."""
         slots: dict[int, dict[str, np.ndarray]] = {}
         for key, value in state.items():
             if not key.startswith(prefix + ".") or key == f"{prefix}.lr":
@@ -277,13 +337,19 @@ class Adam:
                 if found[slot].shape != self.params[i].shape:
                     raise ValueError(f"{prefix}.{i}.{slot} has shape {found[slot].shape}, this network expects "
                                      f"{self.params[i].shape}")
-        for i, p in enumerate(self.params):
-            mine = slots.get(i)
-            if mine is None:
-                self.steps[i], self.exp_avg[i], self.exp_avg_sq[i] = 0, None, None
-            else:
-                self.steps[i] = int(float(mine["step"]))
-                self.exp_avg[i] = np.array(mine["exp_avg"], p.dtype)
-                self.exp_avg_sq[i] = np.array(mine["exp_avg_sq"], p.dtype)
+        if not slots:
+            self._m = self._v = None
+            self.steps = [0] * len(self.params)
+        else:
+            m = np.zeros(self._bounds[-1], self._dtype)
+            v = np.zeros(self._bounds[-1], self._dtype)
+            for i in range(len(self.params)):
+                mine = slots.get(i)
+                self.steps[i] = 0 if mine is None else int(float(mine["step"]))
+                if mine is not None:
+                    a, b = self._bounds[i], self._bounds[i + 1]
+                    m[a:b] = np.ravel(mine["exp_avg"])
+                    v[a:b] = np.ravel(mine["exp_avg_sq"])
+            self._m, self._v = m, v
         if f"{prefix}.lr" in state:
             self.lr = float(np.asarray(state[f"{prefix}.lr"]))

@@ -94,6 +94,7 @@ class NumpyNetworks:
         self.device = "cpu"
         self.compile = False
         self.modules: dict[str, dict[str, np.ndarray]] = {}
+        self.flat: dict[str, np.ndarray] = {}  # each network's arrays are views of one flat buffer
         self.optimizers: dict[str, Adam] = {}
         self._optimizer_keys: dict[str, list[str]] = {}
         self.version = 0
@@ -104,8 +105,16 @@ class NumpyNetworks:
         missing = [k for k in keys if k not in weights]
         if missing:
             raise KeyError(f"no weights {missing} for network {name!r}")
-        arrays = {k: np.array(weights[k], np.float32) for k in keys}
+        shapes = [np.shape(weights[k]) for k in keys]
+        flat = np.empty(sum(int(np.prod(shape)) for shape in shapes), np.float32)  # one buffer: one-op updates
+        arrays, at = {}, 0
+        for k, shape in zip(keys, shapes):
+            size = int(np.prod(shape))
+            arrays[k] = flat[at:at + size].reshape(shape)
+            arrays[k][...] = weights[k]
+            at += size
         self.modules[name] = arrays
+        self.flat[name] = flat
         return arrays
 
     def mlp(self, name: str, weights: Mapping[str, np.ndarray], activation: str) -> MLP:
@@ -136,12 +145,12 @@ class NumpyNetworks:
         weight is written.
         """
         self.version += 1
-        ordered = [np.asarray(grads[k], np.float32) if grads[k].dtype != np.float32 else grads[k]
-                   for k in self._optimizer_keys[optimizer]]
-        norm = clip_grad_norm(ordered, max_grad_norm)
+        flat = np.concatenate([np.ravel(grads[k]) for k in self._optimizer_keys[optimizer]]).astype(np.float32,
+                                                                                                  copy=False)
+        norm = clip_grad_norm([flat], max_grad_norm)
         if not (np.isfinite(loss) and np.isfinite(norm)):
             raise_if_nonfinite_update(who, update, {name: float(loss), f"{name} gradient norm": norm})
-        self.optimizers[optimizer].step(ordered)
+        self.optimizers[optimizer].step_flat(flat)
         return norm
 
     def replica_grad_sq(self, optimizer: str, rows: int) -> None:
@@ -151,7 +160,7 @@ class NumpyNetworks:
     def sync(self, target: str, source: str, tau: float | None = None) -> None:
         """Copy ``source`` into ``target`` (``tau=None``) or move it ``tau`` of the way (Polyak)."""
         self.version += 1
-        polyak(list(self.modules[target].values()), list(self.modules[source].values()), tau)
+        polyak([self.flat[target]], [self.flat[source]], tau)
 
     # -- learning rates --------------------------------------------------------------------------------
     def learning_rates(self) -> dict[str, float]:
