@@ -1,4 +1,4 @@
-"""Numpy agents: ``from marl_note.agents.numpy import DQN``; no framework is imported.
+"""Numpy agents: ``from marl_note.agents.numpy import DQN, PPO``; no framework is imported.
 
 The same constructor arguments, defaults, behaviour and ``state_dict()`` keys and layouts as
 ``marl_note.agents.torch`` and ``marl_note.agents.tf``, for MLP networks, with hand-written
@@ -12,10 +12,12 @@ from marl_note._moved import lazy_package
 
 if TYPE_CHECKING:
     from marl_note.agents.numpy.dqn import DQN
+    from marl_note.agents.numpy.ppo import PPO
 
-__all__ = ["DQN"]
+__all__ = ["DQN", "PPO"]
 
 # each class loads its own module on first use
 __getattr__ = lazy_package(__name__, {
     "DQN": "marl_note.agents.numpy.dqn",
+    "PPO": "marl_note.agents.numpy.ppo",
 })
