@@ -7,13 +7,15 @@ medians are compared as numpy/torch ratios (the machine's load moves both alike)
 - ``step``: one DQN gradient step, 64-64 MLP, batch 64, CartPole-sized inputs: the network step
   alone (``nets.train_step`` on fixed arrays: TD target, loss, backward, clipping, Adam), default
   options (double, Huber, max_grad_norm 10) and dueling;
+- ``ppo``: one PPO epoch, 2048 rows in minibatches of 64 (``nets.train_step`` 32 times), 64-64,
+  categorical and Gaussian policies;
 - ``learn``: the agent's whole ``learn`` (replay sampling, arrays, step, target update), uniform
   and prioritized replay;
 - ``budget``: CartPole-v1 DQN through ``DecentralizedTrainer`` for a fixed budget of env steps
   (the same env steps and, through ``replay_ratio``, the same gradient steps in both backends),
   the wall time of the training loop, tests off.
 
-Run:  python bench/bench_numpy_step.py [--only step,learn,budget] [--reps 15] [--calls 200]
+Run:  python bench/bench_numpy_step.py [--only step,learn,ppo,budget] [--reps 15] [--calls 200]
       python bench/bench_numpy_step.py --quick        (a smoke run: small counts)
 """
 from __future__ import annotations
@@ -85,6 +87,30 @@ def bench_step(reps: int, calls: int) -> None:
         report(f"DQN network step, 64-64, batch 64, {label}", interleaved(fns, reps))
 
 
+def bench_ppo(reps: int) -> None:
+    """One PPO epoch over 2048 rows in minibatches of 64 (32 network steps), 64-64, CartPole-sized inputs."""
+    rng = np.random.default_rng(3)
+    rows = 2048
+    x = rng.normal(size=(rows, 4)).astype(np.float32)
+    mask = np.ones((rows, 2), bool)
+    for label, space in (("categorical", ACT), ("gaussian", gym.spaces.Box(-1.0, 1.0, (2,), np.float32))):
+        act = rng.integers(0, 2, rows) if label == "categorical" else rng.normal(size=(rows, 2)).astype(np.float32)
+        fns = {}
+        for name, mod in BACKENDS.items():
+            agent = mod.PPO(OBS, space, seed=0, **NET)
+            old_logp = agent.nets.evaluate(x, act, mask)[0]
+            adv, ret = rng.normal(size=rows).astype(np.float32), rng.normal(size=rows).astype(np.float32)
+            w = np.ones(64, np.float32)
+
+            def epoch(nets=agent.nets, old_logp=old_logp, act=act, adv=adv, ret=ret, w=w) -> None:
+                for start in range(0, rows, 64):
+                    s = slice(start, start + 64)
+                    nets.train_step(x[s], act[s], mask[s], old_logp[s], adv[s], ret[s], w, who="PPO", update=1)
+
+            fns[name] = per_call(epoch, 1)
+        report(f"PPO epoch, 64-64, 2048 rows, minibatch 64, {label}", interleaved(fns, reps))
+
+
 def bench_learn(reps: int, calls: int) -> None:
     for label, options in (("uniform", {}), ("prioritized", dict(prioritized=True))):
         fns = {}
@@ -134,7 +160,7 @@ def bench_budget(env_steps: int, reps: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--only", default="step,learn", help="comma-separated: step, learn, budget")
+    parser.add_argument("--only", default="step,learn,ppo", help="comma-separated: step, learn, ppo, budget")
     parser.add_argument("--reps", type=int, default=15)
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--env-steps", type=int, default=10_000)
@@ -153,6 +179,8 @@ def main() -> None:
         bench_step(args.reps, args.calls)
     if "learn" in only:
         bench_learn(args.reps, args.calls)
+    if "ppo" in only:
+        bench_ppo(args.reps)
     if "budget" in only:
         bench_budget(args.env_steps, args.budget_reps)
     if hasattr(os, "getloadavg"):
