@@ -19,7 +19,7 @@ Example:
     ['dqn', 'ppo', 'ddpg', 'sac', 'maddpg', 'alphazero']
     >>> entry = get("ppo")
     >>> entry.on_policy, entry.joint, entry.actions, entry.backends
-    (True, False, ('Discrete', 'Box'), ('torch', 'tf'))
+    (True, False, ('Discrete', 'Box'), ('torch', 'tf', 'numpy'))
     >>> entry.core_cls().__name__  # numpy only
     'PPOCore'
     >>> get("dqm")
@@ -290,7 +290,7 @@ _BUILTIN = (
     Algorithm("ddpg", "marl_note.agents.ddpg.DDPGCore", "marl_note.agents.torch.ddpg.DDPG",
               "marl_note.agents.tf.ddpg.DDPG", ("Box",), on_policy=False, tiny=_TINY),
     Algorithm("sac", "marl_note.agents.sac.SACCore", "marl_note.agents.torch.sac.SAC", "marl_note.agents.tf.sac.SAC",
-              ("Discrete", "Box"), on_policy=False, tiny=_TINY),
+              ("Discrete", "Box"), on_policy=False, tiny=_TINY, numpy="marl_note.agents.numpy.sac.SAC"),
     Algorithm("maddpg", "marl_note.agents.maddpg.MADDPGCore", "marl_note.agents.torch.maddpg.MADDPG",
               "marl_note.agents.tf.maddpg.MADDPG", ("Discrete", "Box"), on_policy=False, joint=True, images=False,
               tiny=_TINY),

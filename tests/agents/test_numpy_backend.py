@@ -348,8 +348,8 @@ CLI_RUN = textwrap.dedent("""
     assert main(['train', '--env', 'CartPole-v1', '--algo', 'dqn', '--backend', 'numpy', '--env-steps', '600',
                  '--num-envs', '2', '--quiet', '--out', out]) == 0
     assert main(['evaluate', '--checkpoint', out, '--episodes', '2', '--num-envs', '1']) == 0
-    assert main(['train', '--env', 'CartPole-v1', '--algo', 'sac', '--backend', 'numpy', '--quiet',
-                 '--out', out + '-sac']) == 2
+    assert main(['train', '--env', 'CartPole-v1', '--algo', 'maddpg', '--backend', 'numpy', '--quiet',
+                 '--out', out + '-maddpg']) == 2
     loaded = sorted(m for m in ("torch", "tensorflow", "keras") if m in sys.modules)
     print("frameworks:", loaded)
 """)
@@ -363,7 +363,7 @@ def test_the_command_line_trains_and_evaluates_with_the_numpy_backend(tmp_path):
                           timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "frameworks: []" in proc.stdout, proc.stdout
-    assert "--backend numpy has no sac yet; sac runs with --backend torch or tf" in proc.stderr
+    assert "--backend numpy has no maddpg yet; maddpg runs with --backend torch or tf" in proc.stderr
     assert json.load(open(os.path.join(out, "marl_note_run.json")))["backend"] == "numpy"
 
 
@@ -435,3 +435,73 @@ def test_ppo_loss_gradient_matches_finite_differences():
         grads = nets._losses(*args)[2]
         for key, arr in params.items():
             np.testing.assert_allclose(grads[key], numeric_grad(loss, arr), rtol=1e-5, atol=1e-7, err_msg=key)
+
+
+# --------------------------------------------------------------------------- SAC
+
+SAC_OPTIONS = {"default": {}, "fixed temperature": dict(autotune=False), "clipped": dict(max_grad_norm=0.1),
+               "prioritized": dict(prioritized=True), "n-step": dict(num_steps=2)}
+
+
+@pytest.mark.parametrize("space", [gym.spaces.Discrete(5), gym.spaces.Box(-1.0, 1.0, (2,), np.float32)],
+                         ids=["discrete", "continuous"])
+@pytest.mark.parametrize("options", list(SAC_OPTIONS.values()), ids=list(SAC_OPTIONS))
+def test_sac_updates_give_torchs_weights(space, options):
+    """Twin critics, actor, tuned temperature and Polyak targets: the same seed and stored data give
+    torch's weights, log_alpha and Adam moments after eight to ten gradient steps, to 1e-5."""
+    tsac = pytest.importorskip("marl_note.agents.torch").SAC
+    from marl_note.agents.numpy import SAC
+
+    common = dict(hidden_sizes=(64, 64), seed=3, learning_starts=16, update_steps=2, **options)
+    ours, theirs = SAC(OBS, space, **common), tsac(OBS, space, **common)
+    rng = np.random.default_rng(1)
+    for _ in range(6):
+        n = 8
+        extra = {}
+        if isinstance(space, gym.spaces.Discrete):
+            mask, next_mask = rng.random((n, 5)) < 0.7, rng.random((n, 5)) < 0.7
+            mask[:, 0] = next_mask[:, 1] = True
+            act = np.array([rng.choice(np.flatnonzero(m)) for m in mask])
+            extra = dict(mask=mask, next_mask=next_mask)
+        else:
+            act = rng.uniform(-1, 1, (n, 2)).astype(np.float32)
+        t = Transitions(obs=rng.normal(size=(n, 4)).astype(np.float32), act=act,
+                        rew=rng.normal(size=n).astype(np.float32), next_obs=rng.normal(size=(n, 4)).astype(np.float32),
+                        terminated=rng.random(n) < 0.1,
+                        truncated=np.zeros(n, bool), stream=np.arange(n), **extra)
+        ours.observe(t)
+        theirs.observe(t)
+        assert ours.update(16) == pytest.approx(theirs.update(16), rel=1e-4, abs=1e-6)
+    assert ours.updates == theirs.updates >= 8
+    assert_same_state(ours, theirs)
+
+
+@pytest.mark.parametrize("space", [gym.spaces.Discrete(4), gym.spaces.Box(-1.0, 1.0, (2,), np.float32)],
+                         ids=["discrete", "continuous"])
+def test_sac_losses_gradients_match_finite_differences(space):
+    """The critic loss over both critics and the actor loss (through the critics and the tanh squashing,
+    or the expectation over legal actions), in float64."""
+    from marl_note.agents.numpy import SAC
+
+    agent = SAC(OBS, space, hidden_sizes=(5,), seed=0, activation="tanh")
+    nets = agent.nets
+    rng = np.random.default_rng(9)
+    params = {}
+    for name in ("actor", "qf1", "qf2", "qf1_target", "qf2_target"):
+        params[name] = float64(nets.modules[name])
+        setattr(nets, name, MLP(params[name], name, "tanh"))
+    n = 6
+    b = {"obs": rng.normal(size=(n, 4)), "next_obs": rng.normal(size=(n, 4)), "rew": rng.normal(size=n),
+         "discount": np.full(n, 0.9), "alive": np.ones(n), "weights": rng.random(n) + 0.5}
+    if isinstance(space, gym.spaces.Discrete):
+        b["act"] = np.ones(n, np.int64)
+        b["aux"] = b["next_aux"] = np.array([[True, True, False, True]] * n)
+    else:
+        b["act"], b["aux"], b["next_aux"] = rng.uniform(-1, 1, (n, 2)), rng.normal(size=(n, 2)), rng.normal(size=(n, 2))
+    checks = [("critic", lambda: nets._critic(b, 0.3)[0], nets._critic(b, 0.3)[4], ("qf1", "qf2")),
+              ("actor", lambda: nets._actor(b, 0.3)[0], nets._actor(b, 0.3)[2], ("actor",))]
+    for what, loss, grads, owners in checks:
+        for owner in owners:
+            for key, arr in params[owner].items():
+                np.testing.assert_allclose(grads[key], numeric_grad(loss, arr), rtol=1e-5, atol=1e-7,
+                                           err_msg=f"{what}: {key}")
