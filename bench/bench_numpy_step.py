@@ -1,4 +1,4 @@
-"""The numpy backend against PyTorch: DQN gradient steps, in one process (not part of the test suite).
+"""The numpy backend against PyTorch: DQN, PPO and SAC gradient steps, in one process (not part of the test suite).
 
 Both run one thread (``OMP_NUM_THREADS=1`` for numpy's BLAS, ``torch.set_num_threads(1)``), start
 from the same seed (the same weights), and their measurements are interleaved repetitions whose
@@ -9,13 +9,15 @@ medians are compared as numpy/torch ratios (the machine's load moves both alike)
   options (double, Huber, max_grad_norm 10) and dueling;
 - ``ppo``: one PPO epoch, 2048 rows in minibatches of 64 (``nets.train_step`` 32 times), 64-64,
   categorical and Gaussian policies;
+- ``sac``: one SAC gradient step (twin critics, actor, temperature, targets), 256-256, batch 256,
+  Pendulum-sized inputs;
 - ``learn``: the agent's whole ``learn`` (replay sampling, arrays, step, target update), uniform
   and prioritized replay;
 - ``budget``: CartPole-v1 DQN through ``DecentralizedTrainer`` for a fixed budget of env steps
   (the same env steps and, through ``replay_ratio``, the same gradient steps in both backends),
   the wall time of the training loop, tests off.
 
-Run:  python bench/bench_numpy_step.py [--only step,learn,ppo,budget] [--reps 15] [--calls 200]
+Run:  python bench/bench_numpy_step.py [--only step,learn,ppo,sac,budget] [--reps 15] [--calls 200]
       python bench/bench_numpy_step.py --quick        (a smoke run: small counts)
 """
 from __future__ import annotations
@@ -111,6 +113,23 @@ def bench_ppo(reps: int) -> None:
         report(f"PPO epoch, 64-64, 2048 rows, minibatch 64, {label}", interleaved(fns, reps))
 
 
+def bench_sac(reps: int, calls: int) -> None:
+    """One SAC gradient step (critics, actor, temperature, targets), 256-256, batch 256, continuous actions."""
+    box = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    obs = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)  # Pendulum-v1's spaces
+    rng = np.random.default_rng(4)
+    batch = Transitions(obs=rng.normal(size=(256, 3)).astype(np.float32), act=rng.uniform(-1, 1, (256, 1)),
+                        rew=rng.normal(size=256).astype(np.float32),
+                        next_obs=rng.normal(size=(256, 3)).astype(np.float32), terminated=np.zeros(256, bool),
+                        truncated=np.zeros(256, bool))
+    fns = {}
+    for name, mod in BACKENDS.items():
+        agent = mod.SAC(obs, box, seed=0, hidden_sizes=(256, 256))
+        arrays = agent.train_inputs(batch)
+        fns[name] = per_call(lambda a=agent, b=arrays: a.nets.train_step(b, "SAC", 1), calls)
+    report("SAC step, 256-256, batch 256, continuous", interleaved(fns, reps))
+
+
 def bench_learn(reps: int, calls: int) -> None:
     for label, options in (("uniform", {}), ("prioritized", dict(prioritized=True))):
         fns = {}
@@ -160,7 +179,8 @@ def bench_budget(env_steps: int, reps: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--only", default="step,learn,ppo", help="comma-separated: step, learn, ppo, budget")
+    parser.add_argument("--only", default="step,learn,ppo,sac",
+                        help="comma-separated: step, learn, ppo, sac, budget")
     parser.add_argument("--reps", type=int, default=15)
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--env-steps", type=int, default=10_000)
@@ -181,6 +201,8 @@ def main() -> None:
         bench_learn(args.reps, args.calls)
     if "ppo" in only:
         bench_ppo(args.reps)
+    if "sac" in only:
+        bench_sac(args.reps, max(1, args.calls // 10))
     if "budget" in only:
         bench_budget(args.env_steps, args.budget_reps)
     if hasattr(os, "getloadavg"):
