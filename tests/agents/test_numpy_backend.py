@@ -505,3 +505,49 @@ def test_sac_losses_gradients_match_finite_differences(space):
             for key, arr in params[owner].items():
                 np.testing.assert_allclose(grads[key], numeric_grad(loss, arr), rtol=1e-5, atol=1e-7,
                                            err_msg=f"{what}: {key}")
+
+
+# --------------------------------------------------------------------------- DDPG
+
+DDPG_OPTIONS = {"default": {}, "action_l2": dict(action_l2=0.5), "target_clip": dict(target_clip=(-0.5, 0.5)),
+                "clipped": dict(max_grad_norm=0.05), "prioritized": dict(prioritized=True),
+                "n-step": dict(num_steps=2)}
+
+
+@pytest.mark.parametrize("options", list(DDPG_OPTIONS.values()), ids=list(DDPG_OPTIONS))
+def test_ddpg_updates_give_torchs_weights(options):
+    """Critic, actor (through the just-updated critic and tanh) and Polyak targets: the same seed and stored
+    data give torch's weights and Adam moments after eight to ten gradient steps, to 1e-5."""
+    tddpg = pytest.importorskip("marl_note.agents.torch").DDPG
+    from marl_note.agents.numpy import DDPG
+
+    space = gym.spaces.Box(np.array([0.0, -2.0], np.float32), np.array([2.0, 2.0], np.float32))
+    common = dict(hidden_sizes=(64, 64), seed=3, learning_starts=16, update_steps=2, **options)
+    ours, theirs = DDPG(OBS, space, **common), tddpg(OBS, space, **common)
+    rng = np.random.default_rng(1)
+    for _ in range(6):
+        n = 8
+        t = Transitions(obs=rng.normal(size=(n, 4)).astype(np.float32),
+                        act=rng.uniform([0, -2], [2, 2], (n, 2)).astype(np.float32),
+                        rew=rng.normal(size=n).astype(np.float32), next_obs=rng.normal(size=(n, 4)).astype(np.float32),
+                        terminated=rng.random(n) < 0.1, truncated=np.zeros(n, bool), stream=np.arange(n))
+        ours.observe(t)
+        theirs.observe(t)
+        assert ours.update(16) == pytest.approx(theirs.update(16), rel=1e-4, abs=1e-6)
+    assert ours.updates == theirs.updates >= 8
+    assert_same_state(ours, theirs)
+
+
+def test_ddpg_actor_loss_gradient_matches_finite_differences():
+    from marl_note.agents.numpy import DDPG
+
+    agent = DDPG(OBS, gym.spaces.Box(-1.0, 1.0, (2,), np.float32), hidden_sizes=(5,), action_l2=0.3, seed=0)
+    nets = agent.nets
+    params = {name: float64(nets.modules[name]) for name in ("actor", "critic")}
+    nets.actor, nets.critic = MLP(params["actor"], "actor", "relu"), MLP(params["critic"], "critic", "relu")
+    nets._joined = lambda x, a: np.concatenate([x, a], axis=1)  # keep float64
+    x = np.random.default_rng(10).normal(size=(6, 4))
+    grads = nets._actor_loss(x.astype(np.float64))[1]
+    for key, arr in params["actor"].items():
+        np.testing.assert_allclose(grads[key], numeric_grad(lambda: nets._actor_loss(x)[0], arr), rtol=1e-5,
+                                   atol=1e-7, err_msg=key)
