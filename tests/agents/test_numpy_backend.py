@@ -551,3 +551,31 @@ def test_ddpg_actor_loss_gradient_matches_finite_differences():
     for key, arr in params["actor"].items():
         np.testing.assert_allclose(grads[key], numeric_grad(lambda: nets._actor_loss(x)[0], arr), rtol=1e-5,
                                    atol=1e-7, err_msg=key)
+
+
+POOL_RUN = textwrap.dedent("""
+    import multiprocessing, os, sys, warnings
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from marl_note.agents.numpy import DQN
+    from marl_note.trainers import DecentralizedTrainer
+    before = set(os.listdir("/dev/shm"))
+    trainer = DecentralizedTrainer("CartPole-v1", num_train_envs=4, num_test_envs=2, update_freq=64,
+                                   episodes_per_train=12, test_freq=6, episodes_per_test=2, seed=0, actors=2,
+                                   sync_every=2)
+    agent = DQN(trainer.observation_space("agent_0"), trainer.action_space("agent_0"), hidden_sizes=(16,),
+                learning_starts=32, seed=0)
+    stats = trainer.train([agent], learning_mask=[1], plot=False, progress=False)
+    assert agent.updates > 0 and stats["pool"]["actors"] == 2 and min(stats["pool"]["transitions_per_actor"]) > 0
+    assert not multiprocessing.active_children() and set(os.listdir("/dev/shm")) - before == set()
+    print("actor frameworks:", stats["pool"]["actor_frameworks"])
+    print("learner frameworks:", sorted(m for m in ("torch", "tensorflow", "keras") if m in sys.modules))
+""")
+
+
+def test_an_actor_pool_run_with_the_numpy_learner_imports_no_framework_in_any_process():
+    """Two actor processes and the numpy learner: the actors report no framework imported, and the
+    learner's process has none either (a fresh interpreter); no process or shared memory is left."""
+    out = subprocess.run([sys.executable, "-c", POOL_RUN], cwd=ROOT, capture_output=True, text=True, timeout=200,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "actor frameworks: []" in out.stdout and "learner frameworks: []" in out.stdout, out.stdout
