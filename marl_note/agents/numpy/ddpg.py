@@ -79,8 +79,8 @@ class DDPGNetworks(NumpyNetworks):
         mu = np.tanh(out)
         q, c_cache = self.critic.forward(self._joined(x, mu))
         n, dim = mu.shape
-        scratch: dict[str, np.ndarray] = {}  # the critic's own gradients: not this step's
-        grad_in = self.critic.backward(np.full_like(q, -1.0 / n), c_cache, scratch, need_input=True)
+        # through the critic to its action input (the critic's own gradients: not this step's)
+        grad_in = self.critic.backward(np.full_like(q, -1.0 / n), c_cache, {}, need_input=True, params=False)
         assert grad_in is not None
         grad_mu = grad_in[:, -dim:]
         loss = float(-q.sum() / n)

@@ -95,12 +95,14 @@ class Dense:
         return y, (x, z, y)
 
     def backward(self, grad_y: np.ndarray, cache: Any, grads: dict[str, np.ndarray],
-                 need_input: bool = True) -> np.ndarray | None:
-        """Add ``dL/dW`` and ``dL/db`` to ``grads``; return ``dL/dx`` (None with ``need_input=False``)."""
+                 need_input: bool = True, params: bool = True) -> np.ndarray | None:
+        """Add ``dL/dW`` and ``dL/db`` to ``grads`` (not with ``params=False``: only the input's gradient is
+        wanted); return ``dL/dx`` (None with ``need_input=False``)."""
         x, z, y = cache
         g = grad_y if self.activation is None else activation_grad(grad_y, z, y, self.activation)
-        _accumulate(grads, self.wkey, g.T @ x)
-        _accumulate(grads, self.bkey, g.sum(axis=0))
+        if params:
+            _accumulate(grads, self.wkey, g.T @ x)
+            _accumulate(grads, self.bkey, g.sum(axis=0))
         return g @ self.weight if need_input else None
 
 
@@ -155,13 +157,14 @@ class MLP:
         return self.forward(x)[0]
 
     def backward(self, grad_y: np.ndarray, caches: list[Any], grads: dict[str, np.ndarray],
-                 need_input: bool = False) -> np.ndarray | None:
-        """Add every layer's gradients to ``grads``; ``dL/dx`` with ``need_input=True``."""
+                 need_input: bool = False, params: bool = True) -> np.ndarray | None:
+        """Add every layer's gradients to ``grads`` (``params=False``: none, only ``dL/dx``); ``dL/dx`` with
+        ``need_input=True``."""
         g: np.ndarray | None = grad_y
         last = len(self.layers) - 1
         for j in range(last, -1, -1):
             assert g is not None
-            g = self.layers[j].backward(g, caches[j], grads, need_input=need_input or j > 0)
+            g = self.layers[j].backward(g, caches[j], grads, need_input=need_input or j > 0, params=params)
         return g
 
 

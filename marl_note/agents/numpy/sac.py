@@ -150,10 +150,9 @@ class SACNetworks(NumpyNetworks):
             value = np.minimum(q1, q2)[:, 0] - alpha * t["log_prob"]
             entropy = -t["log_prob"]
             g1, g2 = _min_grads(q1, q2, np.full_like(q1, g))
-            scratch: dict[str, np.ndarray] = {}  # the critics' own gradients: not this step's
-            dim = a.shape[1]
-            grad_a = (self.qf1.backward(g1, c1, scratch, need_input=True)[:, -dim:]  # type: ignore[index]
-                      + self.qf2.backward(g2, c2, scratch, need_input=True)[:, -dim:])  # type: ignore[index]
+            dim = a.shape[1]  # through the critics to their action input (their own gradients: not this step's)
+            grad_a = (self.qf1.backward(g1, c1, {}, need_input=True, params=False)[:, -dim:]  # type: ignore[index]
+                      + self.qf2.backward(g2, c2, {}, need_input=True, params=False)[:, -dim:])  # type: ignore[index]
             # d log_prob / d u = 2 tanh(u) (the tanh correction); d a / d u = 1 - a^2
             grad_u = grad_a * (1.0 - a * a) - g * alpha * 2.0 * a
             grad_log_std = grad_u * std * aux + g * alpha  # log_prob has -log_std
