@@ -31,6 +31,7 @@ def test_docstring_examples_run(name):
 
 @pytest.mark.parametrize("package", ["marl_note.envs", "marl_note.replay", "marl_note.agents",
                                      "marl_note.trainers", "marl_note.agents.torch", "marl_note.agents.tf",
+                                     "marl_note.agents.numpy",
                                      "marl_note.contrib.pool", "marl_note.contrib.finders",
                                      "marl_note.contrib.adaptive",
                                      "marl_note.contrib.alphazero", "marl_note.contrib.board_games",

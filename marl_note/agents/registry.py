@@ -21,7 +21,7 @@ Example:
     ['dqn', 'ppo', 'ddpg', 'sac', 'maddpg']
     >>> entry = get("ppo")
     >>> entry.on_policy, entry.joint, entry.actions, entry.backends
-    (True, False, ('Discrete', 'Box'), ('torch', 'tf'))
+    (True, False, ('Discrete', 'Box'), ('torch', 'tf', 'numpy'))
     >>> entry.core_cls().__name__  # numpy only
     'PPOCore'
     >>> get("dqm")
@@ -49,7 +49,8 @@ ACTION_SPACES = ("Discrete", "Box", "MultiDiscrete", "MultiBinary")
 #: Backend name -> (framework, how to install it).
 BACKENDS: Mapping[str, tuple[str, str]] = MappingProxyType({
     "torch": ("PyTorch", "pip install 'marl_note[torch]'"),
-    "tf": ("TensorFlow", "pip install 'marl_note[tf]'")})
+    "tf": ("TensorFlow", "pip install 'marl_note[tf]'"),
+    "numpy": ("numpy", "pip install marl_note")})  # MLP networks in plain numpy: no framework
 
 _NAME = re.compile(r"[a-z][a-z0-9_\-]*\Z")
 _DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+\Z")
@@ -133,7 +134,8 @@ class Algorithm:
 
     - ``name``: lowercase (``"dqn"``), as the command line and recipes spell it.
     - ``core``: the numpy core class (its constructor names the options; imports no framework).
-    - ``torch`` / ``tf``: the public class per backend (at least one); the same constructor in both.
+    - ``torch`` / ``tf`` / ``numpy``: the public class per backend (at least one); the same constructor in
+      each (``numpy``: MLP networks in plain numpy, :mod:`marl_note.agents.numpy`).
     - ``actions``: the action spaces it takes, by Gymnasium class name (:data:`ACTION_SPACES`).
     - ``on_policy``: learns only from data collected with its current weights (PPO); required.
     - ``joint``: one learner over every seat of a Parallel env, acting through ``seat_agents()``
@@ -145,7 +147,7 @@ class Algorithm:
       :func:`~marl_note.agents.checks.check_agent` builds it on; None: derived from ``actions``.
     - ``tiny``: constructor options for a small, fast instance (what ``check_agent`` builds).
 
-    ``core``, ``torch``, ``tf``, ``fits`` and ``cases`` are dotted paths (``"pkg.module.Name"``)
+    ``core``, ``torch``, ``tf``, ``numpy``, ``fits`` and ``cases`` are dotted paths (``"pkg.module.Name"``)
     or the objects themselves.
 
     Example:
@@ -171,6 +173,7 @@ MultiDiscrete, MultiBinary, got ('Tuple',)
     fits: Code | None = None
     cases: Code | None = None
     tiny: Mapping[str, Any] = field(default_factory=dict)
+    numpy: Code | None = None
 
     def __post_init__(self) -> None:
         name = self.name
@@ -178,10 +181,11 @@ MultiDiscrete, MultiBinary, got ('Tuple',)
             raise RegistryError(f"an algorithm name must be lowercase letters, digits, '_' or '-', starting with a "
                                 f"letter (as the command line spells it), got {name!r}")
         _check_code(name, "core", self.core)
-        if self.torch is None and self.tf is None:
-            raise RegistryError(f"algorithm {name!r} names no backend class: give torch=... and/or tf=...")
+        if self.torch is None and self.tf is None and self.numpy is None:
+            raise RegistryError(f"algorithm {name!r} names no backend class: give torch=..., tf=... and/or numpy=...")
         _check_code(name, "torch class", self.torch, optional=True)
         _check_code(name, "tf class", self.tf, optional=True)
+        _check_code(name, "numpy class", self.numpy, optional=True)
         _check_code(name, "fits", self.fits, optional=True)
         _check_code(name, "cases", self.cases, optional=True)
         actions = self.actions
@@ -201,11 +205,11 @@ MultiDiscrete, MultiBinary, got ('Tuple',)
 
     @property
     def backends(self) -> tuple[str, ...]:
-        """The backends this algorithm has a class for, in ``("torch", "tf")`` order."""
+        """The backends this algorithm has a class for, in ``("torch", "tf", "numpy")`` order."""
         return tuple(b for b in BACKENDS if getattr(self, b) is not None)
 
     def cls(self, backend: str) -> type:
-        """The public class for ``backend`` (``"torch"`` or ``"tf"``), importing that backend only.
+        """The public class for ``backend`` (``"torch"``, ``"tf"`` or ``"numpy"``), importing that backend only.
 
         Example:
             >>> get("dqn").cls("torch").__module__
@@ -282,13 +286,15 @@ MultiDiscrete, MultiBinary, got ('Tuple',)
 _TINY = {"hidden_sizes": (8,), "buffer_size": 256, "learning_starts": 16, "update_steps": 1}
 _BUILTIN = (
     Algorithm("dqn", "marl_note.agents.dqn.DQNCore", "marl_note.agents.torch.dqn.DQN", "marl_note.agents.tf.dqn.DQN",
-              ("Discrete",), on_policy=False, tiny=_TINY),
+              ("Discrete",), on_policy=False, tiny=_TINY, numpy="marl_note.agents.numpy.dqn.DQN"),
     Algorithm("ppo", "marl_note.agents.ppo.PPOCore", "marl_note.agents.torch.ppo.PPO", "marl_note.agents.tf.ppo.PPO",
-              ("Discrete", "Box"), on_policy=True, tiny={"hidden_sizes": (8,), "n_steps": 16, "n_epochs": 1}),
+              ("Discrete", "Box"), on_policy=True, tiny={"hidden_sizes": (8,), "n_steps": 16, "n_epochs": 1},
+              numpy="marl_note.agents.numpy.ppo.PPO"),
     Algorithm("ddpg", "marl_note.agents.ddpg.DDPGCore", "marl_note.agents.torch.ddpg.DDPG",
-              "marl_note.agents.tf.ddpg.DDPG", ("Box",), on_policy=False, tiny=_TINY),
+              "marl_note.agents.tf.ddpg.DDPG", ("Box",), on_policy=False, tiny=_TINY,
+              numpy="marl_note.agents.numpy.ddpg.DDPG"),
     Algorithm("sac", "marl_note.agents.sac.SACCore", "marl_note.agents.torch.sac.SAC", "marl_note.agents.tf.sac.SAC",
-              ("Discrete", "Box"), on_policy=False, tiny=_TINY),
+              ("Discrete", "Box"), on_policy=False, tiny=_TINY, numpy="marl_note.agents.numpy.sac.SAC"),
     Algorithm("maddpg", "marl_note.agents.maddpg.MADDPGCore", "marl_note.agents.torch.maddpg.MADDPG",
               "marl_note.agents.tf.maddpg.MADDPG", ("Discrete", "Box"), on_policy=False, joint=True, images=False,
               tiny=_TINY),
@@ -388,7 +394,7 @@ def entries() -> list[Algorithm]:
 
 def _classes(entry: Algorithm) -> list[type]:
     """The entry's classes whose modules are imported already (an object can only be of those)."""
-    found = (_loaded(code) for code in (entry.core, entry.torch, entry.tf) if code is not None)
+    found = (_loaded(code) for code in (entry.core, entry.torch, entry.tf, entry.numpy) if code is not None)
     return [c for c in found if isinstance(c, type)]
 
 

@@ -118,7 +118,7 @@ def plan_seats(spec: Any, algo: str, self_play: bool = False, opponent: str | No
 
 
 def import_backend(backend: str) -> Any:
-    """``marl_note.agents.torch`` or ``marl_note.agents.tf``, or a CLIError saying what to install."""
+    """``marl_note.agents.torch``, ``.tf`` or ``.numpy``, or a CLIError saying what to install."""
     framework, install = BACKENDS[backend]
     try:
         return importlib.import_module(f"marl_note.agents.{backend}")

@@ -106,6 +106,15 @@ def _trainer(choice: EnvChoice, num_envs: int, **options: Any) -> Any:
         raise
 
 
+def _check_backend(algo: str, backend: str) -> None:
+    """Refuse a backend the algorithm has no class in (the numpy backend has some algorithms only)."""
+    from marl_note.agents.registry import get
+
+    have = get(algo).backends
+    if backend not in have:
+        raise CLIError(f"--backend {backend} has no {algo} yet; {algo} runs with --backend {' or '.join(have)}")
+
+
 def _opponents(spec: Any, env_name: str, backend: str | None, seed: int | None,
                source: Source | None) -> dict[str, Any]:
     """Random players in every seat, replaced by the checkpoint's agents where ``source`` plays."""
@@ -155,6 +164,7 @@ def train(args: Any) -> int:
             check_out_dir(out, plan.checkpoint_names)
             if opponent_source is not None:
                 check_source_fits(opponent_source, spec, choice.name, fill=True)
+            _check_backend(args.algo, args.backend)
             import_backend(args.backend)
             threads, _ = use_threads(_threads(args), backend=args.backend, interop=True)  # before any agent exists
             with setup_errors(f"cannot build the {args.algo} agents"):

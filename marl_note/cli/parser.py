@@ -135,7 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--list-recipes", action="store_true", help="list the zoo's recipes and exit")
     train.add_argument("--env-steps", type=_positive, metavar="N", help="stop after N env steps (default: none)")
     train.add_argument("--minutes", type=float, metavar="M", help="stop after M minutes of training (default: none)")
-    train.add_argument("--backend", default="torch", choices=["torch", "tf"], help="default: torch")
+    train.add_argument("--backend", default="torch", choices=["torch", "tf", "numpy"],
+                       help="default: torch (numpy: MLP networks without a framework; all but MADDPG and AlphaZero)")
     train.add_argument("--self-play", action="store_true", help="one agent in every seat, all learning")
     train.add_argument("--opponent", metavar="random|DIR",
                        help="a fixed player in the seats other than --seat: 'random' or a checkpoint")
@@ -175,7 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
                                "the last ones")
     evaluate.add_argument("--opponent", default="random", metavar="random|DIR",
                           help="who plays the other seats: 'random' (default) or a checkpoint")
-    evaluate.add_argument("--backend", choices=["torch", "tf"], help="load into this backend (default: recorded)")
+    evaluate.add_argument("--backend", choices=["torch", "tf", "numpy"],
+                          help="load into this backend (default: recorded)")
     evaluate.add_argument("--seed", type=int, default=0, help="seed of the envs and the random player (default 0)")
     evaluate.add_argument("--num-envs", type=_positive, default=16, help="test envs (default 16)")
     _threads_option(evaluate)
@@ -192,7 +194,8 @@ def build_parser() -> argparse.ArgumentParser:
                            "ones")
     play.add_argument("--seat", help="your seat (default: the first seat, which moves first)")
     play.add_argument("--games", type=_positive, default=1, help="games to play (default 1)")
-    play.add_argument("--backend", choices=["torch", "tf"], help="load into this backend (default: recorded)")
+    play.add_argument("--backend", choices=["torch", "tf", "numpy"],
+                      help="load into this backend (default: recorded)")
     play.add_argument("--seed", type=int, help="seed of the env")
     _threads_option(play)
     _verbose_option(play)

@@ -1,4 +1,4 @@
-"""DDPG in both backends: acting in the bounds, noise, targets, Polyak updates, state, learning, HER, parity."""
+"""DDPG in every backend: acting in the bounds, noise, targets, Polyak updates, state, learning, HER, parity."""
 import importlib
 
 import gymnasium as gym
@@ -17,11 +17,11 @@ ACT = gym.spaces.Box(np.array([0.0, -2.0], np.float32), np.array([1.0, 2.0], np.
 
 
 def backend(name):
-    pytest.importorskip("torch" if name == "torch" else "tensorflow")
+    pytest.importorskip({"torch": "torch", "tf": "tensorflow", "numpy": "numpy"}[name])
     return importlib.import_module(f"marl_note.agents.{name}")
 
 
-@pytest.fixture(params=["torch", "tf"])
+@pytest.fixture(params=["torch", "tf", "numpy"])
 def DDPG(request):
     return backend(request.param).DDPG
 

@@ -1,6 +1,6 @@
-"""DQN in both backends: acting with masks, the TD target, the update schedule, target syncs, replay
+"""DQN in every backend: acting with masks, the TD target, the update schedule, target syncs, replay
 hooks, seeding, state round trips and the dueling head. Weights are read and written through
-``state_dict`` only, so every test runs unchanged on PyTorch and TensorFlow."""
+``state_dict`` only, so every test runs unchanged on PyTorch, TensorFlow and numpy."""
 import importlib
 
 import gymnasium as gym
@@ -17,9 +17,9 @@ ACT = gym.spaces.Discrete(5)
 SMALL = dict(hidden_sizes=(16,))
 
 
-@pytest.fixture(params=["torch", "tf"])
+@pytest.fixture(params=["torch", "tf", "numpy"])
 def DQN(request):
-    pytest.importorskip("torch" if request.param == "torch" else "tensorflow")
+    pytest.importorskip({"torch": "torch", "tf": "tensorflow", "numpy": "numpy"}[request.param])
     return importlib.import_module(f"marl_note.agents.{request.param}").DQN
 
 

@@ -14,9 +14,9 @@ BOX = gym.spaces.Box(-1.0, 1.0, (2, 1), np.float32)
 SMALL = dict(hidden_sizes=(16,))
 
 
-@pytest.fixture(params=["torch", "tf"])
+@pytest.fixture(params=["torch", "tf", "numpy"])
 def PPO(request):
-    pytest.importorskip("torch" if request.param == "torch" else "tensorflow")
+    pytest.importorskip({"torch": "torch", "tf": "tensorflow", "numpy": "numpy"}[request.param])
     return importlib.import_module(f"marl_note.agents.{request.param}").PPO
 
 

@@ -179,7 +179,7 @@ def test_get_names_an_unknown_algorithm_and_what_is_registered():
 @pytest.mark.parametrize("fields, message", [
     (dict(name="dqn"), r"'dqn' is already registered \(core marl_note.agents.dqn.DQNCore\); pass replace=True"),
     (dict(name="My DQN"), r"lowercase letters, digits, '_' or '-'.*got 'My DQN'"),
-    (dict(torch=None), r"'mine' names no backend class: give torch=\.\.\. and/or tf=\.\.\."),
+    (dict(torch=None), r"'mine' names no backend class: give torch=\.\.\., tf=\.\.\. and/or numpy=\.\.\."),
     (dict(actions=("Discrete", "Graph")), r"actions must name spaces among Discrete, Box, MultiDiscrete, MultiBinary"),
     (dict(actions="Discrete"), r"actions must name spaces among"),
     (dict(actions=()), r"actions must name spaces among"),
@@ -211,7 +211,7 @@ def test_a_user_algorithm_is_registered_found_and_replaced_and_its_code_resolved
         pytest.importorskip("tensorflow")
         with pytest.raises(RegistryError, match=r"its tf class 'marl_note.agents.tf.dqn.NoSuchClass' does not exist"):
             entry.cls("tf")
-        with pytest.raises(RegistryError, match=r"backend must be one of torch, tf, got 'jax'"):
+        with pytest.raises(RegistryError, match=r"backend must be one of torch, tf, numpy, got 'jax'"):
             entry.cls("jax")
         fixed = registry.register("mine", replace=True, core=DQNCore, tf="marl_note.agents.tf.dqn.DQN",
                                   actions=("Discrete",), on_policy=False)

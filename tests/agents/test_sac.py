@@ -1,4 +1,4 @@
-"""SAC in both backends: acting, one update, torch/TF parity, checkpoints, bad input, non-finite steps, learning.
+"""SAC in every backend: acting, one update, torch/TF parity, checkpoints, bad input, non-finite steps, learning.
 
 TF cases trace one graph per agent that updates (seconds each), so each TF test builds at most two.
 """
@@ -19,11 +19,11 @@ DISCRETE = gym.spaces.Discrete(4, start=1)
 
 
 def backend(name):
-    pytest.importorskip("torch" if name == "torch" else "tensorflow")
+    pytest.importorskip({"torch": "torch", "tf": "tensorflow", "numpy": "numpy"}[name])
     return importlib.import_module(f"marl_note.agents.{name}")
 
 
-@pytest.fixture(params=["torch", "tf"])
+@pytest.fixture(params=["torch", "tf", "numpy"])
 def mod(request):
     return backend(request.param)
 

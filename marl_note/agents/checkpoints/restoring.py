@@ -29,14 +29,14 @@ __all__ = ["restore", "REPLAY_PREFIX", "BACKENDS", "REGISTRY", "backend_of", "re
            "resolve_class", "construct", "load_fresh", "read_arrays", "ArrayLimits", "code_arguments"]
 
 REPLAY_PREFIX = "__replay__."
-BACKENDS = ("torch", "tf")
+BACKENDS = ("torch", "tf", "numpy")
 REGISTRY: dict[str, list[type]] = {}  # class name -> every Saving subclass of that name (filled by Saving)
 CODE_PARAMS = ("torso",)  # constructor arguments whose "module:qualname" strings name code (a user torso)
 _SMALL_STATE = 1 << 20  # configs implying fewer weights than this are built and then shape-checked
 
 
 def backend_of(cls: type) -> str | None:
-    """``"torch"`` / ``"tf"`` from the first class in the MRO that lives in a backend folder of marl_note
+    """``"torch"`` / ``"tf"`` / ``"numpy"`` from the first class in the MRO that lives in a backend folder of marl_note
     (``marl_note.agents.torch``, ``marl_note.contrib.alphazero.tf``, ...), unless the class declares it."""
     declared = getattr(cls, "_saving_backend", None)
     if declared is not None:
@@ -67,7 +67,8 @@ def check_manifest(manifest: Mapping[str, Any], path, kinds: tuple[str, ...]) ->
                                   f"agent.restore_param(path) into an existing agent")
         raise CheckpointError(f"{where}: manifest kind is {kind!r}, expected one of {list(kinds)}")
     if manifest.get("backend") not in BACKENDS:
-        raise CheckpointError(f"{where}: manifest backend is {manifest.get('backend')!r}, expected 'torch' or 'tf'")
+        raise CheckpointError(f"{where}: manifest backend is {manifest.get('backend')!r}, expected one of "
+                              f"{list(BACKENDS)}")
     algorithm = manifest.get("algorithm")
     if not isinstance(algorithm, str) or not algorithm.isidentifier():
         raise CheckpointError(f"{where}: manifest algorithm {algorithm!r} is not a class name")
@@ -338,7 +339,7 @@ def restore(path: str | os.PathLike, backend: str | None = None, **overrides) ->
     info = check_manifest(manifest, path, kinds=("agent",))
     backend = info["backend"] if backend is None else backend
     if backend not in BACKENDS:
-        raise ValueError(f"backend must be 'torch' or 'tf', got {backend!r}")
+        raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
     try:
         package = importlib.import_module(f"marl_note.agents.{backend}")
         if info["algorithm"] in getattr(package, "__all__", ()):

@@ -2,7 +2,7 @@
 
 A checkpoint (see :mod:`marl_note.agents.checkpoints.format`) holds a JSON manifest and numpy arrays::
 
-    manifest: format, kind ("agent" or "params"), library_version, backend ("torch"/"tf"),
+    manifest: format, kind ("agent" or "params"), library_version, backend ("torch"/"tf"/"numpy"),
               algorithm (class name), class (module.qualname, informational), config (the
               constructor keyword arguments), space_params (the names below) and one entry
               per name: observation_space, action_space (a space each, or for a class whose
@@ -114,7 +114,7 @@ class Saving:
         cls = type(self)
         backend = backend_of(cls)
         if backend is None:
-            raise TypeError(f"{cls.__name__} is not a marl_note.agents.torch or marl_note.agents.tf agent; "
+            raise TypeError(f"{cls.__name__} is not a marl_note.agents.torch, tf or numpy agent; "
                             f"cannot tell which backend to record in the checkpoint")
         from marl_note import __version__
         return {"kind": kind, "library_version": __version__, "backend": backend, "algorithm": cls.__name__,

@@ -1,0 +1,213 @@
+"""The numpy backend against PyTorch: DQN, PPO and SAC gradient steps, in one process (not part of the test suite).
+
+Both run one thread (``OMP_NUM_THREADS=1`` for numpy's BLAS, ``torch.set_num_threads(1)``), start
+from the same seed (the same weights), and their measurements are interleaved repetitions whose
+medians are compared as numpy/torch ratios (the machine's load moves both alike):
+
+- ``step``: one DQN gradient step, 64-64 MLP, batch 64, CartPole-sized inputs: the network step
+  alone (``nets.train_step`` on fixed arrays: TD target, loss, backward, clipping, Adam), default
+  options (double, Huber, max_grad_norm 10) and dueling;
+- ``ppo``: one PPO epoch, 2048 rows in minibatches of 64 (``nets.train_step`` 32 times), 64-64,
+  categorical and Gaussian policies;
+- ``sac``: one SAC gradient step (twin critics, actor, temperature, targets), 256-256, batch 256,
+  Pendulum-sized inputs;
+- ``learn``: the agent's whole ``learn`` (replay sampling, arrays, step, target update), uniform
+  and prioritized replay;
+- ``budget``: CartPole-v1 DQN through ``DecentralizedTrainer`` for a fixed budget of env steps
+  (the same env steps and, through ``replay_ratio``, the same gradient steps in both backends),
+  the wall time of the training loop, tests off.
+
+Run:  python bench/bench_numpy_step.py [--only step,learn,ppo,sac,budget] [--reps 15] [--calls 200]
+      python bench/bench_numpy_step.py --quick        (a smoke run: small counts)
+"""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import argparse  # noqa: E402
+import platform  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+
+import gymnasium as gym  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from marl_note.agents import numpy as numpy_agents  # noqa: E402
+from marl_note.agents import torch as torch_agents  # noqa: E402
+from marl_note.trainers import DecentralizedTrainer  # noqa: E402
+from marl_note.types import Transitions  # noqa: E402
+
+BACKENDS = {"torch": torch_agents, "numpy": numpy_agents}
+OBS = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)  # CartPole-v1's spaces
+ACT = gym.spaces.Discrete(2)
+NET = dict(hidden_sizes=(64, 64))
+
+
+def interleaved(fns: dict[str, Callable[[], float]], reps: int) -> dict[str, float]:
+    """Median over ``reps`` rounds of each ``fn()`` (seconds per call), the backends taking turns."""
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(reps):
+        for name, fn in fns.items():
+            times[name].append(fn())
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def per_call(fn: Callable[[], object], calls: int) -> Callable[[], float]:
+    def timed() -> float:
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        return (time.perf_counter() - start) / calls
+
+    return timed
+
+
+def report(title: str, medians: dict[str, float], unit: float = 1e3, unit_name: str = "ms") -> float:
+    ratio = medians["numpy"] / medians["torch"]
+    print(f"{title}: torch {medians['torch'] * unit:.3f} {unit_name}, numpy {medians['numpy'] * unit:.3f} "
+          f"{unit_name}, numpy/torch {ratio:.2f}x", flush=True)
+    return ratio
+
+
+def cartpole_batch(n: int, rng: np.random.Generator) -> Transitions:
+    return Transitions(obs=rng.normal(size=(n, 4)).astype(np.float32), act=rng.integers(0, 2, n),
+                       rew=np.ones(n, np.float32), next_obs=rng.normal(size=(n, 4)).astype(np.float32),
+                       terminated=rng.random(n) < 0.05, truncated=np.zeros(n, bool))
+
+
+def bench_step(reps: int, calls: int) -> None:
+    for label, options in (("default", {}), ("dueling", dict(dueling=True))):
+        arrays, fns = {}, {}
+        for name, mod in BACKENDS.items():
+            agent = mod.DQN(OBS, ACT, seed=0, **NET, **options)
+            arrays[name] = agent.arrays(cartpole_batch(64, np.random.default_rng(1)))
+            fns[name] = per_call(lambda a=agent, b=arrays[name]: a.nets.train_step(b, "DQN", 1), calls)
+        report(f"DQN network step, 64-64, batch 64, {label}", interleaved(fns, reps))
+
+
+def bench_ppo(reps: int) -> None:
+    """One PPO epoch over 2048 rows in minibatches of 64 (32 network steps), 64-64, CartPole-sized inputs."""
+    rng = np.random.default_rng(3)
+    rows = 2048
+    x = rng.normal(size=(rows, 4)).astype(np.float32)
+    mask = np.ones((rows, 2), bool)
+    for label, space in (("categorical", ACT), ("gaussian", gym.spaces.Box(-1.0, 1.0, (2,), np.float32))):
+        act = rng.integers(0, 2, rows) if label == "categorical" else rng.normal(size=(rows, 2)).astype(np.float32)
+        fns = {}
+        for name, mod in BACKENDS.items():
+            agent = mod.PPO(OBS, space, seed=0, **NET)
+            old_logp = agent.nets.evaluate(x, act, mask)[0]
+            adv, ret = rng.normal(size=rows).astype(np.float32), rng.normal(size=rows).astype(np.float32)
+            w = np.ones(64, np.float32)
+
+            def epoch(nets=agent.nets, old_logp=old_logp, act=act, adv=adv, ret=ret, w=w) -> None:
+                for start in range(0, rows, 64):
+                    s = slice(start, start + 64)
+                    nets.train_step(x[s], act[s], mask[s], old_logp[s], adv[s], ret[s], w, who="PPO", update=1)
+
+            fns[name] = per_call(epoch, 1)
+        report(f"PPO epoch, 64-64, 2048 rows, minibatch 64, {label}", interleaved(fns, reps))
+
+
+def bench_sac(reps: int, calls: int) -> None:
+    """One SAC gradient step (critics, actor, temperature, targets), 256-256, batch 256, continuous actions."""
+    box = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    obs = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)  # Pendulum-v1's spaces
+    rng = np.random.default_rng(4)
+    batch = Transitions(obs=rng.normal(size=(256, 3)).astype(np.float32), act=rng.uniform(-1, 1, (256, 1)),
+                        rew=rng.normal(size=256).astype(np.float32),
+                        next_obs=rng.normal(size=(256, 3)).astype(np.float32), terminated=np.zeros(256, bool),
+                        truncated=np.zeros(256, bool))
+    fns = {}
+    for name, mod in BACKENDS.items():
+        agent = mod.SAC(obs, box, seed=0, hidden_sizes=(256, 256))
+        arrays = agent.train_inputs(batch)
+        fns[name] = per_call(lambda a=agent, b=arrays: a.nets.train_step(b, "SAC", 1), calls)
+    report("SAC step, 256-256, batch 256, continuous", interleaved(fns, reps))
+
+
+def bench_learn(reps: int, calls: int) -> None:
+    for label, options in (("uniform", {}), ("prioritized", dict(prioritized=True))):
+        fns = {}
+        for name, mod in BACKENDS.items():
+            agent = mod.DQN(OBS, ACT, seed=0, buffer_size=10_000, **NET, **options)
+            rng = np.random.default_rng(2)
+            for _ in range(10):
+                agent.observe(cartpole_batch(500, rng))
+            fns[name] = per_call(lambda a=agent: a.learn(a.replay.sample(64)), calls)
+        report(f"DQN learn(), 64-64, batch 64, {label} replay", interleaved(fns, reps))
+
+
+def cartpole_run(backend: str, env_steps: int, seed: int = 0) -> dict:
+    """DQN (64-64, otherwise the defaults) on CartPole-v1, 16 envs, update_freq 100, batch 64, until
+    ``env_steps`` env steps, tests off: the training loop's wall time and its counts."""
+    box: dict = {}
+
+    def train_fn(episodes: int, steps: int) -> None:
+        if steps == 0 and "start" not in box:
+            box["start"] = time.perf_counter()
+        if steps >= env_steps and "end" not in box:
+            box["end"] = time.perf_counter()
+            box["env_steps"], box["gradient_steps"] = steps, box["agent"].updates
+            box["trainer"].stop_training = True
+
+    trainer = DecentralizedTrainer("CartPole-v1", num_train_envs=16, num_test_envs=1, update_freq=100,
+                                   test_freq=10**9, episodes_per_train=10**6, episodes_per_test=1, seed=seed,
+                                   train_fn=train_fn)
+    agent = BACKENDS[backend].DQN(trainer.observation_space("agent_0"), trainer.action_space("agent_0"), seed=seed,
+                                  **NET)
+    box.update(trainer=trainer, agent=agent)
+    trainer.train([agent], learning_mask=[1], plot=False, progress=False)
+    trainer.close()
+    return {"wall_s": box["end"] - box["start"], "env_steps": box["env_steps"], "gradient_steps": box["gradient_steps"]}
+
+
+def bench_budget(env_steps: int, reps: int) -> None:
+    runs: dict[str, list[dict]] = {name: [] for name in BACKENDS}
+    for _ in range(reps):
+        for name in runs:
+            runs[name].append(cartpole_run(name, env_steps))
+    counts = {name: (rs[0]["env_steps"], rs[0]["gradient_steps"]) for name, rs in runs.items()}
+    print(f"CartPole-v1 DQN 64-64, fixed budget (env steps, gradient steps): {counts}, {reps} run(s) each", flush=True)
+    report("  training loop wall time", {name: statistics.median(r["wall_s"] for r in rs) for name, rs in runs.items()},
+           unit=1.0, unit_name="s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--only", default="step,learn,ppo,sac",
+                        help="comma-separated: step, learn, ppo, sac, budget")
+    parser.add_argument("--reps", type=int, default=15)
+    parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--env-steps", type=int, default=10_000)
+    parser.add_argument("--budget-reps", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="small counts: a smoke run")
+    args = parser.parse_args()
+    if args.quick:
+        args.reps, args.calls, args.env_steps, args.budget_reps = 3, 20, 1500, 1
+    torch.set_num_threads(1)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"{platform.machine()}, {os.cpu_count()} cores, load {load:.1f}; torch {torch.__version__} "
+          f"({torch.get_num_threads()} thread), numpy {np.__version__}, "
+          f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}")
+    only = set(args.only.split(","))
+    if "step" in only:
+        bench_step(args.reps, args.calls)
+    if "learn" in only:
+        bench_learn(args.reps, args.calls)
+    if "ppo" in only:
+        bench_ppo(args.reps)
+    if "sac" in only:
+        bench_sac(args.reps, max(1, args.calls // 10))
+    if "budget" in only:
+        bench_budget(args.env_steps, args.budget_reps)
+    if hasattr(os, "getloadavg"):
+        print(f"load at the end {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()

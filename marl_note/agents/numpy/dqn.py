@@ -1,0 +1,176 @@
+"""DQN in numpy: the Q-networks, the TD target and one gradient step with a hand-written backward pass;
+the rest is :class:`~marl_note.agents.dqn.DQNCore`.
+
+The step is the torch backend's, written out: the TD target from the target network (the action
+chosen by the online network with ``double``, among the legal next actions), the Huber or squared
+loss weighted by the importance weights and averaged, its gradient through the Q-network, clipping
+to ``max_grad_norm`` and torch's Adam. From the same weights and batch it gives the same weights as
+:class:`marl_note.agents.torch.DQN` to float32 rounding.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from marl_note.agents.dqn import DQNConfig, DQNCore
+from marl_note.agents.numpy.layers import MLP, Dense
+from marl_note.agents.numpy.networks import NumpyNetworks
+
+__all__ = ["DQN", "DQNNetworks", "DuelingQNet", "first_rows"]
+
+
+def first_rows(cache: Any, n: int) -> Any:
+    """A forward pass's cache cut to its first ``n`` rows (views): the backward pass of part of a batch."""
+    if isinstance(cache, np.ndarray):
+        return cache[:n]
+    if isinstance(cache, (tuple, list)):
+        return type(cache)(first_rows(c, n) for c in cache)
+    return cache
+
+
+class DuelingQNet:
+    """``Q = V(h) + A(h, a) - mean_a A(h, a)`` with ``h = torso(s)`` (every torso layer activated), over
+    the arrays ``{prefix}.torso.*``, ``{prefix}.value.*`` and ``{prefix}.advantage.*``.
+
+    Example:
+        >>> from marl_note.agents.dqn import q_net_weights
+        >>> w = q_net_weights("q", 3, 2, DQNConfig(hidden_sizes=(4,), dueling=True), np.random.default_rng(0))
+        >>> net = DuelingQNet(w, "q", "relu")
+        >>> q, cache = net.forward(np.ones((5, 3), np.float32))
+        >>> grads = {}; net.backward(np.ones_like(q), cache, grads)
+        >>> q.shape, len(grads) == len(net.keys)
+        ((5, 2), True)
+    """
+
+    def __init__(self, params: Mapping[str, np.ndarray], prefix: str, activation: str):
+        self.torso = MLP(params, f"{prefix}.torso", activation, out_activation=True)
+        self.value = Dense(params, f"{prefix}.value")
+        self.advantage = Dense(params, f"{prefix}.advantage")
+
+    @staticmethod
+    def param_keys(params: Mapping[str, np.ndarray], prefix: str, activation: str) -> list[str]:
+        """The network's array names in PyTorch's ``parameters()`` order."""
+        return DuelingQNet(params, prefix, activation).keys
+
+    @property
+    def keys(self) -> list[str]:
+        heads = [k for layer in (self.value, self.advantage) for k in (layer.wkey, layer.bkey)]
+        return self.torso.keys + heads
+
+    def forward(self, x: np.ndarray) -> tuple[np.ndarray, Any]:
+        h, torso = self.torso.forward(x)
+        v, vc = self.value.forward(h)
+        a, ac = self.advantage.forward(h)
+        return v + a - a.mean(axis=1, keepdims=True), (torso, vc, ac)
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        return self.forward(x)[0]
+
+    def backward(self, grad_q: np.ndarray, cache: Any, grads: dict[str, np.ndarray]) -> None:
+        torso, vc, ac = cache
+        from_value = self.value.backward(grad_q.sum(axis=1, keepdims=True), vc, grads)
+        from_advantage = self.advantage.backward(grad_q - grad_q.mean(axis=1, keepdims=True), ac, grads)
+        assert from_value is not None and from_advantage is not None
+        self.torso.backward(from_value + from_advantage, torso, grads)
+
+
+class DQNNetworks(NumpyNetworks):
+    """Online and target Q-networks, Adam, the TD target and one checked gradient step (numpy in and out)."""
+
+    def __init__(self, weights: Mapping[str, np.ndarray], config: DQNConfig, device: Any = "cpu",
+                 compile: bool = False, user: Any = None):
+        super().__init__(device, compile)
+        if user is not None:
+            self.refuse_torso("DQN", "a torso factory")
+        if config.torso == "conv":
+            self.refuse_torso("DQN", "conv")
+        self.config = config
+        self.q_net = self.q_network("q_net", weights)
+        self.target_net = self.q_network("target_net", weights)
+        self.adam("optimizer", ["q_net"], lr=config.lr)
+
+    def q_network(self, name: str, weights: Mapping[str, np.ndarray]) -> MLP | DuelingQNet:
+        if not self.config.dueling:
+            return self.mlp(name, weights, self.config.activation)
+        keys = DuelingQNet.param_keys(weights, name, self.config.activation)
+        return DuelingQNet(self.add(name, weights, keys), name, self.config.activation)
+
+    def q_values(self, obs: np.ndarray) -> np.ndarray:
+        return self.q_net(np.asarray(obs, np.float32))
+
+    def _target(self, b: Mapping[str, np.ndarray], chooser: np.ndarray | None = None) -> np.ndarray:
+        """The TD target; ``chooser``: the online Q-values at ``next_obs`` when already computed (double)."""
+        next_obs = np.asarray(b["next_obs"], np.float32)
+        q_next = self.target_net(next_obs)
+        if chooser is None:
+            chooser = self.q_net(next_obs) if self.config.double else q_next
+        best = np.where(b["legal"], chooser, -np.inf).argmax(axis=1)
+        rows = np.arange(len(best))
+        return b["rew"] + b["discount"] * b["alive"] * q_next[rows, best]
+
+    def td_target(self, arrays: Mapping[str, np.ndarray]) -> np.ndarray:
+        return self._target(arrays)
+
+    def _loss(self, b: Mapping[str, np.ndarray], target: np.ndarray, forward: tuple[np.ndarray, Any] | None = None
+              ) -> tuple[float, np.ndarray, dict[str, np.ndarray]]:
+        """``(mean weighted loss, q of the taken actions, gradients by array name)``; ``forward``: the online
+        network's ``(output, cache)`` at ``obs`` when already computed."""
+        q_all, cache = forward if forward is not None else self.q_net.forward(np.asarray(b["obs"], np.float32))
+        rows = np.arange(len(q_all))
+        act = np.asarray(b["act"], np.int64)
+        q = q_all[rows, act]
+        diff = q - target
+        weights = np.asarray(b["weights"], q_all.dtype)
+        if self.config.criterion == "huber":  # smooth_l1 with beta 1
+            small = np.abs(diff) < 1.0
+            losses = np.where(small, 0.5 * diff * diff, np.abs(diff) - 0.5)
+            dloss = np.where(small, diff, np.sign(diff))
+        else:
+            losses, dloss = diff * diff, 2.0 * diff
+        n = len(q)
+        loss = float((weights * losses).sum() / n)
+        grad_q = np.zeros_like(q_all)
+        grad_q[rows, act] = weights * dloss / n
+        grads: dict[str, np.ndarray] = {}
+        self.q_net.backward(grad_q, cache, grads)
+        return loss, q, grads
+
+    def grad_sq_norm(self, arrays: Mapping[str, np.ndarray]) -> float:
+        """``|G_B|^2``: the squared norm of the gradient of the batch's mean loss over the online
+        network's parameters, unclipped, in float64; nothing is written."""
+        _, _, grads = self._loss(arrays, self._target(arrays))
+        return float(sum(np.square(g, dtype=np.float64).sum() for g in grads.values()))
+
+    def train_step(self, arrays: Mapping[str, np.ndarray], who: str, update: int
+                   ) -> tuple[dict[str, float], np.ndarray]:
+        """One Adam step on the batch; returns ``(metrics, |TD| per row)``. Non-finite steps raise, unwritten."""
+        forward, chooser = None, None
+        if self.config.double:  # one pass of the online network over obs and next_obs together
+            obs = np.asarray(arrays["obs"], np.float32)
+            both, cache = self.q_net.forward(np.concatenate([obs, np.asarray(arrays["next_obs"], np.float32)]))
+            n = len(obs)
+            forward, chooser = (both[:n], first_rows(cache, n)), both[n:]
+        target = self._target(arrays, chooser)
+        loss, q, grads = self._loss(arrays, target, forward)
+        self.step("optimizer", loss, grads, self.config.max_grad_norm, who, update)
+        td_abs = np.abs(target - q)
+        return {"loss": loss, "q_mean": float(q.sum() / len(q)), "td_abs": float(td_abs.sum() / len(q))}, td_abs
+
+
+class DQN(DQNCore):
+    """DQN in numpy; arguments, behaviour and state as :class:`~marl_note.agents.dqn.DQNCore`.
+
+    MLP and dueling Q-networks only (conv and user torsos: the torch or tf ``DQN``); ``device``
+    is the CPU. The checkpoints are the torch and tf backends' (same keys, layouts and optimiser
+    slots), so a numpy-trained agent restores in either and back.
+
+    Example:
+        >>> import gymnasium as gym, numpy as np
+        >>> agent = DQN(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(3), hidden_sizes=(8,), dueling=True, seed=0)
+        >>> agent.q_values(np.zeros((2, 4))).shape, sorted(agent.state_dict())[-3:]
+        ((2, 3), ['target_net.value.bias', 'target_net.value.weight', 'updates'])
+    """
+
+    Networks = DQNNetworks
