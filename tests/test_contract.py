@@ -33,9 +33,7 @@ NOT_AGENTS = {
     "self",                               # an object reading its own attributes
 }
 # files still probing agents, each with the change that removes its probes
-EXEMPT = {
-    "marl_note/contrib/adaptive/": "removed by the run-settings change",
-}
+EXEMPT: dict[str, str] = {}
 REFLECTION = ("__dict__", "__mro__")
 
 
