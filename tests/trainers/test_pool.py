@@ -139,7 +139,7 @@ def test_box_action_agents_train_through_the_pool(name, no_leftovers):
     trainer = DecentralizedTrainer("Pendulum-v1", num_train_envs=2, num_test_envs=1, update_freq=100,
                                    episodes_per_train=2, test_freq=2, episodes_per_test=1, seed=0, actors=2)
     agent = getattr(backend, name)(trainer.observation_space("agent_0"), trainer.action_space("agent_0"),
-                                   hidden_sizes=(16,), learning_starts=100, seed=0)
+                                   hidden_sizes=(16,), learning_starts=100, update_steps=4, seed=0)
     stats = trainer.train([agent], learning_mask=[1], plot=False, progress=False)
     assert min(stats["pool"]["transitions_per_actor"]) > 0 and agent.updates > 0
     assert stats["pool"]["actor_frameworks"] == []
