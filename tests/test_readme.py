@@ -22,8 +22,8 @@ DOCS = ROOT / "docs"
 PAGES = [README, *sorted(DOCS.rglob("*.md"))]
 
 # argument=value -> a smaller value, applied to every block (only ever lowering a number)
-SHORT_BUDGETS = {"episodes_per_train": 16, "episodes": 10, "episodes_per_test": 2, "test_freq": 8,
-                 "snapshot_every": 8, "learning_starts": 64, "num_train_envs": 4, "num_test_envs": 4,
+SHORT_BUDGETS = {"episodes_per_train": 40, "episodes": 20, "episodes_per_test": 8, "test_freq": 20,
+                 "snapshot_every": 20, "learning_starts": 64, "num_train_envs": 4, "num_test_envs": 4,
                  "num_simulations": 8}  # AlphaZero's search per move
 
 
@@ -78,7 +78,7 @@ def test_readme_has_the_blocks_it_documents():
     blocks = python_blocks(README.read_text())
     assert len(blocks) >= 1
     shortened = shorten("f(episodes_per_train=6000, episodes=1_000, seed=0, num_simulations=4)")
-    assert shortened == "f(episodes_per_train=16, episodes=10, seed=0, num_simulations=4)"
+    assert shortened == "f(episodes_per_train=40, episodes=20, seed=0, num_simulations=4)"
 
 
 def test_every_guide_shows_running_code():
