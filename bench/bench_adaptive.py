@@ -62,10 +62,10 @@ def one_run(task: str, mod: Any, seed: int, batch: int | None, max_episodes: int
             agent_kw: dict[str, Any] | None = None, objective: str = "time") -> dict[str, Any]:
     """One training run to the task's target; ``batch=None``: the adaptive batch size from 64."""
     env_id, algo, target, trainer_kw, base_kw = TASKS[task]
-    trainer_kw = {**trainer_kw, **QUICK["trainer"]}
+    trainer_kw = {"num_test_envs": 10, "episodes_per_test": 10, **trainer_kw, **QUICK["trainer"]}
     base_kw = {**base_kw, **QUICK["agent"].get(algo, {})}
     start = time.perf_counter()
-    trainer = DecentralizedTrainer(env_id, num_test_envs=10, episodes_per_test=10, batch_size=batch or 64,
+    trainer = DecentralizedTrainer(env_id, batch_size=batch or 64,
                                    episodes_per_train=max_episodes, seed=seed,
                                    stop_fn=lambda m, e: m >= target or time.perf_counter() - start > 60 * max_minutes,
                                    **trainer_kw)
@@ -245,8 +245,9 @@ def main() -> None:
     if args.quick:
         sizes, episodes, minutes, seeds = (32, 64), 6, 0.5, seeds[:1]
         rates, finder_num, finder_episodes = np.array([1e-3, 1e-2]), 6, 30
-        QUICK["trainer"] = {"num_train_envs": 4, "update_freq": 128, "test_freq": 3}
-        QUICK["agent"] = {"DQN": {"learning_starts": 128}, "PPO": {"n_steps": 128, "n_epochs": 2}}
+        QUICK["trainer"] = {"num_train_envs": 4, "update_freq": 128, "test_freq": 3, "num_test_envs": 2,
+                            "episodes_per_test": 2}
+        QUICK["agent"] = {"DQN": {"learning_starts": 128, "replay_ratio": 0.03}, "PPO": {"n_steps": 128, "n_epochs": 2}}
     print(f"machine: {platform.machine()}, Python {platform.python_version()}, backend {args.backend}, "
           f"seeds {seeds}, fixed batches {sizes}{', QUICK (smoke run)' if args.quick else ''}")
     tasks = [t for t in args.only.split(",") if t != "lr"]

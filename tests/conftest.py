@@ -23,3 +23,16 @@ def _one_torch_thread(request):
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture
+def no_leftovers():
+    """The test leaves no child process, and no shared-memory block or semaphore it created, behind.
+
+    Only what this process creates during the test is checked (tests.leftovers.Created), so another job's
+    segments appearing in /dev/shm meanwhile cannot fail it. Yields the Created record."""
+    from tests.leftovers import Created, assert_nothing_left
+
+    with Created() as created:
+        yield created
+    assert_nothing_left(created)

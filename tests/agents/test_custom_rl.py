@@ -78,9 +78,9 @@ class TorchTwo(TorchRL):
 
 def test_torch_custom_dqn_learns_corridor():
     agent = TorchDQN(Corridor().observation_space, Corridor().action_space, seed=0)
-    start = time.perf_counter()
+    start = time.process_time()  # CPU seconds: the bound holds on a loaded machine too
     train(agent, Corridor, agent_steps=3000)
-    assert time.perf_counter() - start < 20
+    assert time.process_time() - start < 20
     assert np.isclose(greedy_return(agent, Corridor()), OPTIMAL)
     assert agent.updates > 0 and agent.policy.eps == 0.05
 
@@ -243,9 +243,9 @@ def make_tf_classes():
 def test_tf_custom_dqn_learns_corridor():
     tf, keras, TFDQN, _ = make_tf_classes()
     agent = TFDQN(Corridor().observation_space, Corridor().action_space, seed=0)
-    start = time.perf_counter()
+    start = time.process_time()  # CPU seconds: the bound holds on a loaded machine too
     train(agent, Corridor, agent_steps=3000)
-    assert time.perf_counter() - start < 30
+    assert time.process_time() - start < 30
     assert np.isclose(greedy_return(agent, Corridor()), OPTIMAL)
 
 

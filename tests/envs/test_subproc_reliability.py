@@ -170,6 +170,7 @@ def test_stuck_env_raises_kills_worker_and_frees_shared_memory(call):
             venv = trainer.train_envs()
             seen["procs"] = list(venv._state["procs"])
             seen["shms"] = [s.name for s in venv._state["shms"]]
+            seen["began"] = time.monotonic()  # the workers are up: their start-up is not what is timed
 
     trainer = DecentralizedTrainer(partial(StuckEnv, call, stuck_seed=1), num_train_envs=3, num_test_envs=1,
                                    update_freq=6, episodes_per_train=50, processes=2, seed=0, step_timeout=1.0)
@@ -178,14 +179,14 @@ def test_stuck_env_raises_kills_worker_and_frees_shared_memory(call):
     try:
         with pytest.raises(EnvTimeoutError) as info:
             trainer.train([agent], learning_mask=[1], plot=False, progress=False, callbacks=[Record()])
-        elapsed = time.monotonic() - t0
+        elapsed = time.monotonic() - seen.get("began", t0)
         if call == "reset":  # the closed pool is replaced: the next run meets the stuck env again, not a closed pool
             with pytest.raises(EnvTimeoutError):
                 trainer.train([agent], learning_mask=[1], plot=False, progress=False)
     finally:
         trainer.close()
     msg = str(info.value)
-    assert elapsed < 1.0 + 8, elapsed
+    assert elapsed < 1.0 + 15, elapsed  # step_timeout=1.0, not the stuck env's 1e6 s (room for a loaded machine)
     assert f"env 1 did not finish {call}" in msg and "1.0 s" in msg and "step_timeout" in msg, msg
     pid = int(re.search(r"pid (\d+)", msg).group(1))
     assert info.value.env_indices == [1] and info.value.pids == [pid] and info.value.call == call

@@ -52,3 +52,44 @@ def failing_cartpole(parent, marker, failure, after):
             return self.env.step(action)
 
     return Fail(env)
+
+
+def late_second_actor_tictactoe(folder, first_steps, extra_wait=0.5, timeout=20.0):
+    """Tic-tac-toe whose envs start late in actor 1: actor 0's env writes its step count to
+    ``folder/steps``, and actor 1 builds its env only once actor 0 has taken ``first_steps`` steps
+    (or after ``timeout`` s), then ``extra_wait`` s more: a slow-starting actor, whatever the load.
+    The learner's envs are plain tic-tac-toe."""
+    import multiprocessing
+
+    from pettingzoo.classic import tictactoe_v3
+    from pettingzoo.utils import BaseWrapper
+
+    env = tictactoe_v3.env()
+    name = multiprocessing.current_process().name
+    path = os.path.join(folder, "steps")
+    if name == "marl_note-actor-1":
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                with open(path) as f:
+                    if int(f.read() or 0) >= first_steps:
+                        break
+            except FileNotFoundError:
+                pass
+            time.sleep(0.01)
+        time.sleep(extra_wait)
+        return env
+    if name != "marl_note-actor-0":
+        return env
+
+    class Counting(BaseWrapper):
+        steps = 0
+
+        def step(self, action):
+            super().step(action)
+            Counting.steps += 1
+            with open(path + ".tmp", "w") as f:
+                f.write(str(Counting.steps))
+            os.replace(path + ".tmp", path)
+
+    return Counting(env)

@@ -38,8 +38,9 @@ def league_run(pool_options=None):
 
 def check_league_run(agent, league, spy, stats):
     pool = stats["pool"]
-    # every actor reported a league version, and republished leagues reached the actors (one actor may finish its
-    # last chunk before the first republication on a busy machine: seen once in CI, min was 0 there)
+    # every actor reported a league version, and republished leagues reached the actors. No actor can play the run
+    # before the first republication (round grants wait for every actor's first report: the synchronisation point
+    # tested in test_pool_league.py), but one actor, starved of CPU, may still play its last round with league 0
     assert min(pool["league_versions"]) >= 0 and max(pool["league_versions"]) >= 1
     names = {tag[0] for tag in spy.tags}
     assert {tag[1] for tag in spy.tags} == {0, 1}  # the learner's seat rotates

@@ -281,12 +281,13 @@ def test_a_rank_that_raises_sends_back_its_traceback():
     def fail(x):
         if int(os.environ["RANK"]) == 1:
             raise ValueError(f"bad input {x}")
-        time.sleep(30)  # terminated by the launcher long before
+        time.sleep(600)  # terminated by the launcher long before
 
     start = time.monotonic()
     with pytest.raises(RankFailedError, match=r"(?s)rank 1 exited with code 1.*ValueError: bad input 3"):
         launch(fail, 2, 3, timeout=60, grace=0.5)
-    assert time.monotonic() - start < 20 and multiprocessing.active_children() == []
+    # rank 0 was not awaited: well under the launcher's timeout, with room for slow starts on a loaded machine
+    assert time.monotonic() - start < 50 and multiprocessing.active_children() == []
 
 
 def test_bad_arguments_are_refused_before_any_process_starts():

@@ -1,6 +1,5 @@
 """DecentralizedTrainer(actors=N): real envs, 2 actor processes, bounded runs, nothing left behind."""
 import functools
-import multiprocessing
 import os
 
 import gymnasium as gym
@@ -16,15 +15,6 @@ torch = pytest.importorskip("torch")
 from marl_note.agents.torch import DQN  # noqa: E402
 
 pytestmark = pytest.mark.timeout(240)
-
-
-@pytest.fixture
-def no_leftovers():
-    """Every test here must leave no shared-memory block and no child process behind."""
-    before = set(os.listdir("/dev/shm"))
-    yield
-    assert not multiprocessing.active_children()
-    assert set(os.listdir("/dev/shm")) - before == set()
 
 
 def cartpole_trainer(**kwargs):
@@ -149,7 +139,7 @@ def test_box_action_agents_train_through_the_pool(name, no_leftovers):
     trainer = DecentralizedTrainer("Pendulum-v1", num_train_envs=2, num_test_envs=1, update_freq=100,
                                    episodes_per_train=2, test_freq=2, episodes_per_test=1, seed=0, actors=2)
     agent = getattr(backend, name)(trainer.observation_space("agent_0"), trainer.action_space("agent_0"),
-                                   hidden_sizes=(16,), learning_starts=100, seed=0)
+                                   hidden_sizes=(16,), learning_starts=100, update_steps=4, seed=0)
     stats = trainer.train([agent], learning_mask=[1], plot=False, progress=False)
     assert min(stats["pool"]["transitions_per_actor"]) > 0 and agent.updates > 0
     assert stats["pool"]["actor_frameworks"] == []
@@ -160,9 +150,13 @@ import multiprocessing, sys
 from marl_note.agents.torch import DQN
 from marl_note.trainers import DecentralizedTrainer
 from marl_note.trainers.callbacks import LambdaCallback
+from tests.leftovers import Created
+
+created = Created().start()  # the shared blocks this learner creates (not another job's)
 
 def report(*args):
     print(" ".join(str(p.pid) for p in multiprocessing.active_children()), flush=True)
+    print(" ".join(created.blocks()), flush=True)
     sys.stdin.readline()  # wait to be killed
 
 trainer = DecentralizedTrainer("CartPole-v1", num_train_envs=2, num_test_envs=1, update_freq=32,
@@ -178,22 +172,24 @@ def test_actors_exit_and_shards_are_freed_when_the_learner_is_killed(tmp_path):
     import sys
     import time
 
-    before = set(os.listdir("/dev/shm"))
+    from tests.leftovers import Created
+
     script = tmp_path / "learner.py"
     script.write_text(KILLED_LEARNER)
     proc = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     try:
         pids = [int(p) for p in proc.stdout.readline().split()]
-        assert len(pids) == 2 and set(os.listdir("/dev/shm")) - before  # two actors, shards in place
+        blocks = proc.stdout.readline().split()  # the learner's own blocks: another job's may come and go
+        left = Created().left
+        assert len(pids) == 2 and len(blocks) >= 3 and left(blocks) == blocks  # 2 actors, boards and shards
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
         deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and (any(os.path.exists(f"/proc/{p}") for p in pids)
-                                               or set(os.listdir("/dev/shm")) - before):
+        while time.monotonic() < deadline and (any(os.path.exists(f"/proc/{p}") for p in pids) or left(blocks)):
             time.sleep(0.1)
         assert not any(os.path.exists(f"/proc/{p}") for p in pids)  # orphaned actors stop by themselves
-        assert set(os.listdir("/dev/shm")) - before == set()  # the resource tracker unlinked the shards
+        assert left(blocks) == []  # the resource tracker unlinked the boards and shards
     finally:
         proc.kill()
         proc.wait(timeout=10)

@@ -1,6 +1,5 @@
 """Self-play in pool mode: an OpponentPool matchmaker run by 2 actor processes on tic-tac-toe."""
 import multiprocessing
-import os
 
 import pytest
 
@@ -10,11 +9,8 @@ from tests.trainers.pool_selfplay import check_league_run, league_run  # noqa: E
 pytestmark = pytest.mark.timeout(240)
 
 
-def test_actors_play_the_opponent_pool_and_store_only_the_learners_seats():
-    before = set(os.listdir("/dev/shm"))
+def test_actors_play_the_opponent_pool_and_store_only_the_learners_seats(no_leftovers):
     check_league_run(*league_run())
-    assert not multiprocessing.active_children()
-    assert set(os.listdir("/dev/shm")) - before == set()
 
 
 def test_draw_table_matches_sample_opponent():
@@ -49,4 +45,34 @@ def test_a_matchmaker_other_than_an_opponent_pool_is_refused_before_any_process_
     agent = DQN(trainer.observation_space("agent_0"), trainer.action_space("agent_0"), hidden_sizes=(8,))
     with pytest.raises(ValueError, match="matchmaker must be an OpponentPool"):
         trainer.train([agent], learning_mask=[1], plot=False, progress=False, matchmaker=lambda i: None)
+    assert not multiprocessing.active_children()
+
+
+def test_an_actor_starting_late_does_not_let_the_others_run_ahead_of_the_learner(tmp_path):
+    """The synchronisation point the league run relies on: until every actor has reported its first round,
+    no actor gets more than ROUNDS_AHEAD rounds, so the first chunk cannot swallow the run (on the old code
+    actor 0 played on while actor 1 started, and a whole league run could end inside its first chunk,
+    before any snapshot was published: the flake of the test above on a loaded machine)."""
+    import functools
+
+    from marl_note.agents.torch import DQN
+    from marl_note.contrib.pool.pool import ROUNDS_AHEAD
+    from marl_note.trainers import DecentralizedTrainer
+    from marl_note.trainers.callbacks import LambdaCallback
+    from tests.trainers.pool_envs import late_second_actor_tictactoe
+
+    update_freq, actors = 20, 2
+    round_steps = update_freq // actors
+    env = functools.partial(late_second_actor_tictactoe, str(tmp_path), ROUNDS_AHEAD * round_steps)
+    trainer = DecentralizedTrainer(env, num_train_envs=2, num_test_envs=1, update_freq=update_freq,
+                                   episodes_per_train=30, test_freq=1000, episodes_per_test=1, seed=0, actors=actors)
+    agent = DQN(trainer.observation_space("player_1"), trainer.action_space("player_1"), hidden_sizes=(8,),
+                learning_starts=32, seed=0)
+    chunks = []
+    trainer.train([agent, agent], learning_mask=[1, 1], plot=False, progress=False,
+                  callbacks=[LambdaCallback(on_collect_end=lambda stats, episodes: chunks.append(stats.env_steps))])
+    assert int((tmp_path / "steps").read_text()) >= ROUNDS_AHEAD * round_steps  # actor 0 did start first
+    # actor 0's rounds before actor 1 reported, and actor 1's, all within the first chunk
+    assert chunks[0] <= ROUNDS_AHEAD * round_steps * actors, chunks
+    assert len(chunks) > 1
     assert not multiprocessing.active_children()

@@ -84,12 +84,12 @@ def test_bad_batches_are_refused(ring):
 
 
 def test_unlink_frees_the_block():
-    before = set(os.listdir("/dev/shm"))
     r = SharedRing.create(SPECS, capacity=4)
-    assert set(os.listdir("/dev/shm")) - before
+    path = os.path.join("/dev/shm", r.handle[0].lstrip("/"))  # this ring's block (not another job's)
+    assert os.path.exists(path)
     r.unlink()
     r.unlink()  # idempotent
-    assert set(os.listdir("/dev/shm")) == before
+    assert not os.path.exists(path)
 
 
 def test_board_reads_each_version_once_and_checks_shapes():

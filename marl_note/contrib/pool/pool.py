@@ -189,6 +189,8 @@ class Feeding:
     league: LeaguePublisher | None = None
     league_versions: np.ndarray
     frameworks: set[str]
+    reported: set[int]  # actors that reported a round
+    held: list[int]  # reports whose round grants wait for every actor's first report (granted)
     options: PoolOptions
     synchronous: bool = False  # an on-policy learner (PPO): one round per actor per update, lag 0
 
@@ -199,6 +201,20 @@ class Feeding:
         if self.synchronous:
             return len(got) < self.options.actors
         return sum(r[2] for r in got) < env_steps or not got or len(reported) < self.options.actors
+
+    def granted(self, actor: int) -> list[int]:
+        """Asynchronous mode: the actors that may start one more round now that ``actor`` reported one
+        (each report grants its actor a round). Until every actor has reported, the grants are held back:
+        an actor slow to start must not leave the others collecting the run ahead of the learner in one
+        first chunk, with no weights, league or callbacks in between (``ROUNDS_AHEAD`` bounds every
+        actor from the first round on)."""
+        if self.synchronous:
+            return []
+        self.held.append(actor)
+        if len(self.reported) < self.options.actors:
+            return []
+        grants, self.held = self.held, []
+        return grants
 
     def release(self) -> None:
         """Synchronous mode: let every actor collect its next round (after the learners published)."""
@@ -265,7 +281,8 @@ class Pool(Feeding):
         self.rows_per_actor = np.zeros(options.actors, np.int64)
         self.versions = np.full((options.actors, len(learners)), -1, np.int64)
         self.published = [-1] * len(learners)
-        self.reported: set[int] = set()  # actors that reported a round
+        self.reported = set()
+        self.held = []
         self.frameworks: set[str] = set()  # frameworks an actor reported imported (none expected)
         self._finalizer = weakref.finalize(self, _stop, self.procs, self.stop, self.results, self._shms,
                                            self._stuck, self.tails)
@@ -334,8 +351,8 @@ class Pool(Feeding):
                 raise ActorError(f"actor {msg[1]} failed:\n{msg[2]}")
             got.append(msg)
             self.reported.add(msg[1])
-            if not self.synchronous:
-                self.credits[msg[1]] += 1
+            for i in self.granted(msg[1]):
+                self.credits[i] += 1
             self.heard(msg)
             deadline = time.monotonic() + self.options.actor_timeout
         return got

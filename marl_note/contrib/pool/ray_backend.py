@@ -141,7 +141,8 @@ class RayPool(Feeding):
         self.versions = np.full((options.actors, len(learners)), -1, np.int64)
         self.published = [-1] * len(learners)
         self._refs: list[Any] = [None] * len(learners)
-        self.reported: set[int] = set()
+        self.reported = set()
+        self.held = []
         self.frameworks: set[str] = set()
         self.procs: list[Any] = []  # the actor handles
         self._inflight: list[deque] = [deque() for _ in range(options.actors)]  # (round call, when made)
@@ -225,13 +226,13 @@ class RayPool(Feeding):
                 raise ActorError(f"actor {i} failed:\n{exc}") from None  # it died, or could not start
             if report[0] == "error":
                 raise ActorError(f"actor {report[1]} failed:\n{report[2]}")
-            if not self.synchronous:
-                self._submit(i)
+            self.reported.add(i)
+            for j in self.granted(i):
+                self._submit(j)
             for k, parts in enumerate(columns):
                 self._pending[k].extend(parts)
                 self.rows_per_actor[i] += sum(len(p["rew"]) for p in parts)
             got.append(report)
-            self.reported.add(i)
             self.heard(report)
             deadline = time.monotonic() + self.options.actor_timeout
         return got

@@ -35,9 +35,9 @@ def test_dqn_learns_corridor():
     agent = DQN(env.observation_space, env.action_space, seed=0, hidden_sizes=(32,), learning_starts=200,
                 target_update=50, policy=EpsGreedyQPolicy(1.0, 0.05, n_steps_annealing=1500))
     assert greedy_return(agent, Corridor()) < 0  # untrained: never arrives
-    start = time.perf_counter()
+    start = time.process_time()  # CPU seconds: the bound holds on a loaded machine too
     train(agent, Corridor, agent_steps=3000)
-    assert time.perf_counter() - start < 20
+    assert time.process_time() - start < 20
     assert np.isclose(greedy_return(agent, Corridor()), OPTIMAL)
 
 
@@ -45,9 +45,9 @@ def test_ppo_learns_corridor():
     env = Corridor()
     agent = PPO(env.observation_space, env.action_space, seed=0, hidden_sizes=(32,), n_steps=256, n_epochs=4,
                 lr=3e-3, ent_coef=0.01)
-    start = time.perf_counter()
+    start = time.process_time()  # CPU seconds: the bound holds on a loaded machine too
     train(agent, Corridor, agent_steps=6000)
-    assert time.perf_counter() - start < 20
+    assert time.process_time() - start < 20
     assert np.isclose(greedy_return(agent, Corridor()), OPTIMAL)
 
 
