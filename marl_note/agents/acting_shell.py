@@ -22,10 +22,10 @@ Example:
     >>> import gymnasium as gym, numpy as np, pickle
     >>> from marl_note.agents.torch import DQN
     >>> agent = DQN(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), hidden_sizes=(8,), seed=0)
-    >>> shell = pickle.loads(pickle.dumps(agent.acting_shell()))
+    >>> shell = pickle.loads(pickle.dumps(agent.remote.shell()))
     >>> type(shell).__name__
     'DQNCore'
-    >>> shell.load_acting_state(agent.acting_state(), version=0)
+    >>> shell.remote.load(agent.remote.state(), version=0)
     >>> bool((shell.act(np.ones((4, 3))) == agent.act(np.ones((4, 3)))).all())
     True
 """

@@ -95,7 +95,7 @@ def test_dqn_loss_gradient_matches_finite_differences(criterion):
     params = float64(nets.modules["q_net"])  # the check runs in float64 through the same loss code
     nets.q_net = MLP(params, "q_net", "relu")
     rng = np.random.default_rng(3)
-    b = agent.arrays(Transitions(obs=rng.normal(size=(6, 4)) * 3, act=rng.integers(0, 5, 6), rew=rng.normal(size=6),
+    b = agent._arrays(Transitions(obs=rng.normal(size=(6, 4)) * 3, act=rng.integers(0, 5, 6), rew=rng.normal(size=6),
                                  next_obs=rng.normal(size=(6, 4)), terminated=np.zeros(6, bool),
                                  truncated=np.zeros(6, bool), weights=rng.random(6)))
     b = {k: v.astype(np.float64) if v.dtype == np.float32 else v for k, v in b.items()}

@@ -50,7 +50,9 @@ def test_evaluate_and_play_into_tensorflow_print_no_framework_logs(tmp_path, cap
         assert proc.returncode == 0, proc.stderr[-2000:]
         logged = [line for line in proc.stderr.splitlines() if any(word in line for word in FRAMEWORK_LOGS)]
         assert logged == [], proc.stderr[-2000:]
-    assert evaluated.stdout.startswith("greedy games against a random player")
+    # the first lines are the command's own: which weights it loaded, then the games
+    first = evaluated.stdout.splitlines()[:2]
+    assert first[0].startswith(f"{out}: the ") and first[1].startswith("greedy games against a random player"), first
 
 
 def test_ctrl_c_saves_the_learners_and_the_run_checkpoint_and_exits_130(tmp_path):
@@ -85,6 +87,6 @@ def test_ctrl_c_saves_the_learners_and_the_run_checkpoint_and_exits_130(tmp_path
     from marl_note.agents.checkpoints import restore
     from marl_note.trainers.run_state import load_run
 
-    agent = restore(os.path.join(out, "agent_0"), backend="torch")
+    agent = restore(os.path.join(out, "last", "agent_0"), backend="torch")
     run = load_run(os.path.join(out, "run_checkpoint"), [agent])
     assert run.env_steps == record["env_steps"] and run.episodes == record["episodes"] > 0
