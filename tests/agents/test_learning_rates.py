@@ -10,7 +10,7 @@ import pytest
 
 from marl_note.agents.checkpoints import restore
 from marl_note.types import Transitions
-from tests.agents.rl_helpers import user_rl
+from tests.compat.rl_helpers import user_rl
 
 BOX_OBS = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
 BOX_ACT = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)

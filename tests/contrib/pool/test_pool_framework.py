@@ -6,7 +6,7 @@ from marl_note.trainers import DecentralizedTrainer
 
 torch = pytest.importorskip("torch")
 from marl_note.agents.torch import DQN  # noqa: E402
-from tests.trainers.pool_agents import TinyDQN  # noqa: E402
+from tests.contrib.pool.pool_agents import TinyDQN  # noqa: E402
 
 pytestmark = pytest.mark.timeout(180)
 

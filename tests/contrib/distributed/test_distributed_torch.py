@@ -56,7 +56,7 @@ def _every_algorithm(ctx: DistributedContext) -> dict[str, dict[str, np.ndarray]
     import marl_note.agents.torch as backend
     from marl_note.types import Transitions
     from tests.agents.maddpg_helpers import joint_batch
-    from tests.agents.rl_helpers import user_rl
+    from tests.compat.rl_helpers import user_rl
 
     box = gym.spaces.Box(-1, 1, (2,), np.float32)
     obs = {"a": OBS, "b": gym.spaces.Discrete(5)}
@@ -307,7 +307,7 @@ def test_bad_arguments_are_refused_before_any_process_starts():
 
 
 def _example():
-    path = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "distributed_cartpole.py")
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples", "distributed_cartpole.py")
     spec = importlib.util.spec_from_file_location("distributed_cartpole", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -9,7 +9,7 @@ from pettingzoo.classic import tictactoe_v3
 
 from marl_note.contrib.pool.pool import ActorError
 from marl_note.trainers import DecentralizedTrainer
-from tests.trainers.pool_envs import crashing_cartpole
+from tests.contrib.pool.pool_envs import crashing_cartpole
 
 torch = pytest.importorskip("torch")
 from marl_note.agents.torch import DQN  # noqa: E402

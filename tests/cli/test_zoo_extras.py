@@ -1,6 +1,6 @@
 """The zoo's optional envs (``marl_note[zoo]``): LunarLander-v3 needs Box2D, texas_holdem_v4 needs rlcard.
 
-Installed, they train like every recipe (tests/test_zoo.py's tiny-budget test). Missing, resolving the
+Installed, they train like every recipe (tests/cli/test_zoo.py's tiny-budget test). Missing, resolving the
 env, preparing the recipe and ``train --env`` fail with one line that names the package and the extra
 that installs it, before a trainer is built or a run directory made. "Missing" is simulated: the
 package's ``sys.modules`` entry set to None and the modules that imported it dropped, so they import again.
@@ -17,7 +17,7 @@ from marl_note.cli.envs import OPTIONAL_PACKAGES, resolve_env
 from marl_note.cli.zoo import RecipeError, recipe, tomllib  # tomllib, or tomli on Python 3.10
 from marl_note.cli.zoo_run import prepare
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # env -> (the module it needs, the modules that import that one)
 EXTRAS = {"LunarLander-v3": ("Box2D", ("gymnasium.envs.box2d",)),
           "texas_holdem_v4": ("rlcard", ("pettingzoo.classic.texas_holdem_v4", "pettingzoo.classic.rlcard_envs"))}

@@ -4,7 +4,7 @@ import multiprocessing
 import pytest
 
 torch = pytest.importorskip("torch")
-from tests.trainers.pool_selfplay import check_league_run, league_run  # noqa: E402
+from tests.contrib.pool.pool_selfplay import check_league_run, league_run  # noqa: E402
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -59,7 +59,7 @@ def test_an_actor_starting_late_does_not_let_the_others_run_ahead_of_the_learner
     from marl_note.contrib.pool.pool import ROUNDS_AHEAD
     from marl_note.trainers import DecentralizedTrainer
     from marl_note.trainers.callbacks import LambdaCallback
-    from tests.trainers.pool_envs import late_second_actor_tictactoe
+    from tests.contrib.pool.pool_envs import late_second_actor_tictactoe
 
     update_freq, actors = 20, 2
     round_steps = update_freq // actors

@@ -11,7 +11,7 @@ from pettingzoo.classic import tictactoe_v3
 
 from marl_note.cli import main
 from marl_note.cli.zoo import RecipeError, load_recipe
-from tests.test_zoo import GOOD
+from tests.cli.test_zoo import GOOD
 
 
 def _error(capsys, *args):

@@ -14,7 +14,7 @@ from marl_note.cli.zoo import RecipeError, load_recipe, recipe, recipe_names, re
 from marl_note.cli.zoo_run import prepare, train_recipe
 from marl_note.cli.zoo_write import write_result
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SUITE = ["CartPole-v1", "Acrobot-v1", "MountainCar-v0", "LunarLander-v3", "Pendulum-v1", "tictactoe_v3",
          "connect_four_v3", "texas_holdem_v4", "pistonball_v6", "knights_archers_zombies_v11", "pursuit_v5",
          "simple_spread_v3", "simple_tag_v3"]

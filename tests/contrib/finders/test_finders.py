@@ -12,7 +12,7 @@ from marl_note.contrib.finders.finders import LRFinder, OptFinder
 from marl_note.contrib.finders.parts import LRSearch, SearchDone, start_from, weights_of
 from marl_note.trainers import DecentralizedTrainer
 from marl_note.trainers.collector import CollectStats
-from tests.agents.rl_helpers import user_rl
+from tests.compat.rl_helpers import user_rl
 
 CARTPOLE = gym.make("CartPole-v1")
 OBS, ACT = CARTPOLE.observation_space, CARTPOLE.action_space

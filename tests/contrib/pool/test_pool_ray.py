@@ -9,7 +9,7 @@ import pytest
 
 from marl_note.contrib.pool.pool import ActorError
 from marl_note.trainers import DecentralizedTrainer
-from tests.trainers.pool_envs import crashing_cartpole, failing_cartpole
+from tests.contrib.pool.pool_envs import crashing_cartpole, failing_cartpole
 
 ray = pytest.importorskip("ray")
 torch = pytest.importorskip("torch")
@@ -94,13 +94,13 @@ def test_without_ray_the_error_says_how_to_install_it(monkeypatch):
 
 
 def test_ray_actors_play_the_opponent_pool(local_ray):
-    from tests.trainers.pool_selfplay import check_league_run, league_run
+    from tests.contrib.pool.pool_selfplay import check_league_run, league_run
 
     check_league_run(*league_run({"backend": "ray"}))
 
 
 def test_ray_actors_collect_ppo_rounds_synchronously(local_ray):
-    from tests.trainers.test_pool_ppo import ppo_chunks
+    from tests.contrib.pool.test_pool_ppo import ppo_chunks
 
     trainer, agent, seen, stats = ppo_chunks(actors=2, chunks=4, pool={"backend": "ray"})
     assert [rows for rows, *_ in seen] == [64, 128, 64, 128]  # as the in-process collector's (test_pool_ppo)
@@ -115,7 +115,7 @@ def test_a_ray_actor_stuck_in_its_env_raises_after_actor_timeout(local_ray, tmp_
     import dataclasses
 
     from marl_note.contrib.pool.ray_backend import RayPool
-    from tests.trainers.test_pool_dead_actors import within
+    from tests.contrib.pool.test_pool_dead_actors import within
 
     wait_started = RayPool._wait_started
 

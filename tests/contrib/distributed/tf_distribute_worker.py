@@ -1,5 +1,5 @@
 """Runs in a subprocess for ``test_tf_distribute.py`` (a strategy's devices must be set up before
-TensorFlow starts): ``python -m tests.agents.tf_distribute_worker MODE OUT.json [TMPDIR ALGORITHMS]``.
+TensorFlow starts): ``python -m tests.contrib.distributed.tf_distribute_worker MODE OUT.json [TMPDIR ALGORITHMS]``.
 
 - ``mirrored``: two logical CPU devices, ``MirroredStrategy``. Every algorithm: the same agent built
   with and without the strategy observes the same real-env transitions and updates once; the
@@ -197,7 +197,7 @@ def rl_subclass(out: dict, strategy) -> None:
     import tensorflow as tf
 
     from marl_note.agents import tf as A
-    from tests.agents.rl_helpers import user_rl
+    from tests.compat.rl_helpers import user_rl
 
     space, acts = gym.make("CartPole-v1").observation_space, gym.spaces.Discrete(2)
     single = user_rl(A, space, acts, learning_starts=8)
@@ -293,7 +293,7 @@ def worker(out: dict, die: bool, tmp: str | None = None) -> None:
     mark(out, "ppo")
     from marl_note.agents import tf as A
     from marl_note.contrib.distributed.tf.multiworker import TFCollective
-    from tests.agents.rl_helpers import user_rl
+    from tests.compat.rl_helpers import user_rl
     rl_single = user_rl(A, space, gym.spaces.Discrete(2))
     with strategy.scope():
         rl_dist = user_rl(A, space, gym.spaces.Discrete(2))
@@ -382,7 +382,7 @@ def parameter_server(out: dict, tmp: str) -> None:
     ppo[1].save(f"{tmp}/ppo_ps")
     out["restored_plain"] = max_diff(ppo[1].state_dict(), PPO.restore(f"{tmp}/ppo_ps").state_dict())
     from marl_note.agents import tf as A
-    from tests.agents.rl_helpers import user_rl
+    from tests.compat.rl_helpers import user_rl
     try:
         with strategy.scope():
             user_rl(A, space, gym.spaces.Discrete(2))

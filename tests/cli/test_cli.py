@@ -17,7 +17,7 @@ import pytest
 
 from marl_note.cli import main
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)}
 TRAIN = ["train", "--env", "tictactoe_v3", "--algo", "dqn", "--self-play", "--episodes", "24", "--num-envs", "4",
          "--update-freq", "32", "--test-freq", "12", "--test-episodes", "4", "--eval-episodes", "4",

@@ -14,7 +14,7 @@ import pytest
 from marl_note.contrib.pool.pool import ActorError
 from marl_note.trainers import DecentralizedTrainer
 from marl_note.trainers.callbacks import LambdaCallback
-from tests.trainers.pool_envs import failing_cartpole
+from tests.contrib.pool.pool_envs import failing_cartpole
 
 torch = pytest.importorskip("torch")
 from marl_note.agents.torch import DQN  # noqa: E402
