@@ -36,8 +36,11 @@ install-docs: $(VENV)/.installed-docs
 demo: install
 	$(PY) examples/tictactoe_selfplay.py
 
+# two workers (pytest-xdist): the suite is mostly CPU-bound start-ups and small runs, and one pytest
+# process leaves the second core of a 2-core machine idle (VM: 13 min serial for 1,818 tests in the last
+# serial CI; 9.5 min with -n 2 for 2,211 tests)
 test: install-test
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2
 
 # ruff (rules in pyproject.toml [tool.ruff]) and mypy (files and options in [tool.mypy])
 lint: install-test

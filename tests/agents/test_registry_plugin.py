@@ -265,7 +265,7 @@ def test_the_command_line_trains_it_when_a_plugin_module_registers_it(tmp_path):
             "--agent-arg", "hidden_sizes=[8]", "--agent-arg", "learning_starts=16", "--out", str(out), "--quiet"]
     done = run_cli(args, tmp_path, plugins="expected_sarsa_plugin")
     assert done.returncode == 0, done.stderr
-    manifest = json.loads((out / "agent_0" / "manifest.json").read_text())
+    manifest = json.loads((out / "last" / "agent_0" / "manifest.json").read_text())
     assert (manifest["algorithm"], manifest["backend"]) == ("ExpectedSarsa", "torch")
     assert json.loads((out / "marl_note_run.json").read_text())["algo"] == NAME
 

@@ -52,14 +52,15 @@ def cartpole_run(**options):
 def test_a_run_uses_one_thread_by_default_and_restores_the_count(torch_threads):
     trainer, seen = cartpole_run()
     assert seen and set(seen) == {DEFAULT_THREADS} == {1}
-    assert trainer.threads_in_effect == {"torch": 1}
+    # torch's count only: TensorFlow, if another test of this process already ran it, keeps the pools it made
+    assert trainer.threads_in_effect["torch"] == 1
     assert torch.get_num_threads() == 3
 
 
 @pytest.mark.parametrize("threads, expected", [(2, 2), (None, 3)])
 def test_threads_asked_for_or_left_alone(torch_threads, threads, expected):
     trainer, seen = cartpole_run(threads=threads)
-    assert set(seen) == {expected} and trainer.threads_in_effect == {"torch": expected}
+    assert set(seen) == {expected} and trainer.threads_in_effect["torch"] == expected
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True, "two"])
@@ -72,10 +73,10 @@ def test_the_header_names_the_thread_count_and_threads_2_is_applied(torch_thread
     base = ["train", "--env", "FrozenLake-v1", "--algo", "dqn", "--episodes", "2", "--num-envs", "2",
             "--update-freq", "8", "--test-episodes", "1", "--eval-episodes", "0", "--quiet"]
     assert main([*base, "--out", str(tmp_path / "one")]) == 0
-    assert "on 2 envs, 1 thread (torch)" in capsys.readouterr().out.splitlines()[0]
+    assert "on 2 envs, 1 thread (torch" in capsys.readouterr().out.splitlines()[0]
     assert torch.get_num_threads() == 1
     assert main([*base, "--threads", "2", "--out", str(tmp_path / "two")]) == 0
-    assert "on 2 envs, 2 threads (torch)" in capsys.readouterr().out.splitlines()[0]
+    assert "on 2 envs, 2 threads (torch" in capsys.readouterr().out.splitlines()[0]
     assert torch.get_num_threads() == 2
 
 

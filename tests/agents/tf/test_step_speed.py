@@ -45,7 +45,7 @@ def test_dqn_steps_after_the_first_skip_the_tf_function_dispatch():
 def test_packed_batch_keeps_every_input_exactly():
     rng = np.random.default_rng(1)
     agent = DQN(BOX, ACT, hidden_sizes=(8,), seed=0)
-    arrays = agent.arrays(batch(6, rng))
+    arrays = agent._arrays(batch(6, rng))
     pair, aux = pack_batch(arrays)
     np.testing.assert_array_equal(pair[0], arrays["obs"])
     np.testing.assert_array_equal(pair[1], arrays["next_obs"])
