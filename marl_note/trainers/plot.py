@@ -159,6 +159,24 @@ def _draw_panel(ax: Any, panel: str, lines: Mapping[str, Points]) -> None:
         ax.legend(fontsize=8)
 
 
+def run_title(env: str | None, algorithms: Sequence[str], seed: int | None) -> str:
+    """The title of a run's plot: the env, the learners' algorithms and the seed, as far as they are known.
+
+    Example:
+        >>> run_title("tictactoe_v3", ["DQN", "DQN", "PPO"], 3)
+        'marl_note: tictactoe_v3, DQN + PPO, seed 3'
+        >>> run_title(None, [], None)
+        'marl_note'
+    """
+    parts = [env] if env else []
+    names = list(dict.fromkeys(algorithms))  # each algorithm once, in seat order
+    if names:
+        parts.append(" + ".join(names))
+    if seed is not None:
+        parts.append(f"seed {seed}")
+    return "marl_note: " + ", ".join(parts) if parts else "marl_note"
+
+
 def plot_run(run: Any, path: str | None = None, title: str = "marl_note", show: bool = False) -> str:
     """The trainer's figure of a whole run (every panel with data); returns the PNG's absolute path.
 

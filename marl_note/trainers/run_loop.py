@@ -168,6 +168,10 @@ class RunLoop:
         if self.baseline_on is None:
             given = self.test_seats if self.test_agents_given else None
             self.baseline_on = use_baseline(self.baseline, self.seats, given, self.recent_returns())
+            if self.baseline_on and self.recorder is not None:
+                # the training reward recorded before this first test was the mean over the training seats,
+                # which self-play against itself makes meaningless (a flat 0 in a zero-sum game): drop it
+                self.recorder.series.pop("train_reward", None)
         if self.baseline_on and self.opponents is not None:
             result = evaluate_against(self.trainer, self.seats[0], self.opponents, self.trainer.episodes_per_test)
         else:
@@ -211,8 +215,10 @@ class RunLoop:
             out[self.source.name] = dict(self.source_stats)
         self.trainer.distributed.barrier()  # every rank returns once rank 0 has saved
         if plot and self.run.history and chief:
-            from marl_note.trainers.plot import plot_run
+            from marl_note.trainers.plot import plot_run, run_title
 
-            out["plot_path"] = plot_run(self.run, self.trainer.plot_path)
+            title = run_title(self.trainer.env_name, [type(learner).__name__ for learner in self.learners],
+                              self.trainer.seed)
+            out["plot_path"] = plot_run(self.run, self.trainer.plot_path, title=title)
             print(f"marl_note: wrote the training plot to {out['plot_path']}")
         return out

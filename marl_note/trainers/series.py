@@ -6,7 +6,7 @@ A run keeps, besides its test history, one :class:`Series` per quantity in
 - ``train_reward``: after each collection chunk that finished training episodes, the reward
   metric over the last 100 training episodes (the value the progress bar shows; not recorded
   while the tests play a learner against a baseline, where the training seats' mean is
-  meaningless);
+  meaningless: the points of the chunks before the first test, which decides that, are dropped then);
 - every scalar metric each learner's ``update`` returns (``loss``, ``eps``, ``gradient_steps``,
   ...), one point per update; with several learners a name is prefixed by the learner's seats
   (``"player_1/loss"``);

@@ -171,7 +171,9 @@ class DecentralizedTrainer:
         self.plot_path = check_plot_path(plot_path)  # a .png path, checked before any work
         workers = workers_of(self.num_train_envs, self.num_test_envs, processes, actors)
         check_envs_fit(self.num_train_envs, self.num_test_envs, workers, warn=False)  # before building one
-        probe = adapt(self.env_fn())
+        raw_probe = self.env_fn()
+        self.env_name = _env_name(raw_probe)  # for the plot's title; None when the env does not say
+        probe = adapt(raw_probe)
         try:
             self.spec: EnvSpec = make_spec(probe)
         finally:
@@ -454,3 +456,13 @@ class DecentralizedTrainer:
             if venv is not None:
                 venv.close()
         self._train_venv = self._test_venv = None
+
+
+def _env_name(env: Any) -> str | None:
+    """The env's id as it names itself: a Gymnasium ``spec.id`` or PettingZoo's ``metadata["name"]``."""
+    env_id = getattr(getattr(env, "spec", None), "id", None)
+    if isinstance(env_id, str):
+        return env_id
+    metadata = getattr(env, "metadata", None)
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    return name if isinstance(name, str) else None
