@@ -27,9 +27,9 @@ def test_piped_progress_prints_by_time_too(monkeypatch):
     bar = Progress(10**6, stream=out, every_seconds=0.0)
     bar.update(1)
     bar.update(2)
-    assert len(out.getvalue().splitlines()) == 2
+    assert len(out.getvalue().splitlines()) == 3  # the line at the start, then one per update
     bar.close()  # nothing new since the last line
-    assert len(out.getvalue().splitlines()) == 2
+    assert len(out.getvalue().splitlines()) == 3
 
 
 def test_trainer_progress_with_stderr_piped(capfd):
