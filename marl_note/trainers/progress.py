@@ -132,11 +132,11 @@ class Progress:
         self.last_tick = now
         fraction, text, extra = self._state(now)
         if self.bar is not None:
-            done, total = text.split(" ", 1)[0].split("/")
-            self.bar.total, self.bar.n = float(total), float(done)
-            self.bar.unit = text.split(" ", 1)[1]
-            self.bar.set_postfix_str(extra.lstrip(", ") + "".join(f", {k}={v}" for k, v in self.postfix.items()),
-                                     refresh=False)
+            counts, unit = text.split(" ", 1)
+            done, total = (float(x) if "." in x else int(x) for x in counts.split("/"))
+            self.bar.total, self.bar.n, self.bar.unit = total, done, unit
+            parts = ([extra[2:]] if extra else []) + [f"{k}={v}" for k, v in self.postfix.items()]
+            self.bar.set_postfix_str(", ".join(parts), refresh=False)
             self.bar.refresh()
             return
         early = self.printed == (-1, -1) or (now - self.start >= FIRST_LINE_SECONDS > self.last_time - self.start)

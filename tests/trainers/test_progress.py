@@ -55,3 +55,18 @@ def test_update_freq_larger_than_the_budget_warns():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         trainer.train([agent], learning_mask=[1], plot=False, progress=False)
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_terminal_progress_is_one_refreshed_line_against_the_env_step_budget():
+    out = Terminal()
+    bar = Progress(10**7, stream=out, env_steps=1000)
+    bar.update(3, env_steps=500, loss=0.1)
+    bar.close()
+    text = out.getvalue()
+    assert text.count("\n") == 1 and text.endswith("\n")  # redrawn with carriage returns, ended once
+    assert "500/1000 env steps" in text.split("\r")[-1] and "env steps/s" in text.split("\r")[-1]
