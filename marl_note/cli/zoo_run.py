@@ -114,6 +114,7 @@ class Budget:
     def on_train_begin(self, trainer: Any) -> None:
         self.steps, self.started, self.stopped_by = 0, time.perf_counter(), None
         trainer.collect_limit = self.limit
+        trainer.progress_budget = {"env_steps": self.env_steps, "minutes": self.minutes}
 
     def limit(self, kind: str, env_steps: int) -> bool:
         """The trainer's ``collect_limit``: True once a collection of ``kind`` (``"train"``/``"test"``) that

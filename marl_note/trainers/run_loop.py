@@ -63,7 +63,17 @@ class RunLoop:
         t, run, recorder = self.trainer, self.run, self.recorder
         assert recorder is not None  # set by _prepare
         dist = t.distributed
-        bar = Progress(t.episodes_per_train, enabled=progress and dist.is_chief)
+        budget = t.progress_budget or {}
+        bar = Progress(t.episodes_per_train, enabled=progress and dist.is_chief,
+                       env_steps=budget.get("env_steps"), minutes=budget.get("minutes"))
+        limit = t.collect_limit
+        if bar.enabled:  # refresh the display during a chunk too, not only at its end
+            def ticking(kind: str, env_steps: int) -> bool:
+                if kind == "train":
+                    bar.tick(run.env_steps + env_steps)
+                return limit is not None and limit(kind, env_steps)
+
+            t.collect_limit = ticking
         self.started = time.perf_counter() - run.training_time
         round_steps = 0
         try:
@@ -88,6 +98,7 @@ class RunLoop:
                            best=run.best if run.history else None,
                            **{k: v for k, v in self.last_metrics.items() if k in ("loss", "eps", "epsilon")})
         finally:
+            t.collect_limit = limit
             bar.close()
             self.source_stats = self.source.close()
         run.training_time = time.perf_counter() - self.started

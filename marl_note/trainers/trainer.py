@@ -183,6 +183,8 @@ class DecentralizedTrainer:
         self.stop_training = False  # set True (by a callback or hook) to end training after the current chunk
         # set by a callback for one train() (a budget): limit(kind, env_steps) -> True ends a collection early
         self.collect_limit: Callable[[str, int], bool] | None = None
+        # set with it: {"env_steps": n or None, "minutes": m or None}, what the progress display counts against
+        self.progress_budget: dict[str, Any] | None = None
         self.history: list[tuple[int, float]] = []
         self._run: RunState | None = None
         self._run_agents: list[Agent] = []
@@ -366,7 +368,8 @@ class DecentralizedTrainer:
         ``"train"``) and in a test (``"test"``), with the env steps of that collection so far, and
         True ends that collection early (a test then reports the episodes it finished), so that a
         budget holds inside a long chunk or test (the in-process collector; an actor pool checks
-        between chunks).
+        between chunks). Such a budget may also set ``trainer.progress_budget = {"env_steps": n,
+        "minutes": m}`` (either None): the progress display then counts against whichever ends the run first.
         ``checkpoint_path`` saves the whole run there (atomically) after every test and at the end;
         it must be a new or empty directory, one holding a previous checkpoint (other files there,
         such as plots, are kept) or a ``.zip`` path; anything else is refused before training starts.
@@ -387,6 +390,7 @@ class DecentralizedTrainer:
             self.settings.stop()
             restore_threads()
             self.collect_limit = None  # a budget's limit belongs to its train()
+            self.progress_budget = None
 
     def _prepare(self, agents: Seats, learning_mask: Any, exploration_mask: Any, test_agents: Seats | None,
                  matchmaker: Callable | None, callbacks: Sequence[Any], checkpoint_path: str | None,
@@ -421,6 +425,7 @@ class DecentralizedTrainer:
                               f"the whole budget of episodes_per_train={self.episodes_per_train}: this train() "
                               f"collects nothing more (raise episodes_per_train to go on training)", stacklevel=3)
         self.collect_limit = None  # a callback's on_train_begin may set it (a budget)
+        self.progress_budget = None
         self._run, self._run_agents, self._run_callbacks = run, seats, callback_list.callbacks
         self._run_learners = distinct([a for a, ln in zip(seats, learn) if ln])
         self.settings.start(self._run_learners, learner_labels(self.spec.possible_agents, seats, learn,

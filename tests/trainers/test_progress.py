@@ -27,9 +27,9 @@ def test_piped_progress_prints_by_time_too(monkeypatch):
     bar = Progress(10**6, stream=out, every_seconds=0.0)
     bar.update(1)
     bar.update(2)
-    assert len(out.getvalue().splitlines()) == 2
+    assert len(out.getvalue().splitlines()) == 3  # the line at the start, then one per update
     bar.close()  # nothing new since the last line
-    assert len(out.getvalue().splitlines()) == 2
+    assert len(out.getvalue().splitlines()) == 3
 
 
 def test_trainer_progress_with_stderr_piped(capfd):
@@ -55,3 +55,18 @@ def test_update_freq_larger_than_the_budget_warns():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         trainer.train([agent], learning_mask=[1], plot=False, progress=False)
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_terminal_progress_is_one_refreshed_line_against_the_env_step_budget():
+    out = Terminal()
+    bar = Progress(10**7, stream=out, env_steps=1000)
+    bar.update(3, env_steps=500, loss=0.1)
+    bar.close()
+    text = out.getvalue()
+    assert text.count("\n") == 1 and text.endswith("\n")  # redrawn with carriage returns, ended once
+    assert "500/1000 env steps" in text.split("\r")[-1] and "env steps/s" in text.split("\r")[-1]
