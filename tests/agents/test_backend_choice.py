@@ -83,3 +83,17 @@ def test_train_backend_auto_prints_and_records_the_choice(tmp_path, capsys):
     assert header and header[0].startswith("training dqn (numpy, auto: MLP dqn (32-32) on the CPU: bench/ measured "
                                            "the numpy backend faster) on CartPole-v1"), header
     assert json.load(open(os.path.join(out, "marl_note_run.json")))["backend"] == "numpy"
+
+
+@pytest.mark.parametrize("name, backend", [("tictactoe_v3", "numpy"), ("CartPole-v1", "torch")])
+def test_a_zoo_recipe_run_with_backend_auto_records_the_backend_chosen(name, backend):
+    """tic-tac-toe's recipe is a 128-128 DQN (numpy measured faster), CartPole's a 256-256 one (not)."""
+    from marl_note.cli.zoo import recipe
+    from marl_note.cli.zoo_run import prepare
+
+    run = prepare(recipe(name), seed=0, backend="auto")
+    try:
+        assert run.backend == backend
+        assert all(type(agent).__module__.startswith(f"marl_note.agents.{backend}.") for agent in run.learners.values())
+    finally:
+        run.close()
