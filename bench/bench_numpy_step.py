@@ -17,7 +17,12 @@ medians are compared as numpy/torch ratios (the machine's load moves both alike)
   (the same env steps and, through ``replay_ratio``, the same gradient steps in both backends),
   the wall time of the training loop, tests off.
 
+OpenBLAS picks its kernels when numpy is imported: ``OPENBLAS_CORETYPE=Sandybridge`` in the environment
+makes it use its AVX (not AVX2) kernels, which on the shared VM's AMD EPYC run a 256 x 256 x 256 ``sgemm``
+about 2.3x faster than the Haswell kernels it detects (the header prints the variable).
+
 Run:  python bench/bench_numpy_step.py [--only step,learn,ppo,sac,budget] [--reps 15] [--calls 200]
+      [--hidden 128,128]
       python bench/bench_numpy_step.py --quick        (a smoke run: small counts)
 """
 from __future__ import annotations
@@ -47,29 +52,38 @@ ACT = gym.spaces.Discrete(2)
 NET = dict(hidden_sizes=(64, 64))
 
 
-def interleaved(fns: dict[str, Callable[[], float]], reps: int) -> dict[str, float]:
-    """Median over ``reps`` rounds of each ``fn()`` (seconds per call), the backends taking turns."""
-    times: dict[str, list[float]] = {name: [] for name in fns}
+CPU: dict[str, float] = {}  # the last interleaved() run's median process CPU seconds per call, by backend
+
+
+def interleaved(fns: dict[str, Callable[[], tuple[float, float]]], reps: int) -> dict[str, float]:
+    """Median over ``reps`` rounds of each ``fn()`` (wall seconds per call), the backends taking turns; the
+    median process CPU seconds per call go to :data:`CPU`."""
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in fns}
     for _ in range(reps):
         for name, fn in fns.items():
             times[name].append(fn())
-    return {name: statistics.median(ts) for name, ts in times.items()}
+    CPU.clear()
+    CPU.update({name: statistics.median(t[1] for t in ts) for name, ts in times.items()})
+    return {name: statistics.median(t[0] for t in ts) for name, ts in times.items()}
 
 
-def per_call(fn: Callable[[], object], calls: int) -> Callable[[], float]:
-    def timed() -> float:
-        start = time.perf_counter()
+def per_call(fn: Callable[[], object], calls: int) -> Callable[[], tuple[float, float]]:
+    def timed() -> tuple[float, float]:
+        start, cpu = time.perf_counter(), time.process_time()
         for _ in range(calls):
             fn()
-        return (time.perf_counter() - start) / calls
+        return (time.perf_counter() - start) / calls, (time.process_time() - cpu) / calls
 
     return timed
 
 
 def report(title: str, medians: dict[str, float], unit: float = 1e3, unit_name: str = "ms") -> float:
     ratio = medians["numpy"] / medians["torch"]
+    cpu = (f"; process CPU torch {CPU['torch'] * unit:.3f}, numpy {CPU['numpy'] * unit:.3f} {unit_name}, "
+           f"{CPU['numpy'] / CPU['torch']:.2f}x") if CPU else ""
     print(f"{title}: torch {medians['torch'] * unit:.3f} {unit_name}, numpy {medians['numpy'] * unit:.3f} "
-          f"{unit_name}, numpy/torch {ratio:.2f}x", flush=True)
+          f"{unit_name}, numpy/torch {ratio:.2f}x{cpu}", flush=True)
+    CPU.clear()
     return ratio
 
 
@@ -84,9 +98,10 @@ def bench_step(reps: int, calls: int) -> None:
         arrays, fns = {}, {}
         for name, mod in BACKENDS.items():
             agent = mod.DQN(OBS, ACT, seed=0, **NET, **options)
-            arrays[name] = agent.arrays(cartpole_batch(64, np.random.default_rng(1)))
+            arrays[name] = agent._arrays(cartpole_batch(64, np.random.default_rng(1)))
             fns[name] = per_call(lambda a=agent, b=arrays[name]: a.nets.train_step(b, "DQN", 1), calls)
-        report(f"DQN network step, 64-64, batch 64, {label}", interleaved(fns, reps))
+        sizes = "-".join(map(str, NET["hidden_sizes"]))
+        report(f"DQN network step, {sizes}, batch 64, {label}", interleaved(fns, reps))
 
 
 def bench_ppo(reps: int) -> None:
@@ -186,14 +201,18 @@ def main() -> None:
     parser.add_argument("--env-steps", type=int, default=10_000)
     parser.add_argument("--budget-reps", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="small counts: a smoke run")
+    parser.add_argument("--hidden", default="64,64",
+                        help="hidden sizes of the DQN, PPO and budget networks (default 64,64)")
     args = parser.parse_args()
     if args.quick:
         args.reps, args.calls, args.env_steps, args.budget_reps = 3, 20, 1500, 1
+    NET["hidden_sizes"] = tuple(int(h) for h in args.hidden.split(","))
     torch.set_num_threads(1)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"{platform.machine()}, {os.cpu_count()} cores, load {load:.1f}; torch {torch.__version__} "
           f"({torch.get_num_threads()} thread), numpy {np.__version__}, "
-          f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}")
+          f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}, "
+          f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(auto)')}")
     only = set(args.only.split(","))
     if "step" in only:
         bench_step(args.reps, args.calls)

@@ -60,14 +60,15 @@ def smoke_recipe(r: Recipe) -> Recipe:
 def run_seed(r: Recipe, seed: int, backend: str, episodes: int) -> dict:
     run = prepare(r, seed=seed, backend=backend)
     try:
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         stats = run.train()
-        minutes = (time.perf_counter() - started) / 60
+        minutes, cpu_minutes = (time.perf_counter() - started) / 60, (time.process_time() - cpu) / 60
         final, rnd = run.score(episodes), run.random_score(episodes)
         arg_max = _deterministic_score(run, episodes)
     finally:
         run.close()
-    return {"seed": seed, "score": final["score"], "random": rnd["score"], "final": final, "random_detail": rnd,
+    return {"seed": seed, "backend": run.backend, "cpu_minutes": round(cpu_minutes, 2),
+            "score": final["score"], "random": rnd["score"], "final": final, "random_detail": rnd,
             "deterministic_score": arg_max,
             "env_steps": stats["num_collected_steps"], "gradient_steps": stats["num_gradient_steps"],
             "minutes": round(minutes, 2), "stopped_by": stats.get("stopped_by_budget")
@@ -97,10 +98,13 @@ def _spread(values: list[float]) -> tuple[float, float]:
 
 def summarize(name: str, r: Recipe, runs: list[dict]) -> dict:
     mean, std = _spread([x["score"] for x in runs])
-    out = {"env": name, "recipe": r.label, "algo": r.algo, "seeds": [x["seed"] for x in runs], "mean": mean,
+    backends = "/".join(sorted({x["backend"] for x in runs}))
+    out = {"env": name, "recipe": r.label, "algo": r.algo, "backend": backends,
+           "seeds": [x["seed"] for x in runs], "mean": mean,
            "std": std, "random": statistics.fmean([x["random"] for x in runs]), "target": r.target,
            "env_steps": round(statistics.fmean([x["env_steps"] for x in runs])),
-           "minutes": round(statistics.fmean([x["minutes"] for x in runs]), 2), "runs": runs}
+           "minutes": round(statistics.fmean([x["minutes"] for x in runs]), 2),
+           "cpu_minutes": round(statistics.fmean([x["cpu_minutes"] for x in runs]), 2), "runs": runs}
     if runs[0]["deterministic_score"] is not None:
         out["deterministic_mean"] = statistics.fmean([x["deterministic_score"] for x in runs])
     if runs[0]["board_game"]:
@@ -130,8 +134,8 @@ def score_cells(row: dict, digits: int, arg_max: str) -> tuple[str, str]:
 
 
 def markdown(rows: list[dict]) -> str:
-    lines = ["| env | algo | seeds | final greedy score (mean +- std) | random | RL Zoo (published) | target | "
-             "env steps | minutes |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| env | algo (backend) | seeds | final greedy score (mean +- std) | random | RL Zoo (published) | "
+             "target | env steps | minutes |", "|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         if "skipped" in row:
             lines.append(f"| {row['env']} | | | skipped: {row['skipped']} | | | | | |")
@@ -140,7 +144,8 @@ def markdown(rows: list[dict]) -> str:
         pub = RL_ZOO.get(row["env"])
         published = f"{pub[1]:.1f} +- {pub[2]:.1f} ({pub[0]}, {pub[3]} steps)" if pub else ""
         target = "" if row["target"] is None else f"{row['target']:g} ({'met' if row['meets_target'] else 'not met'})"
-        lines.append(f"| {row['env']} | {row['algo']} | {','.join(map(str, row['seeds']))} | {score} | {rnd} | "
+        lines.append(f"| {row['env']} | {row['algo']} ({row['backend']}) | {','.join(map(str, row['seeds']))} | "
+                     f"{score} | {rnd} | "
                      f"{published} | {target} | {row['env_steps']} | {row['minutes']} |")
     return "\n".join(lines)
 
@@ -174,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--minutes", type=float, default=15.0, help="cap on each training run (default 15)")
     parser.add_argument("--episodes", type=int, default=100, help="greedy test episodes (games per seat) at the end")
-    parser.add_argument("--backend", default="torch", choices=["torch", "tf"])
+    parser.add_argument("--backend", default="torch", choices=["torch", "tf", "numpy", "auto"],
+                        help="auto: numpy where bench/ measured it faster, else torch (each row names the one used)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--json", default="bench_suite.json", help="where to write the results")
     parser.add_argument("--write-results", action="store_true", help="write the scores into the recipes' [result]")
@@ -205,9 +211,9 @@ def main(argv: list[str] | None = None) -> int:
         row = summarize(name, r, runs)
         rows.append(row)
         print(f"{name}: {row['mean']:.3f} +- {row['std']:.3f} (random {row['random']:.3f}), "
-              f"{row['minutes']} min per seed", flush=True)
+              f"{row['minutes']} min per seed ({row['cpu_minutes']} process CPU min), {row['backend']}", flush=True)
         if args.write_results:
-            write_result(r.path, result_table(row, args.backend, command))
+            write_result(r.path, result_table(row, row["backend"], command))
     with open(args.json, "w", encoding="utf-8") as f:
         json.dump({"machine": machine(), "backend": args.backend, "rl_zoo_source": RL_ZOO_URL, "rows": rows}, f,
                   indent=2, default=float)

@@ -297,7 +297,7 @@ _BUILTIN = (
               ("Discrete", "Box"), on_policy=False, tiny=_TINY, numpy="marl_note.agents.numpy.sac.SAC"),
     Algorithm("maddpg", "marl_note.agents.maddpg.MADDPGCore", "marl_note.agents.torch.maddpg.MADDPG",
               "marl_note.agents.tf.maddpg.MADDPG", ("Discrete", "Box"), on_policy=False, joint=True, images=False,
-              tiny=_TINY),
+              tiny=_TINY, numpy="marl_note.agents.numpy.maddpg.MADDPG"),
 )
 _REGISTRY: dict[str, Algorithm] = {a.name: a for a in _BUILTIN}
 _BUILTIN_NAMES = tuple(_REGISTRY)

@@ -210,6 +210,13 @@ def train(args: Any) -> int:
             check_out_dir(out, plan.checkpoint_names)
             if opponent_source is not None:
                 check_source_fits(opponent_source, spec, choice.name, fill=True)
+            auto = None
+            if args.backend == "auto":  # numpy where bench/ measured it faster, else torch (never tf)
+                from marl_note.agents.backend_choice import choose_backend
+
+                auto = choose_backend(args.algo, options=agent_kwargs,
+                                      observation_spaces=[spec.observation_space(s) for s in plan.learners])
+                args.backend = auto.backend
             _check_backend(args.algo, args.backend)
             import_backend(args.backend)
             threads, _ = use_threads(_threads(args), backend=args.backend, interop=True)  # before any agent exists
@@ -222,7 +229,7 @@ def train(args: Any) -> int:
         if telling:
             save_best.agents = dict(learners)
         clear_earlier_run(out)  # an earlier run's checkpoints and plot in --out: none stays beside this run's
-        _say(f"training {args.algo} ({args.backend}) on {choice.name}"
+        _say(f"training {args.algo} ({args.backend}{'' if auto is None else ', auto: ' + auto.reason}) on {choice.name}"
              + (f" (zoo recipe {recipe.label})" if recipe else "")
              + f": {_describe(plan, args.opponent)}, {budget_text(args)} on {args.num_envs} envs, "
              + describe_threads(threads))

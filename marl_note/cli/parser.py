@@ -137,8 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--list-recipes", action="store_true", help="list the zoo's recipes and exit")
     train.add_argument("--env-steps", type=_positive, metavar="N", help="stop after N env steps (default: none)")
     train.add_argument("--minutes", type=float, metavar="M", help="stop after M minutes of training (default: none)")
-    train.add_argument("--backend", default="torch", choices=["torch", "tf", "numpy"],
-                       help="default: torch (numpy: MLP networks without a framework; all but MADDPG and AlphaZero)")
+    train.add_argument("--backend", default="torch", choices=["torch", "tf", "numpy", "auto"],
+                       help="default: torch (numpy: MLP networks without a framework, all but AlphaZero; auto: numpy "
+                            "where bench/ measured it faster on a CPU, else torch; the run header says which and why)")
     train.add_argument("--self-play", action="store_true", help="one agent in every seat, all learning")
     train.add_argument("--opponent", metavar="random|DIR",
                        help="a fixed player in the seats other than --seat: 'random' or a checkpoint")

@@ -262,6 +262,11 @@ def prepare(recipe: Recipe, seed: int | None = None, backend: str = "torch", pro
                 if unknown:
                     raise RecipeError(f"score_seats names {unknown}, which are no seats of {recipe.env} "
                                       f"({', '.join(spec.possible_agents)})")
+            if backend == "auto":  # numpy where bench/ measured it faster, else torch (never tf)
+                from marl_note.agents.backend_choice import choose_backend
+
+                backend = choose_backend(recipe.algo, options=kwargs,
+                                         observation_spaces=[spec.observation_space(s) for s in plan.learners]).backend
             import_backend(backend)
             learners = build_learners(backend, recipe.algo, spec, plan, kwargs, seed)
             seats = seat_agents(plan, learners, {})
@@ -291,7 +296,8 @@ def train_recipe(recipe: Recipe | str, seed: int | None = None, backend: str = "
     """Train ``recipe`` (a :class:`Recipe` or an env name with a shipped recipe); returns the trainer's stats.
 
     ``env_steps``, ``minutes`` and ``episodes`` override the recipe's budget (None removes that limit);
-    ``seed`` and ``backend`` (``"torch"`` or ``"tf"``) pick the run; the stats gain ``recipe``.
+    ``seed`` and ``backend`` (``"torch"``, ``"tf"``, ``"numpy"`` or ``"auto"``:
+    :func:`~marl_note.agents.backend_choice.choose_backend`) pick the run; the stats gain ``recipe``.
     """
     if isinstance(recipe, str):
         from marl_note.cli.zoo import recipe as find

@@ -7,12 +7,13 @@ import pytest
 
 from marl_note.types import JointTransitions
 
-BACKENDS = ["torch", "tf"]
+BACKENDS = ["torch", "tf", "numpy"]
 
 
 def maddpg_class(backend):
-    """``marl_note.agents.<backend>.MADDPG``; skips when the framework is missing."""
-    pytest.importorskip("torch" if backend == "torch" else "tensorflow")
+    """``marl_note.agents.<backend>.MADDPG``; skips when the framework is missing (numpy needs none)."""
+    if backend != "numpy":
+        pytest.importorskip("torch" if backend == "torch" else "tensorflow")
     return importlib.import_module(f"marl_note.agents.{backend}").MADDPG
 
 

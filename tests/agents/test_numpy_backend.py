@@ -348,8 +348,8 @@ CLI_RUN = textwrap.dedent("""
     assert main(['train', '--env', 'CartPole-v1', '--algo', 'dqn', '--backend', 'numpy', '--env-steps', '600',
                  '--num-envs', '2', '--quiet', '--out', out]) == 0
     assert main(['evaluate', '--checkpoint', out, '--episodes', '2', '--num-envs', '1']) == 0
-    assert main(['train', '--env', 'CartPole-v1', '--algo', 'maddpg', '--backend', 'numpy', '--quiet',
-                 '--out', out + '-maddpg']) == 2
+    assert main(['train', '--env', 'tictactoe_v3', '--algo', 'alphazero', '--backend', 'numpy', '--quiet',
+                 '--out', out + '-alphazero']) == 2
     loaded = sorted(m for m in ("torch", "tensorflow", "keras") if m in sys.modules)
     print("frameworks:", loaded)
 """)
@@ -363,7 +363,7 @@ def test_the_command_line_trains_and_evaluates_with_the_numpy_backend(tmp_path):
                           timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "frameworks: []" in proc.stdout, proc.stdout
-    assert "--backend numpy has no maddpg yet; maddpg runs with --backend torch or tf" in proc.stderr
+    assert "--backend numpy has no alphazero yet; alphazero runs with --backend torch or tf" in proc.stderr
     assert json.load(open(os.path.join(out, "marl_note_run.json")))["backend"] == "numpy"
 
 

@@ -214,9 +214,10 @@ def test_bench_suite_smoke_runs(tmp_path):
                            "--json", str(tmp_path / "suite.json")], capture_output=True, text=True, timeout=240,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 0, proc.stderr
-    assert "| CartPole-v1 | dqn | 0 |" in proc.stdout and "500.0 +- 0.0 (dqn, 50k steps)" in proc.stdout
+    assert "| CartPole-v1 | dqn (torch) | 0 |" in proc.stdout and "500.0 +- 0.0 (dqn, 50k steps)" in proc.stdout
     rows = json.loads((tmp_path / "suite.json").read_text())["rows"]
     assert rows[0]["env"] == "CartPole-v1" and rows[0]["env_steps"] >= 200 and "random" in rows[0]
+    assert rows[0]["backend"] == rows[0]["runs"][0]["backend"] == "torch"  # which backend the result used
 
 
 def test_bench_suite_shows_the_arg_max_score_beside_a_sampled_policy_score():
