@@ -393,7 +393,7 @@ def entries() -> list[Algorithm]:
 
     Example:
         >>> [e.name for e in entries() if e.joint]
-        ['maddpg']
+        ['maddpg', 'mappo', 'ippo']
     """
     return [_REGISTRY[n] for n in names()]
 
