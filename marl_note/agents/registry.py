@@ -298,6 +298,12 @@ _BUILTIN = (
     Algorithm("maddpg", "marl_note.agents.maddpg.MADDPGCore", "marl_note.agents.torch.maddpg.MADDPG",
               "marl_note.agents.tf.maddpg.MADDPG", ("Discrete", "Box"), on_policy=False, joint=True, images=False,
               tiny=_TINY, numpy="marl_note.agents.numpy.maddpg.MADDPG"),
+    Algorithm("mappo", "marl_note.agents.mappo.MAPPOCore", "marl_note.agents.torch.mappo.MAPPO",
+              "marl_note.agents.tf.mappo.MAPPO", ("Discrete",), on_policy=True, joint=True, images=False,
+              tiny={"hidden_sizes": (8,), "n_steps": 16, "n_epochs": 1, "share_actor": False}),
+    Algorithm("ippo", "marl_note.agents.mappo.IPPOCore", "marl_note.agents.torch.mappo.IPPO",
+              "marl_note.agents.tf.mappo.IPPO", ("Discrete",), on_policy=True, joint=True, images=False,
+              tiny={"hidden_sizes": (8,), "n_steps": 16, "n_epochs": 1, "share_actor": False}),
 )
 _REGISTRY: dict[str, Algorithm] = {a.name: a for a in _BUILTIN}
 _BUILTIN_NAMES = tuple(_REGISTRY)
@@ -387,7 +393,7 @@ def entries() -> list[Algorithm]:
 
     Example:
         >>> [e.name for e in entries() if e.joint]
-        ['maddpg']
+        ['maddpg', 'mappo', 'ippo']
     """
     return [_REGISTRY[n] for n in names()]
 

@@ -143,6 +143,8 @@ def build_learners(backend: str, algo: str, spec: Any, plan: SeatPlan, kwargs: M
     cls = agent_class(algo, backend)
     if plan.mode == "joint":
         names = list(spec.possible_agents)
+        if "state_space" in inspect.signature(cls).parameters:  # a centralised critic over the env's state (MAPPO)
+            kwargs = {"state_space": spec.state_space, **kwargs}
         return {algo: cls({a: spec.observation_space(a) for a in names}, {a: spec.action_space(a) for a in names},
                           seed=seed, **kwargs)}
     learners = {}

@@ -12,16 +12,19 @@ if TYPE_CHECKING:
     from marl_note.agents.torch.ddpg import DDPG
     from marl_note.agents.torch.dqn import DQN
     from marl_note.agents.torch.maddpg import MADDPG
+    from marl_note.agents.torch.mappo import IPPO, MAPPO
     from marl_note.agents.torch.ppo import PPO
     from marl_note.agents.torch.sac import SAC
 
-__all__ = ["DDPG", "DQN", "MADDPG", "PPO", "SAC"]
+__all__ = ["DDPG", "DQN", "IPPO", "MADDPG", "MAPPO", "PPO", "SAC"]
 
 # each class loads its own module on first use; AlphaZero and RL moved (contrib, compat) and warn
 __getattr__ = lazy_package(__name__, {
     "DDPG": "marl_note.agents.torch.ddpg",
     "DQN": "marl_note.agents.torch.dqn",
     "MADDPG": "marl_note.agents.torch.maddpg",
+    "MAPPO": "marl_note.agents.torch.mappo",
+    "IPPO": "marl_note.agents.torch.mappo",
     "PPO": "marl_note.agents.torch.ppo",
     "SAC": "marl_note.agents.torch.sac",
 })
