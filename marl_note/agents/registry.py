@@ -298,6 +298,10 @@ _BUILTIN = (
     Algorithm("maddpg", "marl_note.agents.maddpg.MADDPGCore", "marl_note.agents.torch.maddpg.MADDPG",
               "marl_note.agents.tf.maddpg.MADDPG", ("Discrete", "Box"), on_policy=False, joint=True, images=False,
               tiny=_TINY),
+    Algorithm("vdn", "marl_note.agents.qmix.VDNCore", "marl_note.agents.torch.qmix.VDN", "marl_note.agents.tf.qmix.VDN",
+              ("Discrete",), on_policy=False, joint=True, images=False, tiny=_TINY),
+    Algorithm("qmix", "marl_note.agents.qmix.QMIXCore", "marl_note.agents.torch.qmix.QMIX",
+              "marl_note.agents.tf.qmix.QMIX", ("Discrete",), on_policy=False, joint=True, images=False, tiny=_TINY),
 )
 _REGISTRY: dict[str, Algorithm] = {a.name: a for a in _BUILTIN}
 _BUILTIN_NAMES = tuple(_REGISTRY)
@@ -387,7 +391,7 @@ def entries() -> list[Algorithm]:
 
     Example:
         >>> [e.name for e in entries() if e.joint]
-        ['maddpg']
+        ['maddpg', 'vdn', 'qmix']
     """
     return [_REGISTRY[n] for n in names()]
 

@@ -14,9 +14,10 @@ if TYPE_CHECKING:
     from marl_note.agents.tf.dqn import DQN
     from marl_note.agents.tf.maddpg import MADDPG
     from marl_note.agents.tf.ppo import PPO
+    from marl_note.agents.tf.qmix import QMIX, VDN
     from marl_note.agents.tf.sac import SAC
 
-__all__ = ["DDPG", "DQN", "MADDPG", "PPO", "SAC"]
+__all__ = ["DDPG", "DQN", "MADDPG", "PPO", "QMIX", "SAC", "VDN"]
 
 # each class loads its own module on first use; AlphaZero and RL moved (contrib, compat) and warn
 __getattr__ = lazy_package(__name__, {
@@ -24,5 +25,7 @@ __getattr__ = lazy_package(__name__, {
     "DQN": "marl_note.agents.tf.dqn",
     "MADDPG": "marl_note.agents.tf.maddpg",
     "PPO": "marl_note.agents.tf.ppo",
+    "QMIX": "marl_note.agents.tf.qmix",
     "SAC": "marl_note.agents.tf.sac",
+    "VDN": "marl_note.agents.tf.qmix",
 })

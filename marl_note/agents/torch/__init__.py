@@ -13,9 +13,10 @@ if TYPE_CHECKING:
     from marl_note.agents.torch.dqn import DQN
     from marl_note.agents.torch.maddpg import MADDPG
     from marl_note.agents.torch.ppo import PPO
+    from marl_note.agents.torch.qmix import QMIX, VDN
     from marl_note.agents.torch.sac import SAC
 
-__all__ = ["DDPG", "DQN", "MADDPG", "PPO", "SAC"]
+__all__ = ["DDPG", "DQN", "MADDPG", "PPO", "QMIX", "SAC", "VDN"]
 
 # each class loads its own module on first use; AlphaZero and RL moved (contrib, compat) and warn
 __getattr__ = lazy_package(__name__, {
@@ -23,5 +24,7 @@ __getattr__ = lazy_package(__name__, {
     "DQN": "marl_note.agents.torch.dqn",
     "MADDPG": "marl_note.agents.torch.maddpg",
     "PPO": "marl_note.agents.torch.ppo",
+    "QMIX": "marl_note.agents.torch.qmix",
     "SAC": "marl_note.agents.torch.sac",
+    "VDN": "marl_note.agents.torch.qmix",
 })
