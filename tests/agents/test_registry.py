@@ -102,7 +102,8 @@ def test_the_command_line_and_the_zoo_offer_exactly_the_registered_algorithms():
     finally:
         registry.unregister("zz-mine")
     assert choices()[0] == BUILTIN
-    with pytest.raises(zoo.RecipeError, match=r"algo 'zz-mine' is not one of dqn, ppo, ddpg, sac, maddpg, vdn, qmix, alphazero"):
+    with pytest.raises(zoo.RecipeError,
+                       match=r"algo 'zz-mine' is not one of dqn, ppo, ddpg, sac, maddpg, vdn, qmix, alphazero"):
         zoo.check_recipe({"version": 1, "env": "CartPole-v1", "algo": "zz-mine", "seeds": [0],
                           "trainer": {"test_freq": 1}, "budget": {"episodes": 1}, "result": {"status": "not measured"}})
 

@@ -186,7 +186,8 @@ class QMIX(QMIXCore):
 
 
 class VDN(VDNCore):
-    """VDN in TensorFlow/Keras: :class:`QMIX` with the sum mixer by default (see :class:`~marl_note.agents.qmix.VDNCore`).
+    """VDN in TensorFlow/Keras: :class:`QMIX` with the sum mixer by default (see
+    :class:`~marl_note.agents.qmix.VDNCore`).
 
     Example:
         >>> import gymnasium as gym
