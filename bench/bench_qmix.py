@@ -2,13 +2,15 @@
 random player on simple_spread_v3 (3 agents, discrete actions), the same env-step budget for each.
 
 Each learner trains through DecentralizedTrainer (8 train envs, batch 128, one update call every
-200 env steps) for ``--episodes`` episodes of 25 steps, then plays ``--test-episodes`` greedy
-episodes; the score is the mean episode return per agent (the trainer's metric; simple_spread's
-rewards are negative distances and collision penalties, higher is better). VDN and QMIX learn the
-team reward as the mean of the agents' rewards (``team_reward="mean"``); independent DQN is one
-DQN per seat, each on its own reward, with the same exploration schedule (eps 1 -> 0.05 over the
-first 40% of the budget), learning rate, batch and replay ratio. Wall time and the process CPU time
-are printed with the load average (the machine is shared).
+200 env steps) for ``--episodes`` episodes of 25 steps (two 20-episode greedy tests during training
+give the history), then plays ``--test-episodes`` greedy episodes; the score is the mean episode
+return per agent (the trainer's metric; simple_spread's rewards are negative distances and
+collision penalties, higher is better). VDN and QMIX learn the team reward as the mean of the
+agents' rewards (``team_reward="mean"``); independent DQN is one DQN per seat, each on its own
+reward, with the same exploration schedule (eps 1 -> 0.05 over the first 40% of the budget),
+learning rate, batch and replay ratio (per network: so it makes 3x the gradient steps of the one
+joint learner, whose step trains every agent's Q-network). Wall time and the process CPU time are
+printed with the load average (the machine is shared).
 
 Run:  python bench/bench_qmix.py [--episodes 2000] [--seed 0] [--only qmix,vdn,dqn,random] [--backend torch]
 """
@@ -44,9 +46,10 @@ def backend(name: str):
 
 
 def make_trainer(episodes: int, seed: int, test_episodes: int) -> DecentralizedTrainer:
+    # two short tests during training (20 episodes, for the history), the score from the final test
     return DecentralizedTrainer(spread, num_train_envs=8, num_test_envs=10, batch_size=128, update_freq=200,
-                                test_freq=max(1, episodes // 4), episodes_per_train=episodes,
-                                episodes_per_test=test_episodes, seed=seed)
+                                test_freq=max(1, episodes // 2), episodes_per_train=episodes,
+                                episodes_per_test=20, seed=seed)
 
 
 def timed(run):
