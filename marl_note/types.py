@@ -26,7 +26,8 @@ class EnvSpec:
     """What downstream code needs to know about an environment.
 
     Observation spaces have the action mask stripped: an agent sees the plain
-    observation and, separately, a boolean mask of legal actions.
+    observation and, separately, a boolean mask of legal actions. ``state_space`` is the space of
+    the env's global state (PettingZoo's ``state()``, e.g. MPE's), None when the env has none.
 
     Example:
         >>> import gymnasium as gym
@@ -41,6 +42,7 @@ class EnvSpec:
     action_spaces: Mapping[str, gym.Space]
     turn_based: bool
     has_action_mask: bool
+    state_space: gym.Space | None = None
 
     @property
     def num_agents(self) -> int:
@@ -182,6 +184,10 @@ class JointTransitions:
     ``[B, n_actions]`` bool legal-action masks at ``obs``/``next_obs``; a row with no mask to give
     (the agent did not act, or is gone at the next step without a final mask) is all True, i.e.
     unconstrained, so a mask row never forbids every action.
+    ``state``/``next_state`` (``None`` when the env has no global state, see ``EnvSpec.state_space``)
+    are ``[B, *state_shape]``: the env's ``state()`` when the agents acted and after the step (the
+    final state of an episode that ended there). A learner that wants a centralised input on an env
+    without a state builds it from the joint observation itself.
 
     Example:
         >>> jt = JointTransitions(("a", "b"), obs={"a": np.zeros((1, 2)), "b": np.zeros((1, 3))},
@@ -203,6 +209,8 @@ class JointTransitions:
     stream: np.ndarray | None = None  # env index of each row
     mask: dict[str, np.ndarray] | None = None  # legal actions at obs, per agent [B, n_actions] bool
     next_mask: dict[str, np.ndarray] | None = None  # legal actions at next_obs
+    state: np.ndarray | None = None  # the env's global state at obs, [B, *state_shape]
+    next_state: np.ndarray | None = None  # the global state after the step
 
     def __len__(self) -> int:
         return int(self.rew.shape[0])

@@ -7,6 +7,12 @@ turn-based (AEC) envs that is PettingZoo's ``last()`` reward, reported when the 
 selected, so a move that the opponent's reply turns into a loss still reaches the mover.
 Agents whose episode ended in a call appear in ``terminated``/``truncated`` with their final
 observation in ``final_obs``. Dead-agent ``None`` steps of AEC envs are consumed here.
+
+Global state: a PettingZoo env with ``state_space`` and ``state()`` (MPE's, for instance) has it in
+its spec (``EnvSpec.state_space``). An adapter built with ``state=True`` puts ``env.state()`` in
+every result (``StepResult.state``: the state at ``obs``; ``final_state``: the state when the
+episode ended), for centralised critics; with ``state=False`` (the default) ``state()`` is never
+called, so a learner that does not use it pays nothing.
 """
 from __future__ import annotations
 
@@ -70,6 +76,8 @@ class StepResult:
     final_masks: dict[str, np.ndarray] = field(default_factory=dict)
     episode_over: bool = False
     infos: dict[str, dict] = field(default_factory=dict)
+    state: np.ndarray | None = None  # the env's global state at ``obs`` (adapters built with state=True)
+    final_state: np.ndarray | None = None  # the global state at the end of a finished episode
 
 
 def strip_action_mask_space(space: gym.Space) -> tuple[gym.Space, bool]:
@@ -101,6 +109,25 @@ def _split(raw: Any, info: dict | None) -> tuple[Any, np.ndarray | None]:
     return raw, None
 
 
+def env_state_space(env: Any) -> gym.Space | None:
+    """The global-state space of a PettingZoo env (``env.state_space``), or None when it has none.
+
+    Example:
+        >>> from mpe2 import simple_spread_v3
+        >>> env_state_space(simple_spread_v3.parallel_env()).shape, env_state_space(object())
+        ((54,), None)
+    """
+    try:
+        space = env.state_space
+    except (AttributeError, NotImplementedError):  # wrappers forward attributes through __getattr__
+        return None
+    return space if isinstance(space, gym.spaces.Space) else None
+
+
+def _state_of(env: Any) -> np.ndarray:
+    return np.asarray(env.state())
+
+
 class GymAdapter:
     """A single-agent ``gymnasium.Env`` as the one-seat case of the contract.
 
@@ -112,6 +139,7 @@ class GymAdapter:
     """
 
     turn_based = False
+    state_space = None  # a Gymnasium env has no global state beside its one observation
 
     def __init__(self, env: gym.Env, agent_id: str = GYM_AGENT):
         self.env = env
@@ -152,10 +180,12 @@ class ParallelAdapter:
 
     turn_based = False
 
-    def __init__(self, env: Any):
+    def __init__(self, env: Any, state: bool = False):
         self.env = env
         self.possible_agents = tuple(env.possible_agents)
         self._known = frozenset(self.possible_agents)
+        self.state_space = env_state_space(env)
+        self.with_state = bool(state) and self.state_space is not None
 
     def raw_spaces(self) -> tuple[dict, dict]:
         return ({a: self.env.observation_space(a) for a in self.possible_agents},
@@ -170,6 +200,8 @@ class ParallelAdapter:
             res.obs[a], mask = _split(raw[a], (infos or {}).get(a))
             if mask is not None:
                 res.masks[a] = mask
+        if self.with_state:
+            res.state = _state_of(self.env)
         return res
 
     def step(self, actions: dict[str, Any]) -> StepResult:
@@ -195,6 +227,11 @@ class ParallelAdapter:
             raise unknown_agent(self.env, "returned a reward for", min(res.rewards.keys() - known, key=str),
                                 self.possible_agents)
         res.episode_over = not live
+        if self.with_state:
+            if res.episode_over:
+                res.final_state = _state_of(self.env)
+            else:
+                res.state = _state_of(self.env)
         return res
 
     def close(self) -> None:
@@ -216,8 +253,10 @@ class AECAdapter:
 
     turn_based = True
 
-    def __init__(self, env: Any):
+    def __init__(self, env: Any, state: bool = False):
         self.env = env
+        self.state_space = env_state_space(env)
+        self.with_state = bool(state) and self.state_space is not None
         # bookkeeping attributes are read from the unwrapped env: each PettingZoo wrapper layer
         # forwards them through a Python __getattr__, which dominated the step cost
         self._base = getattr(env, "unwrapped", env)
@@ -270,8 +309,12 @@ class AECAdapter:
             if mask is not None:
                 res.masks[agent] = mask
             res.infos[agent] = info
+            if self.with_state:
+                res.state = _state_of(env)
             return res
         res.episode_over = True
+        if self.with_state:
+            res.final_state = _state_of(env)
         return res
 
     def close(self) -> None:
@@ -303,14 +346,17 @@ def plain_aec_chain(env: Any, base: Any) -> bool:
 Adapter = GymAdapter | ParallelAdapter | AECAdapter
 
 
-def adapt(env: Any) -> Adapter:
-    """Wrap an env instance in the adapter for its API, or raise a TypeError naming the problem."""
+def adapt(env: Any, state: bool = False) -> Adapter:
+    """Wrap an env instance in the adapter for its API, or raise a TypeError naming the problem.
+
+    ``state=True``: the results carry the env's global state, where it has one (module docstring).
+    """
     if isinstance(env, (GymAdapter, ParallelAdapter, AECAdapter)):
         return env
     if isinstance(env, AECEnv):
-        return AECAdapter(env)
+        return AECAdapter(env, state=state)
     if isinstance(env, ParallelEnv):
-        return ParallelAdapter(env)
+        return ParallelAdapter(env, state=state)
     if isinstance(env, gym.Env):
         return GymAdapter(env)
     raise TypeError(f"unsupported env {type(env).__name__!r}: expected a gymnasium.Env, a pettingzoo.AECEnv or a "
@@ -353,4 +399,5 @@ def make_spec(adapter: Adapter) -> EnvSpec:
         if has_mask and not isinstance(space, gym.spaces.Discrete):
             raise TypeError(f"agent {a!r} has an action mask but a {type(space).__name__} action space; "
                             f"masks are supported for Discrete actions")
-    return EnvSpec(adapter.possible_agents, obs_spaces, act, adapter.turn_based, has_mask)
+    return EnvSpec(adapter.possible_agents, obs_spaces, act, adapter.turn_based, has_mask,
+                   state_space=adapter.state_space)

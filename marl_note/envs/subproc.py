@@ -27,7 +27,9 @@ With shared memory, observations of agents whose (mask-stripped) observation spa
 ``Discrete`` (or ``MultiBinary``/``MultiDiscrete``) are written into preallocated slots (one per env
 and agent, for ``obs`` and for ``final_obs``) and replaced in the pickled :class:`StepResult` by a
 marker; the parent copies them out of the slot. Anything that does not fit its slot exactly
-(dtype/shape) travels through the pipe.
+(dtype/shape) travels through the pipe. With ``state=True`` the workers' envs report their global
+state (``StepResult.state``/``final_state``), which travels through the pipe (a few hundred bytes
+for the envs that have one).
 
 The slots live in :mod:`marl_note.envs.shared_memory`, the worker-process loop in
 :mod:`marl_note.envs.subproc_worker`, the errors in :mod:`marl_note.envs.subproc_errors`, starting
@@ -86,7 +88,8 @@ class SubprocVectorEnv:
     worker process that dies raises ``RuntimeError``. ``timeout`` (seconds, default 60; None: no
     bound) bounds every wait for a worker's answer (start-up gets at least 60 s): on expiry the stuck
     workers are killed, the pool is closed and :class:`EnvTimeoutError` names the env, worker pid and
-    call. ``close()`` is idempotent and also runs at interpreter exit.
+    call. ``close()`` is idempotent and also runs at interpreter exit. ``state=True``: results carry
+    each env's global state, as in ``SyncVectorEnv``.
 
     Example:
         >>> import gymnasium as gym
@@ -101,7 +104,7 @@ class SubprocVectorEnv:
 
     def __init__(self, env_fns: Sequence[Callable[[], Any]], processes: int | None = None,
                  shared_memory: bool = True, context: str | Any | None = None,
-                 timeout: float | None = DEFAULT_STEP_TIMEOUT):
+                 timeout: float | None = DEFAULT_STEP_TIMEOUT, state: bool = False):
         check_not_reimporting_main("SubprocVectorEnv")
         env_fns = list(env_fns)
         if not env_fns:
@@ -116,6 +119,7 @@ class SubprocVectorEnv:
         method = ctx.get_start_method()
         self._num_envs = len(env_fns)
         self.context = method
+        self.state = bool(state)
 
         payloads: list[Any]
         groups = [[int(i) for i in g] for g in np.array_split(np.arange(len(env_fns)), processes)]
@@ -136,7 +140,8 @@ class SubprocVectorEnv:
                 parent_conn, child_conn = ctx.Pipe()
                 progress = ctx.RawValue("q", -1)  # the env the worker is busy with, for timeout reports
                 proc = ctx.Process(target=worker_main, name=f"{WORKER_NAME_PREFIX}-{p}", daemon=True,
-                                   args=(child_conn, parent_conn if method == "fork" else None, payload, g, progress))
+                                   args=(child_conn, parent_conn if method == "fork" else None, payload, g, progress,
+                                         self.state))
                 proc.start()
                 child_conn.close()
                 self._state["procs"].append(proc)

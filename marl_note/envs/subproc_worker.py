@@ -34,8 +34,10 @@ def pack_error(env_index: int | None, exc: BaseException) -> tuple:
     return "error", (env_index, sent, text)
 
 
-def worker_main(conn: Any, parent_conn: Any, payload: Any, env_indices: list[int], progress: Any) -> None:
-    """Body of one worker process: build the envs, then serve requests until "close"."""
+def worker_main(conn: Any, parent_conn: Any, payload: Any, env_indices: list[int], progress: Any,
+                state: bool = False) -> None:
+    """Body of one worker process: build the envs (reporting their global state with ``state``), then
+    serve requests until "close"."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it closes us
     if parent_conn is not None:  # fork: drop the inherited parent end so a dead parent gives EOF
         parent_conn.close()
@@ -44,7 +46,7 @@ def worker_main(conn: Any, parent_conn: Any, payload: Any, env_indices: list[int
     views: dict[int, Any] = {}  # env index -> its shared-memory slots
     try:
         try:
-            specs = _build_envs(payload, env_indices, progress, workers)
+            specs = _build_envs(payload, env_indices, progress, workers, state)
         except BaseException as exc:  # everything is reported to the parent
             busy = int(progress.value)
             conn.send(pack_error(busy if busy >= 0 else None, exc))
@@ -86,14 +88,14 @@ def worker_main(conn: Any, parent_conn: Any, payload: Any, env_indices: list[int
 
 
 def _build_envs(payload: Any, env_indices: list[int], progress: Any,
-                workers: dict[int, AutoResetWorker]) -> list[dict[str, Any]]:
+                workers: dict[int, AutoResetWorker], state: bool = False) -> list[dict[str, Any]]:
     """Build one AutoResetWorker per env into ``workers`` (filled in place, so the caller closes the
     ones built before a failure) and return each env's shared-memory slot specs, agent -> spec.
     ``progress`` names the env being built or inspected."""
     env_fns = cloudpickle.loads(payload) if isinstance(payload, bytes) else payload
     for i, fn in zip(env_indices, env_fns):
         progress.value = i
-        workers[i] = AutoResetWorker(fn)
+        workers[i] = AutoResetWorker(fn, state=state)
     specs = []
     for i, w in workers.items():
         progress.value = i

@@ -4,7 +4,9 @@ Every transport (in-process here; subprocess and Ray elsewhere) speaks one worke
 ``reset(seed) -> StepResult`` and ``step(actions) -> StepResult`` where a finished episode is
 reset in the same step: the result then has ``episode_over=True``, the finished episode's
 rewards/terminations/final observations, and ``obs``/``masks`` of the *next* episode's first
-turn. No sub-env idles waiting for the slowest game.
+turn. No sub-env idles waiting for the slowest game. With ``state=True`` each result carries the
+sub-env's global state where the env has one (``StepResult.state``, and ``final_state`` of the
+finished episode when it reset), see :mod:`marl_note.envs.adapters`.
 """
 from __future__ import annotations
 
@@ -24,8 +26,8 @@ class AutoResetWorker:
         ['agent_0']
     """
 
-    def __init__(self, env_fn: Callable[[], Any]):
-        self.adapter: Adapter = adapt(env_fn())
+    def __init__(self, env_fn: Callable[[], Any], state: bool = False):
+        self.adapter: Adapter = adapt(env_fn(), state=state)
 
     def reset(self, seed: int | None = None) -> StepResult:
         return self.adapter.reset(seed=seed)
@@ -34,7 +36,7 @@ class AutoResetWorker:
         res = self.adapter.step(actions)
         if res.episode_over:
             nxt = self.adapter.reset()
-            res.obs, res.masks = nxt.obs, nxt.masks
+            res.obs, res.masks, res.state = nxt.obs, nxt.masks, nxt.state
         return res
 
     def close(self) -> None:
@@ -46,7 +48,7 @@ class SyncVectorEnv:
 
     ``step`` takes ``{env_index: actions_dict}`` for the envs that should advance (envs missing from
     the dict stay put, which is how a test run gives each env its own episode quota) and returns
-    ``{env_index: StepResult}``.
+    ``{env_index: StepResult}``. ``state=True``: results carry each env's global state (module docstring).
 
     Example:
         >>> import gymnasium as gym
@@ -58,10 +60,11 @@ class SyncVectorEnv:
         ([0], 2)
     """
 
-    def __init__(self, env_fns: Sequence[Callable[[], Any]]):
+    def __init__(self, env_fns: Sequence[Callable[[], Any]], state: bool = False):
         if len(env_fns) < 1:
             raise ValueError("a vector env needs at least one env")
-        self.workers = [AutoResetWorker(fn) for fn in env_fns]
+        self.state = bool(state)
+        self.workers = [AutoResetWorker(fn, state=self.state) for fn in env_fns]
 
     @property
     def num_envs(self) -> int:

@@ -34,6 +34,7 @@ Example:
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeGuard, cast
 
@@ -79,8 +80,8 @@ class Assembler(Protocol):
     def on_step(self, env: int, res: StepResult) -> None:
         """Env ``env`` stepped with the actions announced since its last step."""
 
-    def reset(self) -> None:
-        """Drop everything still open (the envs were reset)."""
+    def reset(self, first: Mapping[int, StepResult] | None = None) -> None:
+        """Drop everything still open (the envs were reset; ``first``: their first results, when known)."""
 
     def __len__(self) -> int:
         """How many closed rows wait to be taken."""
@@ -137,7 +138,7 @@ class SeatAssembler:
     def __len__(self) -> int:
         return len(self.rew)
 
-    def reset(self) -> None:
+    def reset(self, first: Mapping[int, StepResult] | None = None) -> None:
         self.open = [{} for _ in self.open]
         self.acted = [False] * len(self.open)
 
@@ -217,7 +218,10 @@ class JointAssembler:
     """Rows of joint per-step data for a centralised learner, padded over ``possible_agents``.
 
     With action masks, ``mask``/``next_mask`` rows the env gave no mask for (the agent did not act,
-    or left without a final mask) are all True: unconstrained, never an all-illegal row.
+    or left without a final mask) are all True: unconstrained, never an all-illegal row. Where the
+    env has a global state and its results carry it (a vector env built with ``state=True``), rows
+    carry ``state`` (when the agents acted) and ``next_state`` (after the step; the final state of
+    an episode that ended); otherwise both are None.
     """
 
     hears_every_seat = True
@@ -231,21 +235,24 @@ class JointAssembler:
                        if a not in self.nested}
         self.act_shapes = {a: space_shape_dtype(spec.action_space(a)) for a in spec.possible_agents}
         self.open: list[dict[str, OpenTransition]] = [{} for _ in range(num_envs)]
-        self.rows: list[tuple[int, dict[str, OpenTransition], StepResult]] = []
+        self.rows: list[tuple[int, dict[str, OpenTransition], StepResult, np.ndarray | None]] = []
+        self.state: list[np.ndarray | None] = [None] * num_envs  # each env's global state now, if known
 
     def __len__(self) -> int:
         return len(self.rows)
 
-    def reset(self) -> None:
+    def reset(self, first: Mapping[int, StepResult] | None = None) -> None:
         self.open = [{} for _ in self.open]
+        self.state = [None if first is None or i not in first else first[i].state for i in range(len(self.open))]
 
     def on_act(self, env: int, agent: str, obs: Any, act: Any, mask: np.ndarray | None) -> None:
         self.open[env][agent] = OpenTransition(obs, act, mask)
 
     def on_step(self, env: int, res: StepResult) -> None:
         if self.open[env]:
-            self.rows.append((env, self.open[env], res))
+            self.rows.append((env, self.open[env], res, self.state[env]))
             self.open[env] = {}
+        self.state[env] = res.state  # (after an auto-reset: the next episode's first state)
 
     def take(self) -> JointTransitions:
         agents, spec = self.spec.possible_agents, self.spec
@@ -264,7 +271,8 @@ class JointAssembler:
         mask = ({a: np.ones((size, int(cast(gym.spaces.Discrete, spec.action_space(a)).n)), bool) for a in agents}
                 if spec.has_action_mask else None)
         next_mask = None if mask is None else {a: m.copy() for a, m in mask.items()}
-        for b, (i, acted, res) in enumerate(self.rows):
+        state, next_state = self._states()
+        for b, (i, acted, res, _) in enumerate(self.rows):
             stream[b] = i
             for j, a in enumerate(agents):
                 if a not in acted:
@@ -290,7 +298,18 @@ class JointAssembler:
         for a in self.nested:
             obs[a], next_obs[a] = stack_obs(obs[a]), stack_obs(next_obs[a])
         return JointTransitions(tuple(agents), obs, act, rew, next_obs, term, trunc, alive, stream,
-                                mask=mask, next_mask=next_mask)
+                                mask=mask, next_mask=next_mask, state=state, next_state=next_state)
+
+    def _states(self) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """``state``/``next_state`` of the waiting rows: None unless the env has a state and every row has it."""
+        if self.spec.state_space is None or not self.rows:
+            return None, None
+        before = [s for *_, s in self.rows if s is not None]
+        after = [s for s in (res.final_state if res.episode_over else res.state for _, _, res, _ in self.rows)
+                 if s is not None]
+        if len(before) < len(self.rows) or len(after) < len(self.rows):
+            return None, None
+        return np.stack(before), np.stack(after)
 
     def deliver(self, learner: Any) -> None:
         learner.observe_joint(self.take())

@@ -145,9 +145,9 @@ class Collector:
         self.env_assemblers: list[tuple[Assembler, ...]] = [() for _ in range(self.num_envs)]
         self.env_tag: list[Any] = [None] * self.num_envs
         self.matchmaker = matchmaker
+        self.pending: dict[int, StepResult] = {}
         for i in range(self.num_envs):
             self.assign(i, agents, explore, learn)
-        self.pending: dict[int, StepResult] = {}
         self.ep_return = np.zeros((self.num_envs, self.num_agents))
         self.ep_len = np.zeros(self.num_envs, dtype=np.int64)
         self.env_steps = np.zeros(self.num_envs, dtype=np.int64)  # per env, over this collector's life
@@ -193,6 +193,7 @@ class Collector:
             self.learners.append(owner)
             assembler: Assembler = (SeatAssembler(self.spec, self.num_envs) if joint is None
                                     else JointAssembler(self.spec, self.num_envs))
+            assembler.reset(self.pending)  # (a learner seated mid-run: the envs' current global states)
             self.assemblers.append(assembler)
         return self._learner_index[id(owner)]
 
@@ -209,7 +210,7 @@ class Collector:
         for i in range(self.num_envs):
             self._matchmake(i)
         for assembler in self.assemblers:
-            assembler.reset()
+            assembler.reset(pending)
         self.ep_return[:] = 0
         self.ep_len[:] = 0
         if self.episode_begin is not None:

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from marl_note.trainers.collector import Collector, CollectStats
+from marl_note.trainers.seats import joint_learner_of
 
 __all__ = ["ExperienceSource", "CollectorSource"]
 
@@ -93,9 +94,12 @@ class CollectorSource:
     def start(self, trainer: Any, seats: Sequence[Any], learn: Sequence[bool], explore: Sequence[bool],
               seed: int | None, events: Any, matchmaker: Any = None) -> list[Any]:
         hooks = events.hooks()
-        self.collector = Collector(trainer.train_envs(), trainer.spec, list(seats), explore=list(explore),
-                                   learn=list(learn), matchmaker=matchmaker, check_finite=trainer.check_finite,
-                                   episode_begin=hooks["episode_begin"], episode_end=hooks["episode_end"])
+        # a joint learner gets the env's global state in its rows (JointTransitions.state)
+        joint = any(ln and joint_learner_of(seat) is not None for seat, ln in zip(seats, learn))
+        self.collector = Collector(trainer.train_envs(state=joint), trainer.spec, list(seats),
+                                   explore=list(explore), learn=list(learn), matchmaker=matchmaker,
+                                   check_finite=trainer.check_finite, episode_begin=hooks["episode_begin"],
+                                   episode_end=hooks["episode_end"])
         self.collector.reset(seed=trainer.distributed.rank_seed(seed))
         self.trainer = trainer  # its collect_limit (a budget) is asked during each chunk
         for learner in self.collector.learners:  # rank 0's weights; gradients averaged from here on

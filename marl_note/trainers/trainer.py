@@ -276,18 +276,26 @@ class DecentralizedTrainer:
             return metric_value(self.reward_metric(rewards))
         return float(rewards[:, np.flatnonzero(learn)].mean()) if len(rewards) else float("nan")
 
-    def train_envs(self) -> Any:
-        """The vector env of the train envs (built on first use, rebuilt if a failure closed it)."""
-        if not self._usable(self._train_venv):
-            self._train_venv = self._venv(self.num_train_envs)
+    def train_envs(self, state: bool = False) -> Any:
+        """The vector env of the train envs (built on first use, rebuilt if a failure closed it).
+
+        ``state=True``: its results carry the env's global state (for a joint learner; only where
+        ``spec.state_space`` is not None), rebuilding envs that were built without it.
+        """
+        state = state and self.spec.state_space is not None
+        venv = self._train_venv
+        if venv is None or not self._usable(venv) or (state and not venv.state):
+            if venv is not None:
+                venv.close()
+            self._train_venv = self._venv(self.num_train_envs, state)
         return self._train_venv
 
-    def _venv(self, n: int):
+    def _venv(self, n: int, state: bool = False):
         fns = [self.env_fn] * n
         if self.processes is not None:
             return SubprocVectorEnv(fns, processes=self.processes, shared_memory=self.shared_memory,
-                                    timeout=self.step_timeout)
-        return SyncVectorEnv(fns)
+                                    timeout=self.step_timeout, state=state)
+        return SyncVectorEnv(fns, state=state)
 
     @staticmethod
     def _usable(venv: Any) -> bool:
