@@ -10,9 +10,10 @@ batches made here.
 """
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import gymnasium as gym
@@ -69,9 +70,17 @@ class QMIXConfig(ScheduleOptions, BufferOptions, NetworkOptions):
     mixing_embed: int = 32
     hypernet_hidden: int = 64
     max_grad_norm: float | None = 10.0
+    state_shape: tuple[int, ...] | None = None
 
     def _check(self) -> None:
         put = self._put
+        if self.state_shape is not None:
+            shape = tuple(self.state_shape) if isinstance(self.state_shape, (tuple, list)) else None
+            if not shape or not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d > 0
+                                    for d in shape):
+                raise ValueError(f"state_shape must be None or the shape of the env's state (positive integers), "
+                                 f"got {self.state_shape!r}")
+            put("state_shape", tuple(int(d) for d in shape))
         if self.mixer not in MIXERS:
             raise ValueError(f"mixer must be one of {list(MIXERS)}, got {self.mixer!r}")
         if self.team_reward not in TEAM_REWARDS:
@@ -157,8 +166,10 @@ class QMIXCore(AgentCore):
     ``Q_tot = elu(q W1(s) + b1(s)) w2(s) + V(s)`` with ``W1 = |hyper_w1(s)|`` and ``w2 =
     |hyper_w2(s)|`` (absolute values, so ``dQ_tot/dQ_i >= 0``: the greedy joint action is every
     agent's own greedy action), ``mixing_embed`` units, hypernetworks of ``hypernet_hidden`` units
-    and a state-dependent bias ``V(s)``. The state ``s`` is the concatenation of every agent's
-    encoded observation (zeros where an agent did not act).
+    and a state-dependent bias ``V(s)``. The state ``s`` is the env's global state (PettingZoo's
+    ``state()``, flattened) when ``state_shape`` names its shape (``from_trainer`` sets it from the
+    env's ``state_space``; every stored batch must then carry ``state``/``next_state``), else the
+    concatenation of every agent's encoded observation (zeros where an agent did not act).
 
     The team reward of a step is the ``team_reward`` (``"sum"`` or ``"mean"``, over the agents
     that acted) of the agents' rewards; the TD target is ``r + gamma * live * Q'_tot(s', a*)``
@@ -231,10 +242,15 @@ class QMIXCore(AgentCore):
         else:
             self.in_dim, self.out_dim = dict(self.obs_dim), dict(self.n_actions)
             self.net_of = {a: f"{a}.q_net" for a in self.agents}
-        self.state_dim = sum(self.obs_dim.values())
+        state_space = None
+        if cfg.state_shape is None:  # the fallback: the joint observation
+            self.state_dim = sum(self.obs_dim.values())
+        else:
+            self.state_dim = math.prod(cfg.state_shape)
+            state_space = gym.spaces.Box(-np.inf, np.inf, cfg.state_shape, np.float32)
         self.replay = JointReplayBuffer(cfg.buffer_size, self.agents,
                                         {a: self.encoders[a].store_space for a in self.agents}, self.action_spaces,
-                                        seed=int(self.rng.integers(0, 2**63 - 1)))
+                                        seed=int(self.rng.integers(0, 2**63 - 1)), state_space=state_space)
         self.policy = EpsGreedyQPolicy(cfg.eps, cfg.eps_min, n_steps_annealing=cfg.eps_anneal_steps)
         self._new_rows = 0
         self._seats = [QMIXSeat(self, a) for a in self.agents]
@@ -276,8 +292,12 @@ class QMIXCore(AgentCore):
 
     @classmethod
     def from_trainer(cls, trainer: Any, **hyperparameters):
-        """An instance over ``trainer.possible_agents`` with the trainer's spaces."""
+        """An instance over ``trainer.possible_agents`` with the trainer's spaces; the mixer reads the
+        env's global state when its ``state_space`` is a Box (``state_shape``, unless given)."""
         agents = list(trainer.possible_agents)
+        state_space = getattr(getattr(trainer, "spec", None), "state_space", None)
+        if isinstance(state_space, gym.spaces.Box) and "config" not in hyperparameters:
+            hyperparameters.setdefault("state_shape", tuple(state_space.shape))
         return cls({a: trainer.observation_space(a) for a in agents},
                    {a: trainer.action_space(a) for a in agents}, **hyperparameters)
 
@@ -324,9 +344,11 @@ class QMIXCore(AgentCore):
             for a in nested:
                 obs[a] = self.encoders[a].flat(obs[a], f"obs[{a!r}]")
                 next_obs[a] = self.encoders[a].flat(next_obs[a], f"next_obs[{a!r}]")
-            joint = JointTransitions(joint.agents, obs=obs, act=joint.act, rew=joint.rew, next_obs=next_obs,
-                                     terminated=joint.terminated, truncated=joint.truncated, alive=joint.alive,
-                                     stream=joint.stream, mask=joint.mask, next_mask=joint.next_mask)
+            joint = replace(joint, obs=obs, next_obs=next_obs)
+        if self.cfg.state_shape is not None and (joint.state is None or joint.next_state is None):
+            raise ValueError(f"{type(self).__name__} was built with state_shape={self.cfg.state_shape} (its mixer "
+                             f"reads the env's state) but the batch has no state/next_state: build the trainer's "
+                             f"envs with their state, or leave state_shape None (the joint observation)")
         self.replay.add(joint)
         self._new_rows += len(joint)
         self.agent_steps += int(np.asarray(joint.alive, bool).sum())
@@ -373,6 +395,11 @@ class QMIXCore(AgentCore):
                              f"next_mask[{a!r}]")
             legal[:, :self.n_actions[a]] = True if own is None else own | ~own.any(axis=1, keepdims=True)
             out["next_legal"].append(legal.astype(np.float32))
+        if self.cfg.state_shape is not None:
+            if batch.state is None or batch.next_state is None:
+                raise ValueError(f"state_shape={self.cfg.state_shape}: the batch has no state/next_state")
+            states = [np.asarray(batch.state, np.float32).reshape(n, self.state_dim)]
+            next_states = [np.asarray(batch.next_state, np.float32).reshape(n, self.state_dim)]
         out.update(act=np.stack(acts, axis=1), alive=alive.astype(np.float32), next_live=next_live.astype(np.float32),
                    state=np.concatenate(states, axis=1), next_state=np.concatenate(next_states, axis=1),
                    rew=self.team_reward(batch.rew, alive), live=next_live.any(axis=1).astype(np.float32),

@@ -318,3 +318,37 @@ def test_bad_spaces_are_refused_before_anything_is_built(backend):
         qmix_class(backend, "VDN")({"a": gym.spaces.Box(0, 255, (32, 32, 3), np.uint8)}, {"a": gym.spaces.Discrete(2)})
     with pytest.raises(ValueError, match="observation and action spaces must cover the same non-empty agents"):
         QMIX({"a": gym.spaces.Box(-1, 1, (2,))}, {"b": gym.spaces.Discrete(2)})
+
+
+# --------------------------------------------------------------------------- the env's global state
+
+def test_the_mixer_reads_the_envs_state_when_the_trainer_has_one():
+    """On simple_spread (MPE has state()), from_trainer builds the mixer on the env's state: the joint rows
+    carry it into replay, and Q_tot changes with the state alone; the fallback (no state) ignores it."""
+    pytest.importorskip("mpe2")
+    from mpe2 import simple_spread_v3
+
+    from marl_note.trainers import DecentralizedTrainer
+
+    QMIX = qmix_class("torch")
+    trainer = DecentralizedTrainer(lambda: simple_spread_v3.parallel_env(max_cycles=5), num_train_envs=2,
+                                   num_test_envs=1, batch_size=16, update_freq=20, test_freq=100, episodes_per_train=4,
+                                   episodes_per_test=1, seed=0)
+    try:
+        shape = trainer.spec.state_space.shape
+        q = QMIX.from_trainer(trainer, **{**SMALL, "learning_starts": 10}, seed=0)
+        assert q.cfg.state_shape == tuple(shape) and q.state_dim == int(np.prod(shape))
+        assert q.state_dict()["mixer.hyper_w1.0.weight"].shape[1] == q.state_dim
+        stats = trainer.train(q.seat_agents(), learning_mask=[1, 1, 1], plot=False, progress=False)
+        assert stats["num_gradient_steps"] > 0 and q.replay.has_state
+    finally:
+        trainer.close()
+    batch = q.replay.sample(32)
+    assert batch.state.shape == (32, *shape) and np.abs(batch.state).sum() > 0
+    moved = JointTransitions(**{**batch.__dict__, "state": batch.state + 1.0})
+    assert not np.allclose(q.q_tot(moved), q.q_tot(batch))
+    with pytest.raises(ValueError, match=r"built with state_shape=\(\d+,\) .* but the batch has no state/next_state"):
+        q.observe_joint(JointTransitions(**{**batch.__dict__, "state": None, "next_state": None}))
+    fallback = QMIX(q.observation_spaces, q.action_spaces, **SMALL, seed=0)
+    assert fallback.state_dim == sum(q.obs_dim.values())
+    np.testing.assert_allclose(fallback.q_tot(moved), fallback.q_tot(batch))
