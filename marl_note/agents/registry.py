@@ -304,6 +304,10 @@ _BUILTIN = (
     Algorithm("ippo", "marl_note.agents.mappo.IPPOCore", "marl_note.agents.torch.mappo.IPPO",
               "marl_note.agents.tf.mappo.IPPO", ("Discrete",), on_policy=True, joint=True, images=False,
               tiny={"hidden_sizes": (8,), "n_steps": 16, "n_epochs": 1, "share_actor": False}),
+    Algorithm("vdn", "marl_note.agents.qmix.VDNCore", "marl_note.agents.torch.qmix.VDN", "marl_note.agents.tf.qmix.VDN",
+              ("Discrete",), on_policy=False, joint=True, images=False, tiny=_TINY),
+    Algorithm("qmix", "marl_note.agents.qmix.QMIXCore", "marl_note.agents.torch.qmix.QMIX",
+              "marl_note.agents.tf.qmix.QMIX", ("Discrete",), on_policy=False, joint=True, images=False, tiny=_TINY),
 )
 _REGISTRY: dict[str, Algorithm] = {a.name: a for a in _BUILTIN}
 _BUILTIN_NAMES = tuple(_REGISTRY)
@@ -393,7 +397,7 @@ def entries() -> list[Algorithm]:
 
     Example:
         >>> [e.name for e in entries() if e.joint]
-        ['maddpg', 'mappo', 'ippo']
+        ['maddpg', 'mappo', 'ippo', 'vdn', 'qmix']
     """
     return [_REGISTRY[n] for n in names()]
 

@@ -39,6 +39,8 @@ TRAIN_EPILOG = """seats:
   --opponent random    one learner in --seat (default: the first seat), a random legal-move player in
                        the other seats; --opponent DIR puts a trained checkpoint there instead
   --algo maddpg        one joint learner with an actor per seat (Parallel envs such as MPE)
+  --algo vdn|qmix      value decomposition: one joint learner of every seat's Q-network and a mixer,
+                       an actor per seat (Parallel envs with Discrete actions)
 
 envs: PettingZoo classic (tictactoe_v3, connect_four_v3, ...), MPE from the mpe2 package
 (simple_spread_v3, ...), butterfly, sisl and atari names (or registry ids: butterfly/pistonball-v6),

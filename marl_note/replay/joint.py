@@ -5,8 +5,9 @@ numpy ring arrays: per agent ``obs.<agent>``, ``act.<agent>``, ``next_obs.<agent
 from that agent's spaces, so heterogeneous agents are fine) and ``[capacity, num_agents]`` arrays
 ``rew``, ``terminated``, ``truncated``, ``alive``. Legal-action masks ``mask.<agent>`` and
 ``next_mask.<agent>`` (bool ``[capacity, n_actions]``, Discrete agents only) are stored when the first
-batch carries them. Sampling is uniform with replacement and draws the same rows for every agent.
-Numpy only.
+batch carries them, and so are the env's global ``state`` / ``next_state`` when the buffer is built
+with a ``state_space`` (a buffer built without one ignores them). Sampling is uniform with
+replacement and draws the same rows for every agent. Numpy only.
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ __all__ = ["JointReplayBuffer"]
 
 PER_AGENT_FIELDS = ("obs", "act", "next_obs")
 MASK_FIELDS = ("mask", "next_mask")
+STATE_FIELDS = ("state", "next_state")
 JOINT_FIELDS = {"rew": np.float32, "terminated": bool, "truncated": bool, "alive": bool}
 
 
@@ -58,7 +60,7 @@ class JointReplayBuffer:
     """
 
     def __init__(self, capacity: int, agents: Sequence[str], observation_spaces: Mapping[str, gym.Space],
-                 action_spaces: Mapping[str, gym.Space], seed: int | None = None):
+                 action_spaces: Mapping[str, gym.Space], seed: int | None = None, state_space: gym.Space | None = None):
         self.agents = tuple(agents)
         if not self.agents or len(set(self.agents)) != len(self.agents):
             raise ValueError(f"agents must be a non-empty sequence of distinct ids, got {list(agents)}")
@@ -80,6 +82,8 @@ class JointReplayBuffer:
         self._mask_specs: dict[str, Spec] = {f"{field}.{a}": ((n_act,), np.dtype(bool))
                                              for field in MASK_FIELDS for a, n_act in num_actions.items()}
         self._maskable = len(self._mask_specs) == len(MASK_FIELDS) * n
+        self._state_specs: dict[str, Spec] = ({} if state_space is None else
+                                              dict.fromkeys(STATE_FIELDS, space_shape_dtype(state_space)))
         self._storage = RingStorage(capacity, specs)
         self._rng = np.random.default_rng(seed)
 
@@ -98,6 +102,11 @@ class JointReplayBuffer:
 
     def __len__(self) -> int:
         return len(self._storage)
+
+    @property
+    def has_state(self) -> bool:
+        """Whether rows are stored with the env's ``state``/``next_state``."""
+        return self._storage.has("state")
 
     @property
     def has_masks(self) -> bool:
@@ -129,7 +138,21 @@ class JointReplayBuffer:
             raise ValueError("this buffer stores mask/next_mask but the batch has none" if self.has_masks else
                              f"the batch carries mask/next_mask but this buffer already holds {len(self)} rows "
                              f"without them")
+        if self._state_specs:
+            cols.update(self._state_columns(jt, n))
         return cols
+
+    def _state_columns(self, jt: JointTransitions, n: int) -> dict[str, np.ndarray]:
+        if (jt.state is None) != (jt.next_state is None):
+            raise ValueError("state and next_state come together: give both or neither")
+        if jt.state is None:
+            if len(self) and self.has_state:
+                raise ValueError("this buffer stores the env's state/next_state but the batch has none")
+            return {}
+        if len(self) and not self.has_state:
+            raise ValueError(f"the batch carries state/next_state but this buffer already holds {len(self)} rows "
+                             f"without them")
+        return {name: as_column(name, getattr(jt, name), *self._state_specs[name], n) for name in STATE_FIELDS}
 
     def _per_agent_columns(self, jt: JointTransitions, field: str, specs: Mapping[str, Spec], n: int,
                            cols: dict[str, np.ndarray]) -> None:
@@ -157,7 +180,8 @@ class JointReplayBuffer:
         """Append a batch of joint rows (it may wrap around the ring); return the indices written."""
         cols = self.validate(jt)
         if not len(self) and set(cols) != set(self._storage.names):  # masks appear or go while empty
-            self._storage = RingStorage(self.capacity, {k: self._mask_specs.get(k) or self._specs[k] for k in cols})
+            specs = {**self._specs, **self._mask_specs, **self._state_specs}
+            self._storage = RingStorage(self.capacity, {k: specs[k] for k in cols})
         return self._storage.write(cols)
 
     # -- reading ---------------------------------------------------------------------------------
@@ -173,7 +197,8 @@ class JointReplayBuffer:
         per = {f: {a: cols[f"{f}.{a}"] for a in self.agents} for f in fields}
         return JointTransitions(self.agents, obs=per["obs"], act=per["act"], rew=cols["rew"], next_obs=per["next_obs"],
                                 terminated=cols["terminated"], truncated=cols["truncated"], alive=cols["alive"],
-                                mask=per.get("mask"), next_mask=per.get("next_mask"))
+                                mask=per.get("mask"), next_mask=per.get("next_mask"), state=cols.get("state"),
+                                next_state=cols.get("next_state"))
 
     def sample_indices(self, batch_size: int) -> np.ndarray:
         batch_size = check_batch_size(batch_size)
@@ -202,10 +227,13 @@ class JointReplayBuffer:
         if "rng_state" not in state:
             raise ValueError("state_dict is missing keys ['rng_state']")
         rng_state = check_rng_state_array(state.pop("rng_state"))
-        optional = self._mask_specs if self._maskable else {}
-        brought = self._storage.check_state_dict(state, optional)
-        if brought and set(brought) != set(optional):
-            raise ValueError(f"state_dict has masks of only some agents: {sorted(brought)}")
+        masks = self._mask_specs if self._maskable else {}
+        optional = {**masks, **self._state_specs}
+        brought = set(self._storage.check_state_dict(state, optional))
+        if brought & set(masks) and not set(masks) <= brought:
+            raise ValueError(f"state_dict has masks of only some agents: {sorted(brought & set(masks))}")
+        if brought & set(STATE_FIELDS) and not set(STATE_FIELDS) <= brought:
+            raise ValueError(f"state_dict has only {sorted(brought & set(STATE_FIELDS))} of state/next_state")
         return state, rng_state, optional
 
     def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:

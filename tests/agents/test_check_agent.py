@@ -21,8 +21,7 @@ def test_every_registered_algorithm_passes_check_agent_in_both_backends(name):
     entry = registry.get(name)
     assert report.backends == entry.backends and report.backends[:2] == ("torch", "tf")
     assert report.cases == (("tictactoe", "connect_four") if name == "alphazero" else
-                            ("joint Discrete+Box",) if name == "maddpg" else
-                            ("joint Discrete",) if name in ("mappo", "ippo") else entry.actions)
+                            ("joint " + "+".join(entry.actions),) if entry.joint else entry.actions)
     for check in ("is_on_policy", "act", "observe/update", "learning changes the weights", "numpy parity",
                   "same initial state in every backend", "restore torch->tf", "restore tf->torch"):
         assert check in report.checks, check

@@ -45,6 +45,7 @@ CLAIMS = {
     "maddpg": {JointLearner, HasObservationSpace, HasReplay, Stateful, Saveable, Tunable, RemoteActing,
                DistributedTrainable},
 }
+CLAIMS["vdn"] = CLAIMS["qmix"] = CLAIMS["maddpg"]  # joint learners alike
 
 
 def build(name, backend):
@@ -55,7 +56,8 @@ def build(name, backend):
         pytest.importorskip("torch")
     cls = entry.cls(backend)
     if entry.joint:
-        return cls({"a": BOX, "b": BOX}, {"a": DISCRETE, "b": BOX}, seed=0, **entry.tiny)
+        return cls({"a": BOX, "b": BOX}, {"a": DISCRETE, "b": BOX if "Box" in entry.actions else DISCRETE}, seed=0,
+                   **entry.tiny)
     if name == "alphazero":
         return cls(BOARD, gym.spaces.Discrete(9), seed=0, **entry.tiny)
     return cls(BOX, BOX if entry.actions == ("Box",) else DISCRETE, seed=0, **entry.tiny)
@@ -72,7 +74,7 @@ def test_builtin_agents_satisfy_the_protocols_they_claim(name, backend):
     held = {p for p in ALL if isinstance(agent, p)}
     assert held == CLAIMS[name], (f"{name} ({backend}): missing {sorted(p.__name__ for p in CLAIMS[name] - held)}, "
                                   f"unexpected {sorted(p.__name__ for p in held - CLAIMS[name])}")
-    assert is_learning_agent(agent) == (name != "maddpg")
+    assert is_learning_agent(agent) == (not registry.get(name).joint)
     assert agent.local_kl_stop is False and agent.distributed_networks is agent.nets
     if registry.get(name).joint:
         for seat in agent.seat_agents():

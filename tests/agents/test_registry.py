@@ -18,7 +18,7 @@ from marl_note.cli import zoo
 from marl_note.envs.adapters import adapt, make_spec
 from marl_note.types import EnvSpec
 
-BUILTIN = ["dqn", "ppo", "ddpg", "sac", "maddpg", "mappo", "ippo", "alphazero"]
+BUILTIN = ["dqn", "ppo", "ddpg", "sac", "maddpg", "mappo", "ippo", "vdn", "qmix", "alphazero"]
 
 
 def spec_of(factory):
@@ -66,6 +66,7 @@ def test_the_built_in_entries_name_the_library_classes():
                 "ddpg": ("DDPG", None, ("Box",), False), "sac": ("SAC", None, ("Discrete", "Box"), False),
                 "maddpg": ("MADDPG", None, ("Discrete", "Box"), True),
                 "mappo": ("MAPPO", None, ("Discrete",), True), "ippo": ("IPPO", None, ("Discrete",), True),
+                "vdn": ("VDN", None, ("Discrete",), True), "qmix": ("QMIX", None, ("Discrete",), True),
                 "alphazero": ("AlphaZero", AlphaZeroCore, ("Discrete",), False)}
     for name, (cls, core, actions, joint) in expected.items():
         entry = registry.get(name)
@@ -86,7 +87,7 @@ def test_the_command_line_and_the_zoo_offer_exactly_the_registered_algorithms():
     def choices():
         train = build_parser()._subparsers._group_actions[0].choices["train"]
         algo = next(a for a in train._actions if a.dest == "algo")
-        return list(algo.choices), train.epilog
+        return list(algo.choices), " ".join(train.epilog.split())  # the help is wrapped to 100 columns
 
     names, epilog = choices()
     assert names == BUILTIN and "maddpg (Discrete or Box actions, one learner over every seat" in epilog
@@ -103,7 +104,7 @@ def test_the_command_line_and_the_zoo_offer_exactly_the_registered_algorithms():
         registry.unregister("zz-mine")
     assert choices()[0] == BUILTIN
     with pytest.raises(zoo.RecipeError,
-                       match=r"algo 'zz-mine' is not one of dqn, ppo, ddpg, sac, maddpg, mappo, ippo, alphazero"):
+                       match=r"algo 'zz-mine' is not one of dqn, ppo, ddpg, sac, maddpg, mappo, ippo, vdn, qmix, alphazero"):
         zoo.check_recipe({"version": 1, "env": "CartPole-v1", "algo": "zz-mine", "seeds": [0],
                           "trainer": {"test_freq": 1}, "budget": {"episodes": 1}, "result": {"status": "not measured"}})
 
@@ -122,14 +123,14 @@ def test_an_alphazero_recipe_has_its_agent_options_checked():
 def test_fitting_algorithms_on_every_env(specs):
     assert registry.fitting(specs["tictactoe_v3"]) == ["dqn", "ppo", "sac", "alphazero"]
     assert registry.fitting(specs["connect_four_v3"]) == ["dqn", "ppo", "sac", "alphazero"]
-    assert registry.fitting(specs["simple_spread_v3"]) == ["dqn", "ppo", "sac", "maddpg", "mappo", "ippo"]
+    assert registry.fitting(specs["simple_spread_v3"]) == ["dqn", "ppo", "sac", "maddpg", "mappo", "ippo", "vdn", "qmix"]
     assert registry.fitting(specs["simple_spread_v3 (AEC)"]) == ["dqn", "ppo", "sac"]
-    assert registry.fitting(specs["CartPole-v1"]) == ["dqn", "ppo", "sac", "maddpg", "mappo", "ippo"]
+    assert registry.fitting(specs["CartPole-v1"]) == ["dqn", "ppo", "sac", "maddpg", "mappo", "ippo", "vdn", "qmix"]
     assert registry.fitting(specs["Pendulum-v1"]) == ["ppo", "ddpg", "sac", "maddpg"]
     assert registry.fitting(specs["images"]) == ["ppo", "ddpg", "sac"]
     assert registry.fitting(specs["multidiscrete"]) == []
     assert registry.fitting(specs["text observations"]) == []
-    assert registry.fitting(specs["board-shaped, parallel"]) == ["dqn", "ppo", "sac", "maddpg", "mappo", "ippo"]
+    assert registry.fitting(specs["board-shaped, parallel"]) == ["dqn", "ppo", "sac", "maddpg", "mappo", "ippo", "vdn", "qmix"]
     assert registry.fitting(specs["turn-based box"]) == ["ppo", "ddpg", "sac"]
     for env, spec in specs.items():
         assert cli_agents.fitting_algorithms(spec) == registry.fitting(spec), env
@@ -148,7 +149,7 @@ import sys
 import gymnasium as gym
 from marl_note.agents import registry
 from marl_note.types import EnvSpec
-assert registry.names() == ["dqn", "ppo", "ddpg", "sac", "maddpg", "mappo", "ippo"], registry.names()
+assert registry.names() == ["dqn", "ppo", "ddpg", "sac", "maddpg", "mappo", "ippo", "vdn", "qmix"], registry.names()
 spec = EnvSpec(("a",), {"a": gym.spaces.Box(-1, 1, (3,))}, {"a": gym.spaces.Discrete(2)}, False, False)
 assert [registry.get(n).problem(spec) is None for n in ("dqn", "ddpg")] == [True, False]
 cores = [registry.get(n).core_cls() for n in ("dqn", "ppo", "ddpg", "sac", "maddpg")]

@@ -15,9 +15,10 @@ if TYPE_CHECKING:
     from marl_note.agents.tf.maddpg import MADDPG
     from marl_note.agents.tf.mappo import IPPO, MAPPO
     from marl_note.agents.tf.ppo import PPO
+    from marl_note.agents.tf.qmix import QMIX, VDN
     from marl_note.agents.tf.sac import SAC
 
-__all__ = ["DDPG", "DQN", "IPPO", "MADDPG", "MAPPO", "PPO", "SAC"]
+__all__ = ["DDPG", "DQN", "IPPO", "MADDPG", "MAPPO", "PPO", "QMIX", "SAC", "VDN"]
 
 # each class loads its own module on first use; AlphaZero and RL moved (contrib, compat) and warn
 __getattr__ = lazy_package(__name__, {
@@ -27,5 +28,7 @@ __getattr__ = lazy_package(__name__, {
     "MAPPO": "marl_note.agents.tf.mappo",
     "IPPO": "marl_note.agents.tf.mappo",
     "PPO": "marl_note.agents.tf.ppo",
+    "QMIX": "marl_note.agents.tf.qmix",
     "SAC": "marl_note.agents.tf.sac",
+    "VDN": "marl_note.agents.tf.qmix",
 })

@@ -14,9 +14,10 @@ if TYPE_CHECKING:
     from marl_note.agents.torch.maddpg import MADDPG
     from marl_note.agents.torch.mappo import IPPO, MAPPO
     from marl_note.agents.torch.ppo import PPO
+    from marl_note.agents.torch.qmix import QMIX, VDN
     from marl_note.agents.torch.sac import SAC
 
-__all__ = ["DDPG", "DQN", "IPPO", "MADDPG", "MAPPO", "PPO", "SAC"]
+__all__ = ["DDPG", "DQN", "IPPO", "MADDPG", "MAPPO", "PPO", "QMIX", "SAC", "VDN"]
 
 # each class loads its own module on first use; AlphaZero and RL moved (contrib, compat) and warn
 __getattr__ = lazy_package(__name__, {
@@ -26,5 +27,7 @@ __getattr__ = lazy_package(__name__, {
     "MAPPO": "marl_note.agents.torch.mappo",
     "IPPO": "marl_note.agents.torch.mappo",
     "PPO": "marl_note.agents.torch.ppo",
+    "QMIX": "marl_note.agents.torch.qmix",
     "SAC": "marl_note.agents.torch.sac",
+    "VDN": "marl_note.agents.torch.qmix",
 })
