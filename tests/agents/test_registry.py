@@ -104,7 +104,8 @@ def test_the_command_line_and_the_zoo_offer_exactly_the_registered_algorithms():
         registry.unregister("zz-mine")
     assert choices()[0] == BUILTIN
     with pytest.raises(zoo.RecipeError,
-                       match=r"algo 'zz-mine' is not one of dqn, ppo, ddpg, sac, maddpg, mappo, ippo, vdn, qmix, alphazero"):
+                       match=r"algo 'zz-mine' is not one of dqn, ppo, ddpg, sac, maddpg, mappo, ippo, vdn, qmix, "
+                             r"alphazero"):
         zoo.check_recipe({"version": 1, "env": "CartPole-v1", "algo": "zz-mine", "seeds": [0],
                           "trainer": {"test_freq": 1}, "budget": {"episodes": 1}, "result": {"status": "not measured"}})
 
@@ -120,17 +121,20 @@ def test_an_alphazero_recipe_has_its_agent_options_checked():
         zoo.check_recipe({**data, "agent": {"num_simulation": 8}})
 
 
+JOINT_FIT = ["dqn", "ppo", "sac", "maddpg", "mappo", "ippo", "vdn", "qmix"]  # a Discrete Parallel env
+
+
 def test_fitting_algorithms_on_every_env(specs):
     assert registry.fitting(specs["tictactoe_v3"]) == ["dqn", "ppo", "sac", "alphazero"]
     assert registry.fitting(specs["connect_four_v3"]) == ["dqn", "ppo", "sac", "alphazero"]
-    assert registry.fitting(specs["simple_spread_v3"]) == ["dqn", "ppo", "sac", "maddpg", "mappo", "ippo", "vdn", "qmix"]
+    assert registry.fitting(specs["simple_spread_v3"]) == JOINT_FIT
     assert registry.fitting(specs["simple_spread_v3 (AEC)"]) == ["dqn", "ppo", "sac"]
-    assert registry.fitting(specs["CartPole-v1"]) == ["dqn", "ppo", "sac", "maddpg", "mappo", "ippo", "vdn", "qmix"]
+    assert registry.fitting(specs["CartPole-v1"]) == JOINT_FIT
     assert registry.fitting(specs["Pendulum-v1"]) == ["ppo", "ddpg", "sac", "maddpg"]
     assert registry.fitting(specs["images"]) == ["ppo", "ddpg", "sac"]
     assert registry.fitting(specs["multidiscrete"]) == []
     assert registry.fitting(specs["text observations"]) == []
-    assert registry.fitting(specs["board-shaped, parallel"]) == ["dqn", "ppo", "sac", "maddpg", "mappo", "ippo", "vdn", "qmix"]
+    assert registry.fitting(specs["board-shaped, parallel"]) == JOINT_FIT
     assert registry.fitting(specs["turn-based box"]) == ["ppo", "ddpg", "sac"]
     for env, spec in specs.items():
         assert cli_agents.fitting_algorithms(spec) == registry.fitting(spec), env
@@ -161,7 +165,8 @@ bad = [m for m in sys.modules if m.split(".")[0] in ("torch", "tensorflow", "ker
 assert not bad, bad
 registry.register("beta", core="marl_note.agents.dqn.DQNCore", torch="x.y.Beta", actions=("Discrete",), on_policy=False)
 import marl_note.contrib.alphazero
-assert registry.names() == ["dqn", "ppo", "ddpg", "sac", "maddpg", "mappo", "ippo", "alphazero", "beta"], \\
+assert registry.names() == ["dqn", "ppo", "ddpg", "sac", "maddpg", "mappo", "ippo", "vdn", "qmix", "alphazero",
+                            "beta"], \\
     registry.names()
 assert registry.get("alphazero").core_cls().__name__ == "AlphaZeroCore"
 bad = [m for m in sys.modules if m.split(".")[0] in ("torch", "tensorflow", "keras", "ray")
@@ -174,7 +179,8 @@ assert not bad, bad
 
 def test_get_names_an_unknown_algorithm_and_what_is_registered():
     with pytest.raises(UnknownAlgorithm, match=r"no algorithm is registered as 'pop' \(did you mean 'ppo'\?\); "
-                                               r"registered: dqn, ppo, ddpg, sac, maddpg, mappo, ippo, alphazero"):
+                                               r"registered: dqn, ppo, ddpg, sac, maddpg, mappo, ippo, vdn, qmix, "
+                                               r"alphazero"):
         registry.get("pop")
     with pytest.raises(KeyError):  # an UnknownAlgorithm is a KeyError too
         registry.get("nothing")
