@@ -27,8 +27,9 @@ Definitions, the same on both sides:
 marl_note's rows evaluate the **last** weights (BenchMARL keeps no "best" policy), and both libraries run their
 periodic tests during training as they do by default (marl_note's recipe tests; BenchMARL's evaluation with
 10 episodes about five times a run). marl_note's ``ppo`` is the zoo recipe ``simple_spread_v3`` (one PPO
-shared by the 3 agents, agent id appended) with the budget given here; ``maddpg``, ``mappo``, ``ippo``,
-``qmix`` and ``vdn`` are ``--algo NAME`` (mappo/ippo/qmix/vdn where this checkout's CLI has them). BenchMARL
+shared by the 3 agents, agent id appended) with the budget given here; the others run the zoo's recipe
+``simple_spread_v3-NAME`` where this checkout has one (marl_note's own settings, as BenchMARL runs its yaml
+defaults), else ``--algo NAME`` (mappo/ippo/qmix/vdn where this checkout's CLI has them). BenchMARL
 runs ``mappo``, ``ippo``, ``qmix`` and ``vdn`` with its own yaml defaults (MLP models, shared parameters),
 its env ``max_cycles`` set to 25 and ``prefer_continuous_actions=False``; its frames per batch is the largest
 multiple of 10 envs, at most its default 6000, that divides the budget (so both sides stop at the same count).
@@ -256,9 +257,25 @@ def _child_env() -> dict[str, str]:
     return env
 
 
-def marl_note_train_command(python: str, algo: str, budget: int, seed: int, out: str) -> list[str]:
-    """The ``marl_note train`` command of one run (``ppo``: the zoo's shared-PPO recipe, the others ``--algo``)."""
-    chosen = ["--recipe", ENV] if algo == "ppo" else ["--algo", algo]
+def zoo_recipes(recipes_dir: str = os.path.join(ROOT, "marl_note", "cli", "recipes")) -> dict[str, str]:
+    """``{algo: recipe name}`` of the zoo's recipes for :data:`ENV` (``ENV.toml``, ``ENV-NAME.toml``), the env's
+    default recipe first: marl_note's own settings for that algorithm on the env."""
+    import tomllib
+
+    names = sorted((f[:-5] for f in os.listdir(recipes_dir) if f == f"{ENV}.toml" or f.startswith(f"{ENV}-")),
+                   key=lambda name: (name != ENV, name))
+    found: dict[str, str] = {}
+    for name in names:
+        with open(os.path.join(recipes_dir, name + ".toml"), "rb") as f:
+            found.setdefault(tomllib.load(f)["algo"], name)
+    return found
+
+
+def marl_note_train_command(python: str, algo: str, budget: int, seed: int, out: str,
+                            recipe: str | None = None) -> list[str]:
+    """The ``marl_note train`` command of one run: the zoo's ``recipe`` for the algorithm where it has one
+    (``simple_spread_v3`` is shared PPO with agent ids), else ``--algo`` with the CLI's defaults."""
+    chosen = ["--recipe", recipe] if recipe is not None else ["--algo", algo]
     # --episodes/--minutes lifted so that --env-steps is the budget (a recipe has its own episode and minute caps)
     return [python, "-m", "marl_note", "train", "--env", ENV, *chosen, "--env-arg", f"max_cycles={MAX_CYCLES}",
             "--env-steps", str(budget), "--episodes", "100000000", "--minutes", "100000", "--seed", str(seed),
@@ -289,7 +306,7 @@ def _json_tail(text: str) -> dict[str, Any]:
 
 def run_marl_note(algo: str, budget: int, seed: int, episodes: int, out: str, timeout: float | None) -> dict:
     run_dir = os.path.join(out, f"marl_note-{algo}-{budget}-s{seed}")
-    command = marl_note_train_command(sys.executable, algo, budget, seed, run_dir)
+    command = marl_note_train_command(sys.executable, algo, budget, seed, run_dir, zoo_recipes().get(algo))
     os.makedirs(out, exist_ok=True)
     wall, cpu = _timed(command, timeout, run_dir + ".log")
     with open(os.path.join(run_dir, "marl_note_run.json")) as f:
@@ -389,6 +406,7 @@ def _benchmarl_worker(algo: str, budget: int, seed: int, episodes: int, run_dir:
 
     torch.set_num_threads(1)
     experiment = _benchmarl_experiment(algo, budget, seed, run_dir)
+    close, experiment.close = experiment.close, lambda: None  # run() closes its envs at the end: kept for the check
     experiment.run()
     wall, cpu = time.perf_counter() - start, time.process_time()
     (group, names), = experiment.group_map.items()
@@ -408,6 +426,11 @@ def _benchmarl_worker(algo: str, budget: int, seed: int, episodes: int, run_dir:
 
     scores = {mode: team_return(evaluate_policy(make_env, act, episodes, seed, explore=mode == "sampled"))
               for mode in ("greedy", "sampled")}
+    # a cross-check of the loop above: BenchMARL's own evaluation of the same policy, greedy, as many episodes
+    experiment.config.evaluation_episodes = episodes
+    experiment._evaluation_loop()
+    experiment.logger.commit()
+    close()
     print(json.dumps({"env_steps": int(experiment.total_frames), "wall_s": wall, "cpu_s": cpu, **scores,
                       "own_eval": _benchmarl_own_eval(run_dir)}))
 

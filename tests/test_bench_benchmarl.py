@@ -145,11 +145,21 @@ def test_venv_is_built_torch_first_then_pinned(bench):
 
 
 def test_marl_note_side_runs_through_the_cli(bench):
-    ppo = bench.marl_note_train_command("py", "ppo", 20_000, 2, "out/dir")
+    recipes = bench.zoo_recipes()
+    assert recipes["ppo"] == "simple_spread_v3"  # the env's default recipe: shared PPO, agent id appended
+    ppo = bench.marl_note_train_command("py", "ppo", 20_000, 2, "out/dir", recipes["ppo"])
     assert ppo[:4] == ["py", "-m", "marl_note", "train"]
-    assert ppo[ppo.index("--recipe") + 1] == "simple_spread_v3"  # the zoo's shared PPO (agent id appended)
+    assert ppo[ppo.index("--recipe") + 1] == "simple_spread_v3"
     for flag, value in (("--env", "simple_spread_v3"), ("--env-steps", "20000"), ("--seed", "2"),
                         ("--threads", "1"), ("--out", "out/dir"), ("--env-arg", "max_cycles=25")):
         assert ppo[ppo.index(flag) + 1] == value
     maddpg = bench.marl_note_train_command("py", "maddpg", 1000, 0, "o")
     assert maddpg[maddpg.index("--algo") + 1] == "maddpg" and "--recipe" not in maddpg
+
+
+def test_zoo_recipes_of_the_env_by_algorithm(bench, tmp_path):
+    for name, algo in (("simple_spread_v3", "ppo"), ("simple_spread_v3-qmix", "qmix"), ("simple_spread_v3-x", "ppo"),
+                       ("simple_tag_v3", "ppo")):
+        (tmp_path / f"{name}.toml").write_text(f'version = 1\nenv = "simple_spread_v3"\nalgo = "{algo}"\n')
+    # the env's default recipe wins for its algorithm; other envs' recipes are not taken
+    assert bench.zoo_recipes(str(tmp_path)) == {"ppo": "simple_spread_v3", "qmix": "simple_spread_v3-qmix"}
