@@ -49,6 +49,7 @@ versions it got are written to ``OUT/versions.json`` and printed.
 
 Run:  python bench/bench_benchmarl.py [--budget 20000] [--seeds 0] [--algos mappo,ppo]
                                       [--libs marl_note,benchmarl] [--eval-episodes 100] [--out runs/bench-benchmarl]
+                                      [--random] [--timeout SECONDS]
 
 An algorithm runs on each library that has it (``--algos mappo,ppo``: BenchMARL's MAPPO, marl_note's PPO, and
 marl_note's MAPPO where its CLI has it). The table goes to stdout and every row to ``OUT/results.csv``
@@ -116,6 +117,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--eval-episodes", type=int, default=100, help="episodes of each evaluation (default 100)")
     parser.add_argument("--out", default=os.path.join("runs", "bench-benchmarl"), help="run dirs and results.csv")
     parser.add_argument("--venv", default=DEFAULT_VENV, help=f"BenchMARL's venv (default {DEFAULT_VENV})")
+    parser.add_argument("--random", action="store_true",
+                        help="also score uniformly random actions with the same evaluation (one row per seed)")
     parser.add_argument("--timeout", type=float, default=None, help="seconds per training run (default: none)")
     args = parser.parse_args(argv)
     known = set(ALGOS["marl_note"]) | set(ALGOS["benchmarl"])
@@ -336,6 +339,24 @@ def run_benchmarl(algo: str, budget: int, seed: int, episodes: int, out: str, ve
     return result
 
 
+def run_random(seed: int, episodes: int) -> dict:
+    """Uniformly random actions (each agent's own generator, seeded) scored by :func:`evaluate_policy`."""
+    import numpy as np
+    from mpe2 import simple_spread_v3
+
+    def make_env() -> Any:
+        return simple_spread_v3.parallel_env(N=N_AGENTS, max_cycles=MAX_CYCLES, continuous_actions=False)
+
+    rng = np.random.default_rng(seed)
+
+    def act(obs: dict, explore: bool) -> dict:
+        return {a: int(rng.integers(5)) for a in obs}  # simple_spread's 5 discrete actions
+
+    scores = {mode: team_return(evaluate_policy(make_env, act, episodes, seed, explore=mode == "sampled"))
+              for mode in ("greedy", "sampled")}
+    return {"env_steps": 0, "wall_s": 0.0, "cpu_s": 0.0, "command": "bench_benchmarl.py --random", **scores}
+
+
 # ---------------------------------------------------------------------------------------------- workers
 
 def _marl_note_worker(run_dir: str, seed: int, episodes: int) -> None:
@@ -504,6 +525,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows.append(row(algo, lib, args.budget, seed, args.eval_episodes, result))
         append_csv(os.path.join(args.out, "results.csv"), rows[-1:])
         print(format_table(rows[-1:]), flush=True)
+    for seed in args.seeds if args.random else []:
+        rows.append(row("random", "random", 0, seed, args.eval_episodes, run_random(seed, args.eval_episodes)))
+        append_csv(os.path.join(args.out, "results.csv"), rows[-1:])
     load = os.getloadavg()
     print(f"\nload after: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}\n" + format_table(rows))
     return 0

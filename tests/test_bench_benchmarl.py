@@ -163,3 +163,10 @@ def test_zoo_recipes_of_the_env_by_algorithm(bench, tmp_path):
         (tmp_path / f"{name}.toml").write_text(f'version = 1\nenv = "simple_spread_v3"\nalgo = "{algo}"\n')
     # the env's default recipe wins for its algorithm; other envs' recipes are not taken
     assert bench.zoo_recipes(str(tmp_path)) == {"ppo": "simple_spread_v3", "qmix": "simple_spread_v3-qmix"}
+
+
+def test_random_row_uses_the_same_evaluation(bench):
+    first, again, other = bench.run_random(0, 2), bench.run_random(0, 2), bench.run_random(1, 2)
+    assert first == again  # seeded: the same row twice
+    assert first["greedy"] != first["sampled"] and first["greedy"] != other["greedy"]
+    assert -100 < first["greedy"] < 0 and first["env_steps"] == 0  # simple_spread's rewards are negative
