@@ -263,7 +263,10 @@ def _child_env() -> dict[str, str]:
 def zoo_recipes(recipes_dir: str = os.path.join(ROOT, "marl_note", "cli", "recipes")) -> dict[str, str]:
     """``{algo: recipe name}`` of the zoo's recipes for :data:`ENV` (``ENV.toml``, ``ENV-NAME.toml``), the env's
     default recipe first: marl_note's own settings for that algorithm on the env."""
-    import tomllib
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # Python 3.10: the same parser, as the tomli package (a dependency of marl_note there)
+        import tomli as tomllib
 
     names = sorted((f[:-5] for f in os.listdir(recipes_dir) if f == f"{ENV}.toml" or f.startswith(f"{ENV}-")),
                    key=lambda name: (name != ENV, name))
