@@ -518,13 +518,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         missing = [a for a in args.algos if a in ALGOS["marl_note"] and a not in available["marl_note"]]
         if missing:
             print(f"marl_note's CLI here has no --algo {', '.join(missing)}: those rows are left out", flush=True)
-    rows = []
+    rows, failed = [], []
     for lib, algo, seed in runs_planned(args, available):
         print(f"{lib} {algo} seed {seed}: {args.budget} env steps ...", flush=True)
-        if lib == "marl_note":
-            result = run_marl_note(algo, args.budget, seed, args.eval_episodes, args.out, args.timeout)
-        else:
-            result = run_benchmarl(algo, args.budget, seed, args.eval_episodes, args.out, args.venv, args.timeout)
+        try:
+            if lib == "marl_note":
+                result = run_marl_note(algo, args.budget, seed, args.eval_episodes, args.out, args.timeout)
+            else:
+                result = run_benchmarl(algo, args.budget, seed, args.eval_episodes, args.out, args.venv,
+                                       args.timeout)
+        except (RuntimeError, subprocess.TimeoutExpired) as error:  # the next runs still run
+            print(f"{lib} {algo} seed {seed} left out: {error}", flush=True)
+            failed.append(f"{lib} {algo} seed {seed}")
+            continue
         rows.append(row(algo, lib, args.budget, seed, args.eval_episodes, result))
         append_csv(os.path.join(args.out, "results.csv"), rows[-1:])
         print(format_table(rows[-1:]), flush=True)
@@ -533,7 +539,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         append_csv(os.path.join(args.out, "results.csv"), rows[-1:])
     load = os.getloadavg()
     print(f"\nload after: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}\n" + format_table(rows))
-    return 0
+    if failed:
+        print("failed or timed out (no row): " + "; ".join(failed))
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -170,3 +170,12 @@ def test_random_row_uses_the_same_evaluation(bench):
     assert first == again  # seeded: the same row twice
     assert first["greedy"] != first["sampled"] and first["greedy"] != other["greedy"]
     assert -100 < first["greedy"] < 0 and first["env_steps"] == 0  # simple_spread's rewards are negative
+
+
+def test_a_run_past_its_timeout_is_left_out_and_the_others_still_run(bench, tmp_path, capsys):
+    code = bench.main(["--libs", "marl_note", "--algos", "ppo", "--budget", "1000", "--timeout", "0.01",
+                       "--random", "--eval-episodes", "2", "--out", str(tmp_path)])
+    shown = capsys.readouterr().out
+    assert code == 1 and "marl_note ppo seed 0 left out" in shown and "failed or timed out (no row)" in shown
+    with open(tmp_path / "results.csv", newline="") as f:
+        assert [(r["lib"], r["algo"]) for r in csv.DictReader(f)] == [("random", "random")]
