@@ -73,10 +73,10 @@ from typing import Any
 ENV = "simple_spread_v3"
 N_AGENTS = 3
 MAX_CYCLES = 25
-LIBS = ("marl_note", "benchmarl")
+LIBS = ("marl_note", "benchmarl", "random")  # random: no training, the rows of --random
 #: the algorithms each library runs here (marl_note's mappo/ippo/qmix/vdn need a CLI that has them)
 ALGOS = {"marl_note": ("ppo", "maddpg", "mappo", "ippo", "qmix", "vdn"),
-         "benchmarl": ("mappo", "ippo", "qmix", "vdn")}
+         "benchmarl": ("mappo", "ippo", "qmix", "vdn"), "random": ()}
 DEFAULT_VENV = os.path.join(".bench-venvs", "benchmarl")
 TORCH_PIN = "torch==2.13.0"  # the CPU wheel on this machine's disk; a plain torch pulls a multi-GB CUDA build
 PEER_PACKAGES = ("benchmarl", "pettingzoo[mpe]==1.24.3")
@@ -113,7 +113,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--algos", type=_name_list, default=["mappo", "ppo"],
                         help="comma-separated: " + ", ".join(sorted(set(ALGOS["marl_note"]) | set(ALGOS["benchmarl"])))
                         + " (default mappo,ppo); each runs on the libraries that have it")
-    parser.add_argument("--libs", type=_name_list, default=list(LIBS), help="comma-separated: marl_note,benchmarl")
+    parser.add_argument("--libs", type=_name_list, default=["marl_note", "benchmarl"],
+                        help="comma-separated: marl_note,benchmarl (default both); random: only the --random rows")
     parser.add_argument("--eval-episodes", type=int, default=100, help="episodes of each evaluation (default 100)")
     parser.add_argument("--out", default=os.path.join("runs", "bench-benchmarl"), help="run dirs and results.csv")
     parser.add_argument("--venv", default=DEFAULT_VENV, help=f"BenchMARL's venv (default {DEFAULT_VENV})")
@@ -534,7 +535,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows.append(row(algo, lib, args.budget, seed, args.eval_episodes, result))
         append_csv(os.path.join(args.out, "results.csv"), rows[-1:])
         print(format_table(rows[-1:]), flush=True)
-    for seed in args.seeds if args.random else []:
+    for seed in args.seeds if args.random or "random" in args.libs else []:
         rows.append(row("random", "random", 0, seed, args.eval_episodes, run_random(seed, args.eval_episodes)))
         append_csv(os.path.join(args.out, "results.csv"), rows[-1:])
     load = os.getloadavg()
