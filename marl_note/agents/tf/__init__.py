@@ -12,16 +12,18 @@ from marl_note._moved import lazy_package
 if TYPE_CHECKING:
     from marl_note.agents.tf.ddpg import DDPG
     from marl_note.agents.tf.dqn import DQN
+    from marl_note.agents.tf.nfsp import NFSP
     from marl_note.agents.tf.maddpg import MADDPG
     from marl_note.agents.tf.ppo import PPO
     from marl_note.agents.tf.sac import SAC
 
-__all__ = ["DDPG", "DQN", "MADDPG", "PPO", "SAC"]
+__all__ = ["DDPG", "DQN", "MADDPG", "NFSP", "PPO", "SAC"]
 
 # each class loads its own module on first use; AlphaZero and RL moved (contrib, compat) and warn
 __getattr__ = lazy_package(__name__, {
     "DDPG": "marl_note.agents.tf.ddpg",
     "DQN": "marl_note.agents.tf.dqn",
+    "NFSP": "marl_note.agents.tf.nfsp",
     "MADDPG": "marl_note.agents.tf.maddpg",
     "PPO": "marl_note.agents.tf.ppo",
     "SAC": "marl_note.agents.tf.sac",

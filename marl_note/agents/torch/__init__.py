@@ -11,16 +11,18 @@ from marl_note._moved import lazy_package
 if TYPE_CHECKING:
     from marl_note.agents.torch.ddpg import DDPG
     from marl_note.agents.torch.dqn import DQN
+    from marl_note.agents.torch.nfsp import NFSP
     from marl_note.agents.torch.maddpg import MADDPG
     from marl_note.agents.torch.ppo import PPO
     from marl_note.agents.torch.sac import SAC
 
-__all__ = ["DDPG", "DQN", "MADDPG", "PPO", "SAC"]
+__all__ = ["DDPG", "DQN", "MADDPG", "NFSP", "PPO", "SAC"]
 
 # each class loads its own module on first use; AlphaZero and RL moved (contrib, compat) and warn
 __getattr__ = lazy_package(__name__, {
     "DDPG": "marl_note.agents.torch.ddpg",
     "DQN": "marl_note.agents.torch.dqn",
+    "NFSP": "marl_note.agents.torch.nfsp",
     "MADDPG": "marl_note.agents.torch.maddpg",
     "PPO": "marl_note.agents.torch.ppo",
     "SAC": "marl_note.agents.torch.sac",
