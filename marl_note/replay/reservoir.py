@@ -70,15 +70,22 @@ class ReservoirBuffer:
         legal = np.ones((n, self.n_actions), bool) if legal is None else np.asarray(legal, bool)
         if legal.shape != (n, self.n_actions):
             raise ValueError(f"legal must have shape ({n}, {self.n_actions}), got {legal.shape}")
-        for k in range(n):
-            self.added += 1
-            if self.added <= self.capacity:
-                slot = self.added - 1
-            else:
-                slot = int(self._rng.integers(0, self.added))
-                if slot >= self.capacity:
-                    continue
-            self.obs[slot], self.act[slot], self.legal[slot] = obs[k], act[k], legal[k]
+        if not n:
+            return
+        # row k of this batch is the (added + k + 1)-th row ever: it fills a free slot while there is one,
+        # else lands in a uniform draw from [0, its number) and is kept when that draw is a slot
+        number = self.added + 1 + np.arange(n)
+        free = number <= self.capacity
+        slot = np.where(free, number - 1, 0)
+        late = ~free
+        if late.any():
+            slot[late] = self._rng.integers(0, number[late])
+        keep = np.flatnonzero(slot < self.capacity)
+        # a slot drawn twice in one batch keeps the later row, as one row at a time would
+        _, last = np.unique(slot[keep][::-1], return_index=True)
+        keep = keep[::-1][last]
+        self.obs[slot[keep]], self.act[slot[keep]], self.legal[slot[keep]] = obs[keep], act[keep], legal[keep]
+        self.added += n
 
     def sample(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(obs, act, legal)`` of ``n`` stored rows drawn uniformly with replacement."""
