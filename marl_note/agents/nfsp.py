@@ -192,10 +192,7 @@ class NFSPCore(DQNCore):
                  **overrides: Any):
         super().__init__(observation_space, action_space, config=config, seed=seed, device=device, compile=compile,
                          numpy_acting=numpy_acting, **overrides)
-        cfg: NFSPConfig = self.cfg
-        if self.encoder.torso != "mlp":
-            raise ValueError(f"NFSP takes flat observations (an MLP torso), got {observation_space} "
-                             f"(torso {self.encoder.torso!r})")
+        cfg: NFSPConfig = self.cfg  # (an image observation was refused by the config: MLP torsos only)
         if cfg.policy is None:
             self.policy = EpsGreedyQPolicy(cfg.eps_start, cfg.eps_end, n_steps_annealing=cfg.eps_steps)
         self.reservoir = ReservoirBuffer(cfg.reservoir_size, self.encoder.dim, self.n_actions,
