@@ -62,6 +62,52 @@ def _report(results: Mapping[str, Any], spec: Any, ours: Any, against: str) -> N
         _say(f"  {seat}{'' if seat in ours else ' (opponent)'}: {r['mean_return']:.3f}")
 
 
+def _openspiel_game(choice: EnvChoice) -> tuple[Any, str] | None:
+    """``(pyspiel game, observation)`` of an OpenSpiel env choice (unwrapped), else None."""
+    if choice.family != "openspiel":
+        return None
+    from marl_note.cli.envs import OPENSPIEL_PREFIX
+    from marl_note.envs.openspiel import load_game
+
+    params = {k: v for k, v in choice.kwargs.items() if k not in ("observation", "render_mode")}
+    observation = choice.kwargs.get("observation", "observation")
+    return load_game(choice.name[len(OPENSPIEL_PREFIX):], observation, **params), observation
+
+
+def _exploitability_callback(choice: EnvChoice, seats: list[Any]) -> list[Any]:
+    """An ExploitabilityCallback (measured at each test) for an OpenSpiel game whose seats all have policy_probs."""
+    from marl_note.agents.base import ActionProbabilities
+
+    found = _openspiel_game(choice)
+    if found is None or not all(isinstance(a, ActionProbabilities) for a in seats):
+        return []
+    from marl_note.trainers.exploitability import ExploitabilityCallback
+
+    return [ExploitabilityCallback(found[0], observation=found[1])]
+
+
+def _report_exploitability(choice: EnvChoice, seats: Mapping[str, Any], ours: Mapping[str, Any]) -> float | None:
+    """Print the exact exploitability of the seats' policies in an OpenSpiel game (else nothing)."""
+    found = _openspiel_game(choice)
+    if found is None:
+        return None
+    from marl_note.agents.base import ActionProbabilities
+    from marl_note.trainers.exploitability import exploitability
+
+    game, observation = found
+    lacking = [s for s, a in seats.items() if not isinstance(a, ActionProbabilities)]
+    if lacking:
+        _say(f"exploitability: not available ({', '.join(lacking)} has no policy_probs)")
+        return None
+    result = exploitability(dict(seats), game, observation=observation)
+    others = [s for s in seats if s not in ours]
+    _say(f"exploitability: {result.exploitability:.4f} (NashConv {result.nash_conv:.4f}; a best response wins "
+         + ", ".join(f"{v:+.4f} as {s}" for s, v in zip(seats, result.best_response_values))
+         + f"), exact over every information state of {game}"
+         + (f" ({', '.join(others)}: a random player)" if others else ""))
+    return result.exploitability
+
+
 def _env(name: str | None, source: Source | None, env_args: list[str] | None) -> EnvChoice:
     kwargs = parse_assignments(env_args, "--env-arg")
     if name is None:
@@ -182,9 +228,10 @@ def train(args: Any) -> int:
              + describe_threads(threads))
         started = time.perf_counter()
         budget = [Budget(args.env_steps, args.minutes)] if args.env_steps or args.minutes else []
+        measure = [] if wrappers else _exploitability_callback(choice, seats)  # OpenSpiel games: at each test
         try:
             stats = trainer.train(seats, learning_mask=[s in plan.learners for s in trainer.possible_agents],
-                                  plot=False, progress=not args.quiet, callbacks=budget)
+                                  plot=False, progress=not args.quiet, callbacks=budget + measure)
         except KeyboardInterrupt:  # Ctrl-C: keep what was learned, then exit with 130 (marl_note.cli.main)
             _save_interrupted(trainer, out, learners, {
                 "env": choice.name, "env_kwargs": dict(choice.kwargs), "algo": args.algo, "backend": args.backend,
@@ -197,6 +244,9 @@ def train(args: Any) -> int:
              f"{stats['num_gradient_steps']} gradient steps in {time.perf_counter() - started:.0f} s"
              + (f"; best test metric {stats['best_reward']:.3f} (after {stats['best_episode']} episodes)"
                 if telling else ""))
+        if "exploitability" in stats:
+            _say(f"exploitability of the last policies: {stats['exploitability']:.4f} (NashConv "
+                 f"{stats['nash_conv']:.4f}; python -m marl_note evaluate --checkpoint {out} measures it again)")
         results = None
         if args.eval_episodes and is_board_game(spec):
             ours = {s: a for s, a in zip(trainer.possible_agents, seats) if s in plan.learners}
@@ -209,6 +259,8 @@ def train(args: Any) -> int:
                   "best_episode": stats["best_episode"] if save_best.saved is not None else None,
                   "vs_random": results, "recipe": recipe.label if recipe else None,
                   "wrappers": [dict(w) for w in wrappers]}
+        if "exploitability" in stats:
+            record["exploitability"] = stats["exploitability"]
         write_run(out, record, learners, best=save_best.saved is not None)
         names = ", ".join(sorted(learners))
         best = (f"; the best test's weights (test metric {stats['best_reward']:.3f} after {save_best.saved} episodes) "
@@ -297,6 +349,8 @@ def evaluate(args: Any) -> int:
         _say_weights(source)
         results = seat_results(trainer, ours, theirs, args.episodes)
         _report(results, trainer.spec, ours, "a random player" if opponent_source is None else args.opponent)
+        with setup_errors():
+            _report_exploitability(choice, {s: ours.get(s, theirs.get(s)) for s in trainer.possible_agents}, ours)
     finally:
         trainer.close()
     return 0

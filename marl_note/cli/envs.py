@@ -1,4 +1,6 @@
-"""Env names on the command line: PettingZoo (classic, butterfly, sisl, atari), MPE (mpe2) and Gymnasium ids.
+"""Env names on the command line: PettingZoo (classic, butterfly, sisl, atari), MPE (mpe2), Gymnasium ids and
+OpenSpiel games (``openspiel/kuhn_poker``: the two-player zero-sum ones, through Shimmy; ``--env-arg
+observation=information_state`` picks the information-state tensor, other ``--env-arg`` are game parameters).
 
 A PettingZoo or MPE name is the module name (``tictactoe_v3``, ``simple_spread_v3``), optionally
 with its family (``classic/tictactoe_v3``), or PettingZoo's registry id (``classic/tictactoe-v3``,
@@ -57,6 +59,9 @@ OPTIONAL_PACKAGES: dict[str, str] = {
     "Box2D": "pip install 'marl_note[zoo]' (or pip install 'gymnasium[box2d]')",
     "rlcard": "pip install 'marl_note[zoo]' (or pip install rlcard)",
 }
+# OpenSpiel games (marl_note.envs.openspiel): --env openspiel/<game>, listed while pyspiel and shimmy are installed
+OPENSPIEL_PREFIX = "openspiel/"
+OPENSPIEL_INSTALL = "pip install 'marl_note[openspiel]' (or pip install 'shimmy[openspiel]' open_spiel)"
 # what installs a module that some installed env needs and no marl_note extra declares
 _OTHER_PACKAGES: dict[str, str] = {
     "multi_agent_ale_py": FAMILIES["atari"][2],
@@ -106,7 +111,40 @@ def known_envs() -> dict[str, str]:
 
     for env_id in gym.envs.registry:
         names.setdefault(env_id, "gymnasium")
+    if _openspiel_missing() is None:
+        from marl_note.envs.openspiel import two_player_zero_sum_games
+
+        for game in two_player_zero_sum_games():
+            names.setdefault(OPENSPIEL_PREFIX + game, "openspiel")
     return names
+
+
+def _openspiel_missing() -> str | None:
+    """The module an OpenSpiel env needs that is not installed (pyspiel or shimmy), or None."""
+    for module in ("pyspiel", "shimmy"):
+        try:
+            if importlib.util.find_spec(module) is None:
+                return module
+        except (ImportError, ValueError):
+            return module
+    return None
+
+
+def _resolve_openspiel(name: str, kwargs: dict[str, Any]) -> EnvChoice:
+    """``openspiel/<game>``: the game loaded and checked now (two-player zero-sum, the tensor asked for)."""
+    missing = _openspiel_missing()
+    if missing is not None:
+        raise CLIError(f"env {name} needs the package {missing!r}, which is not installed: {OPENSPIEL_INSTALL}")
+    from marl_note.envs.openspiel import load_game, openspiel_env
+
+    game = name[len(OPENSPIEL_PREFIX):]
+    options = {k: kwargs[k] for k in ("observation", "render_mode") if k in kwargs}
+    params = {k: v for k, v in kwargs.items() if k not in options}
+    try:
+        load_game(game, options.get("observation", "observation"), **params)
+    except (ValueError, TypeError) as exc:
+        raise CLIError(f"env {name}: {exc}") from None
+    return EnvChoice(name, "openspiel", functools.partial(openspiel_env, game, **kwargs), kwargs)
 
 
 def _close_matches(name: str, names: list[str]) -> list[str]:
@@ -216,6 +254,8 @@ def resolve_env(name: str, kwargs: Mapping[str, Any] | None = None) -> EnvChoice
     ``kwargs`` go to the env's factory (``max_cycles=25`` for MPE, ``render_mode`` for Gymnasium, ...).
     """
     kwargs = dict(kwargs or {})
+    if name.startswith(OPENSPIEL_PREFIX):
+        return _resolve_openspiel(name, kwargs)
     known = known_envs()
     short, family_given = _module_name(name, known)
     family = known.get(short)

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["OBSERVATIONS", "openspiel_env", "load_game", "observation_of", "observation_shape",
-           "legal_mask", "is_two_player_zero_sum"]
+           "legal_mask", "is_two_player_zero_sum", "two_player_zero_sum_games"]
 
 #: The observation tensors an OpenSpiel env can give its agents.
 OBSERVATIONS = ("observation", "information_state")
@@ -40,6 +40,19 @@ def is_two_player_zero_sum(game: Any) -> bool:
     kind = game.get_type()
     return (game.num_players() == 2 and kind.utility == pyspiel.GameType.Utility.ZERO_SUM
             and kind.dynamics == pyspiel.GameType.Dynamics.SEQUENTIAL)
+
+
+def two_player_zero_sum_games() -> list[str]:
+    """The registered OpenSpiel games that can be two-player zero-sum with sequential moves and a tensor
+    observation, read from their game types (no game is loaded; a game whose default is not two
+    players is refused when loaded, with its name)."""
+    import pyspiel
+
+    return sorted(
+        kind.short_name for kind in pyspiel.registered_games()
+        if kind.min_num_players <= 2 <= kind.max_num_players and kind.default_loadable
+        and kind.utility == pyspiel.GameType.Utility.ZERO_SUM and kind.dynamics == pyspiel.GameType.Dynamics.SEQUENTIAL
+        and (kind.provides_observation_tensor or kind.provides_information_state_tensor))
 
 
 def load_game(game: Any, observation: str = "observation", **game_params: Any) -> Any:

@@ -265,6 +265,13 @@ class DecentralizedTrainer:
         trainer writes them."""
         return self._run
 
+    @property
+    def run_agents(self) -> dict[str, Agent]:
+        """``{seat: agent}`` of the current (or last) ``train()``, in ``spec.possible_agents`` order (one
+        agent may hold several seats); empty before the first ``train()``. Callbacks read it (e.g. to
+        evaluate the policy being trained)."""
+        return dict(zip(self.spec.possible_agents, self._run_agents))
+
     def observation_space(self, agent: str):
         return self.spec.observation_space(agent)
 
