@@ -42,8 +42,9 @@ import numpy as np
 
 from marl_note.types import JointTransitions, Transitions, obs_batch_size
 
-__all__ = ["Acting", "Agent", "PerEnvAgent", "EpisodeAware", "HasObservationSpace", "Learner", "Stateful", "LearningAgent",
-           "CountsEnvSteps", "HasReplay", "JointLearner", "JointSeat", "Saveable", "Cloneable", "Tunable",
+__all__ = ["Acting", "Agent", "PerEnvAgent", "EpisodeAware", "HasObservationSpace", "Learner", "Stateful",
+           "LearningAgent", "CountsEnvSteps", "HasReplay", "JointLearner", "JointSeat", "Saveable", "Cloneable",
+           "Tunable",
            "RemotePort", "RemoteActing", "DistributedTrainable", "ActionProbabilities", "RandomAgent",
            "is_learning_agent"]
 

@@ -300,7 +300,8 @@ _BUILTIN = (
               tiny=_TINY),
     Algorithm("nfsp", "marl_note.agents.nfsp.NFSPCore", "marl_note.agents.torch.nfsp.NFSP",
               "marl_note.agents.tf.nfsp.NFSP", ("Discrete",), on_policy=False, images=False,
-              tiny={**_TINY, "reservoir_size": 256, "sl_learning_starts": 16}, numpy="marl_note.agents.numpy.nfsp.NFSP"),
+              tiny={**_TINY, "reservoir_size": 256, "sl_learning_starts": 16},
+              numpy="marl_note.agents.numpy.nfsp.NFSP"),
 )
 _REGISTRY: dict[str, Algorithm] = {a.name: a for a in _BUILTIN}
 _BUILTIN_NAMES = tuple(_REGISTRY)

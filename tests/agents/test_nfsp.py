@@ -224,9 +224,9 @@ def test_self_play_on_kuhn_poker_gets_less_exploitable_than_uniform_random():
 
     make = _kuhn()
     trainer = DecentralizedTrainer(make, num_train_envs=8, num_test_envs=1, batch_size=32, update_freq=64,
-                                   test_freq=10**9, episodes_per_train=1500, episodes_per_test=1, seed=0)
+                                   test_freq=10**9, episodes_per_train=2000, episodes_per_test=1, seed=0)
     agents = [NFSP(trainer.observation_space(a), trainer.action_space(a), hidden_sizes=(64,), replay_ratio=1.0,
-                   lr=0.01, sl_lr=0.01, learning_starts=200, sl_learning_starts=200, seed=k)
+                   lr=0.01, sl_lr=0.01, eta=0.3, learning_starts=64, sl_learning_starts=64, seed=k)
               for k, a in enumerate(trainer.spec.possible_agents)]
     start = exploitability(agents, "kuhn_poker").exploitability
     trainer.train(agents, learning_mask=[1, 1], plot=False, progress=False, baseline=None)
@@ -249,9 +249,9 @@ def test_cli_trains_nfsp_on_kuhn_poker_for_a_tiny_budget_and_reports_exploitabil
     assert status == 0, captured.err[-2000:]
     value = float(re.search(r"exploitability of the last policies: ([0-9.]+)", captured.out).group(1))
     assert 0.0 <= value < 3.0
-    from marl_note.agents.checkpoints import restore
-
     import os
+
+    from marl_note.agents.checkpoints import restore
     saved = sorted(os.listdir(os.path.join(out, "last")))
     assert len(saved) == 2  # one NFSP agent per seat
     agent = restore(os.path.join(out, "last", saved[0]))

@@ -12,8 +12,8 @@ from marl_note._moved import lazy_package
 if TYPE_CHECKING:
     from marl_note.agents.tf.ddpg import DDPG
     from marl_note.agents.tf.dqn import DQN
-    from marl_note.agents.tf.nfsp import NFSP
     from marl_note.agents.tf.maddpg import MADDPG
+    from marl_note.agents.tf.nfsp import NFSP
     from marl_note.agents.tf.ppo import PPO
     from marl_note.agents.tf.sac import SAC
 

@@ -11,8 +11,8 @@ from marl_note._moved import lazy_package
 if TYPE_CHECKING:
     from marl_note.agents.torch.ddpg import DDPG
     from marl_note.agents.torch.dqn import DQN
-    from marl_note.agents.torch.nfsp import NFSP
     from marl_note.agents.torch.maddpg import MADDPG
+    from marl_note.agents.torch.nfsp import NFSP
     from marl_note.agents.torch.ppo import PPO
     from marl_note.agents.torch.sac import SAC
 
