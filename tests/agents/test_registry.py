@@ -18,7 +18,7 @@ from marl_note.cli import zoo
 from marl_note.envs.adapters import adapt, make_spec
 from marl_note.types import EnvSpec
 
-BUILTIN = ["dqn", "ppo", "ddpg", "sac", "maddpg", "alphazero"]
+BUILTIN = ["dqn", "ppo", "ddpg", "sac", "maddpg", "nfsp", "alphazero"]
 
 
 def spec_of(factory):
@@ -64,7 +64,7 @@ def test_the_built_in_entries_name_the_library_classes():
     assert registry.names() == BUILTIN
     expected = {"dqn": ("DQN", DQNCore, ("Discrete",), False), "ppo": ("PPO", PPOCore, ("Discrete", "Box"), False),
                 "ddpg": ("DDPG", None, ("Box",), False), "sac": ("SAC", None, ("Discrete", "Box"), False),
-                "maddpg": ("MADDPG", None, ("Discrete", "Box"), True),
+                "maddpg": ("MADDPG", None, ("Discrete", "Box"), True), "nfsp": ("NFSP", None, ("Discrete",), False),
                 "alphazero": ("AlphaZero", AlphaZeroCore, ("Discrete",), False)}
     for name, (cls, core, actions, joint) in expected.items():
         entry = registry.get(name)
@@ -101,7 +101,8 @@ def test_the_command_line_and_the_zoo_offer_exactly_the_registered_algorithms():
     finally:
         registry.unregister("zz-mine")
     assert choices()[0] == BUILTIN
-    with pytest.raises(zoo.RecipeError, match=r"algo 'zz-mine' is not one of dqn, ppo, ddpg, sac, maddpg, alphazero"):
+    with pytest.raises(zoo.RecipeError,
+                       match=r"algo 'zz-mine' is not one of dqn, ppo, ddpg, sac, maddpg, nfsp, alphazero"):
         zoo.check_recipe({"version": 1, "env": "CartPole-v1", "algo": "zz-mine", "seeds": [0],
                           "trainer": {"test_freq": 1}, "budget": {"episodes": 1}, "result": {"status": "not measured"}})
 
@@ -118,16 +119,16 @@ def test_an_alphazero_recipe_has_its_agent_options_checked():
 
 
 def test_fitting_algorithms_on_every_env(specs):
-    assert registry.fitting(specs["tictactoe_v3"]) == ["dqn", "ppo", "sac", "alphazero"]
-    assert registry.fitting(specs["connect_four_v3"]) == ["dqn", "ppo", "sac", "alphazero"]
-    assert registry.fitting(specs["simple_spread_v3"]) == ["dqn", "ppo", "sac", "maddpg"]
-    assert registry.fitting(specs["simple_spread_v3 (AEC)"]) == ["dqn", "ppo", "sac"]
-    assert registry.fitting(specs["CartPole-v1"]) == ["dqn", "ppo", "sac", "maddpg"]
+    assert registry.fitting(specs["tictactoe_v3"]) == ["dqn", "ppo", "sac", "nfsp", "alphazero"]
+    assert registry.fitting(specs["connect_four_v3"]) == ["dqn", "ppo", "sac", "nfsp", "alphazero"]
+    assert registry.fitting(specs["simple_spread_v3"]) == ["dqn", "ppo", "sac", "maddpg", "nfsp"]
+    assert registry.fitting(specs["simple_spread_v3 (AEC)"]) == ["dqn", "ppo", "sac", "nfsp"]
+    assert registry.fitting(specs["CartPole-v1"]) == ["dqn", "ppo", "sac", "maddpg", "nfsp"]
     assert registry.fitting(specs["Pendulum-v1"]) == ["ppo", "ddpg", "sac", "maddpg"]
     assert registry.fitting(specs["images"]) == ["ppo", "ddpg", "sac"]
     assert registry.fitting(specs["multidiscrete"]) == []
     assert registry.fitting(specs["text observations"]) == []
-    assert registry.fitting(specs["board-shaped, parallel"]) == ["dqn", "ppo", "sac", "maddpg"]
+    assert registry.fitting(specs["board-shaped, parallel"]) == ["dqn", "ppo", "sac", "maddpg", "nfsp"]
     assert registry.fitting(specs["turn-based box"]) == ["ppo", "ddpg", "sac"]
     for env, spec in specs.items():
         assert cli_agents.fitting_algorithms(spec) == registry.fitting(spec), env
@@ -146,7 +147,7 @@ import sys
 import gymnasium as gym
 from marl_note.agents import registry
 from marl_note.types import EnvSpec
-assert registry.names() == ["dqn", "ppo", "ddpg", "sac", "maddpg"], registry.names()
+assert registry.names() == ["dqn", "ppo", "ddpg", "sac", "maddpg", "nfsp"], registry.names()
 spec = EnvSpec(("a",), {"a": gym.spaces.Box(-1, 1, (3,))}, {"a": gym.spaces.Discrete(2)}, False, False)
 assert [registry.get(n).problem(spec) is None for n in ("dqn", "ddpg")] == [True, False]
 cores = [registry.get(n).core_cls() for n in ("dqn", "ppo", "ddpg", "sac", "maddpg")]
@@ -158,7 +159,7 @@ bad = [m for m in sys.modules if m.split(".")[0] in ("torch", "tensorflow", "ker
 assert not bad, bad
 registry.register("beta", core="marl_note.agents.dqn.DQNCore", torch="x.y.Beta", actions=("Discrete",), on_policy=False)
 import marl_note.contrib.alphazero
-assert registry.names() == ["dqn", "ppo", "ddpg", "sac", "maddpg", "alphazero", "beta"], registry.names()
+assert registry.names() == ["dqn", "ppo", "ddpg", "sac", "maddpg", "nfsp", "alphazero", "beta"], registry.names()
 assert registry.get("alphazero").core_cls().__name__ == "AlphaZeroCore"
 bad = [m for m in sys.modules if m.split(".")[0] in ("torch", "tensorflow", "keras", "ray")
        or m.startswith(("marl_note.agents.torch", "marl_note.agents.tf", "marl_note.contrib.alphazero.torch",
@@ -170,7 +171,7 @@ assert not bad, bad
 
 def test_get_names_an_unknown_algorithm_and_what_is_registered():
     with pytest.raises(UnknownAlgorithm, match=r"no algorithm is registered as 'pop' \(did you mean 'ppo'\?\); "
-                                               r"registered: dqn, ppo, ddpg, sac, maddpg, alphazero"):
+                                               r"registered: dqn, ppo, ddpg, sac, maddpg, nfsp, alphazero"):
         registry.get("pop")
     with pytest.raises(KeyError):  # an UnknownAlgorithm is a KeyError too
         registry.get("nothing")
