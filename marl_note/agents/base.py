@@ -42,8 +42,9 @@ import numpy as np
 
 from marl_note.types import JointTransitions, Transitions, obs_batch_size
 
-__all__ = ["Acting", "Agent", "PerEnvAgent", "HasObservationSpace", "Learner", "Stateful", "LearningAgent",
-           "CountsEnvSteps", "HasReplay", "JointLearner", "JointSeat", "Saveable", "Cloneable", "Tunable",
+__all__ = ["Acting", "Agent", "PerEnvAgent", "EpisodeAware", "HasObservationSpace", "Learner", "Stateful",
+           "LearningAgent", "CountsEnvSteps", "HasReplay", "JointLearner", "JointSeat", "Saveable", "Cloneable",
+           "Tunable",
            "RemotePort", "RemoteActing", "DistributedTrainable", "ActionProbabilities", "RandomAgent",
            "is_learning_agent"]
 
@@ -183,6 +184,21 @@ class PerEnvAgent(Agent, Protocol):
 
     def act(self, obs: np.ndarray, mask: np.ndarray | None = None, explore: bool = False,
             env_ids: np.ndarray | None = None) -> np.ndarray: ...
+
+
+@runtime_checkable
+class EpisodeAware(Protocol):
+    """An agent told when an env starts an episode: ``begin_episode(env_ids)`` (NFSP draws the policy it
+    plays for the episode); the collector calls it for each agent seated in the env, after ``reset``
+    and whenever the env starts its next episode.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> isinstance(RandomAgent(gym.spaces.Discrete(2)), EpisodeAware)
+        False
+    """
+
+    def begin_episode(self, env_ids: np.ndarray) -> None: ...
 
 
 @runtime_checkable

@@ -308,6 +308,10 @@ _BUILTIN = (
               ("Discrete",), on_policy=False, joint=True, images=False, tiny=_TINY),
     Algorithm("qmix", "marl_note.agents.qmix.QMIXCore", "marl_note.agents.torch.qmix.QMIX",
               "marl_note.agents.tf.qmix.QMIX", ("Discrete",), on_policy=False, joint=True, images=False, tiny=_TINY),
+    Algorithm("nfsp", "marl_note.agents.nfsp.NFSPCore", "marl_note.agents.torch.nfsp.NFSP",
+              "marl_note.agents.tf.nfsp.NFSP", ("Discrete",), on_policy=False, images=False,
+              tiny={**_TINY, "reservoir_size": 256, "sl_learning_starts": 16},
+              numpy="marl_note.agents.numpy.nfsp.NFSP"),
 )
 _REGISTRY: dict[str, Algorithm] = {a.name: a for a in _BUILTIN}
 _BUILTIN_NAMES = tuple(_REGISTRY)

@@ -18,7 +18,7 @@ Example:
     >>> status
     2
     >>> print(err.getvalue().strip())
-    marl_note train: error: --algo ddpg does not fit tictactoe_v3: ddpg needs Box actions, ... dqn, ppo, sac, alphazero
+    marl_note train: error: --algo ddpg does not fit tictactoe_v3: ddpg needs Box actions, ... sac, nfsp, alphazero
 """
 from __future__ import annotations
 

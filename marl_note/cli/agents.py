@@ -12,14 +12,14 @@ Example:
     >>> spec = EnvSpec(("player_1", "player_2"), dict.fromkeys(("player_1", "player_2"), gym.spaces.Box(0, 1, (9,))),
     ...                dict.fromkeys(("player_1", "player_2"), gym.spaces.Discrete(9)), True, True)
     >>> fitting_algorithms(spec)
-    ['dqn', 'ppo', 'sac']
+    ['dqn', 'ppo', 'sac', 'nfsp']
     >>> plan = plan_seats(spec, "dqn", self_play=True)
     >>> plan.mode, plan.learners, plan.seat_map
     ('self-play', ['player_1', 'player_2'], {'player_1': 'agent', 'player_2': 'agent'})
     >>> check_algorithm("ddpg", spec, "tictactoe_v3")
     Traceback (most recent call last):
     ...
-    marl_note.cli.common.CLIError: --algo ddpg does not fit tictactoe_v3: ... Algorithms that fit: dqn, ppo, sac
+    marl_note.cli.common.CLIError: --algo ddpg does not fit tictactoe_v3: ... Algorithms that fit: dqn, ppo, sac, nfsp
 """
 from __future__ import annotations
 

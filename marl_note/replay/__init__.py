@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from marl_note.replay.memory import InsufficientMemoryError, ReplayMemoryError
     from marl_note.replay.nstep import NStepAccumulator
     from marl_note.replay.prioritized import PrioritizedReplayBuffer
+    from marl_note.replay.reservoir import ReservoirBuffer
     from marl_note.replay.rollout import RolloutBuffer, compute_gae
     from marl_note.replay.storage import RingStorage
     from marl_note.replay.sum_tree import SumTree
@@ -23,7 +24,8 @@ if TYPE_CHECKING:
 __all__ = ["ReplayBuffer", "CompactReplayBuffer",
            "PrioritizedReplayBuffer", "SumTree", "NStepAccumulator", "RolloutBuffer", "compute_gae",
            "RingStorage", "HERReplayBuffer", "HindsightRelabeler", "HERSample", "goal_observation",
-           "goal_observation_space", "InsufficientMemoryError", "JointReplayBuffer", "ReplayMemoryError", "ReplayFeed"]
+           "goal_observation_space", "InsufficientMemoryError", "JointReplayBuffer", "ReplayMemoryError", "ReplayFeed",
+           "ReservoirBuffer"]
 
 # each name loads its own module on first use; TripletReplayBuffer moved to marl_note.compat.triplet and warns
 __getattr__ = lazy_package(__name__, {
@@ -40,6 +42,7 @@ __getattr__ = lazy_package(__name__, {
     "ReplayMemoryError": "marl_note.replay.memory",
     "NStepAccumulator": "marl_note.replay.nstep",
     "PrioritizedReplayBuffer": "marl_note.replay.prioritized",
+    "ReservoirBuffer": "marl_note.replay.reservoir",
     "RolloutBuffer": "marl_note.replay.rollout",
     "compute_gae": "marl_note.replay.rollout",
     "RingStorage": "marl_note.replay.storage",

@@ -10,7 +10,9 @@ seats that learn have transitions assembled.
 
 An agent whose ``accepts_env_ids`` attribute is true is called as ``act(obs, mask, explore=...,
 env_ids=...)``, ``env_ids[k]`` being the env index of row ``k``, so it can keep per-env state
-(MADDPG's exploration noise).
+(MADDPG's exploration noise). An agent with ``begin_episode(env_ids)``
+(:class:`~marl_note.agents.base.EpisodeAware`) is told as each env it sits in starts an episode
+(NFSP draws its policy for the episode there).
 
 With ``check_finite`` (the default) every step result and reset observation is checked before it
 is absorbed: a NaN/inf reward or float observation raises
@@ -33,7 +35,7 @@ from typing import Any, cast
 import gymnasium as gym
 import numpy as np
 
-from marl_note.agents.base import Agent, JointLearner, LearningAgent, PerEnvAgent
+from marl_note.agents.base import Agent, EpisodeAware, JointLearner, LearningAgent, PerEnvAgent
 from marl_note.envs.adapters import StepResult
 from marl_note.trainers.assembly import Assembler, JointAssembler, SeatAssembler
 from marl_note.trainers.seats import accepts_env_ids, joint_learner_of
@@ -144,6 +146,8 @@ class Collector:
         self.env_listeners: list[dict[str, tuple[Assembler, ...]]] = [{} for _ in range(self.num_envs)]
         self.env_assemblers: list[tuple[Assembler, ...]] = [() for _ in range(self.num_envs)]
         self.env_tag: list[Any] = [None] * self.num_envs
+        self._episode_aware: dict[int, bool] = {}  # id(agent) -> EpisodeAware, asked once
+        self.env_episode_aware: list[tuple[EpisodeAware, ...]] = [() for _ in range(self.num_envs)]
         self.matchmaker = matchmaker
         self.pending: dict[int, StepResult] = {}
         for i in range(self.num_envs):
@@ -178,6 +182,20 @@ class Collector:
             heard.update((id(asm), asm) for asm in listeners)
         self.env_assemblers[i] = tuple(heard.values())
         self.env_tag[i] = tag
+        aware: dict[int, EpisodeAware] = {}
+        for agent in agents:
+            if id(agent) not in self._episode_aware:  # (a Protocol check is slow: ask once per agent)
+                self._episode_aware[id(agent)] = isinstance(agent, EpisodeAware)
+            if self._episode_aware[id(agent)]:
+                aware[id(agent)] = cast(EpisodeAware, agent)
+        self.env_episode_aware[i] = tuple(aware.values())
+
+    def _begin_episode(self, i: int) -> None:
+        """Env ``i`` starts an episode: tell its episode-aware agents."""
+        if self.env_episode_aware[i]:
+            ids = np.array([i], np.int64)
+            for agent in self.env_episode_aware[i]:
+                agent.begin_episode(ids)
 
     def _learner(self, agent: Agent) -> int:
         """The index of the learner that owns ``agent``'s transitions, registering it if new."""
@@ -209,6 +227,7 @@ class Collector:
         self.pending = pending
         for i in range(self.num_envs):
             self._matchmake(i)
+            self._begin_episode(i)
         for assembler in self.assemblers:
             assembler.reset(pending)
         self.ep_return[:] = 0
@@ -324,6 +343,7 @@ class Collector:
             self.ep_return[i] = 0
             self.ep_len[i] = 0
             self._matchmake(i)
+            self._begin_episode(i)
             if self.episode_begin is not None:
                 self.episode_begin(i)
         self.pending[i] = res

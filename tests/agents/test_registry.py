@@ -18,7 +18,7 @@ from marl_note.cli import zoo
 from marl_note.envs.adapters import adapt, make_spec
 from marl_note.types import EnvSpec
 
-BUILTIN = ["dqn", "ppo", "ddpg", "sac", "maddpg", "mappo", "ippo", "vdn", "qmix", "alphazero"]
+BUILTIN = ["dqn", "ppo", "ddpg", "sac", "maddpg", "mappo", "ippo", "vdn", "qmix", "nfsp", "alphazero"]
 
 
 def spec_of(factory):
@@ -67,6 +67,7 @@ def test_the_built_in_entries_name_the_library_classes():
                 "maddpg": ("MADDPG", None, ("Discrete", "Box"), True),
                 "mappo": ("MAPPO", None, ("Discrete",), True), "ippo": ("IPPO", None, ("Discrete",), True),
                 "vdn": ("VDN", None, ("Discrete",), True), "qmix": ("QMIX", None, ("Discrete",), True),
+                "nfsp": ("NFSP", None, ("Discrete",), False),
                 "alphazero": ("AlphaZero", AlphaZeroCore, ("Discrete",), False)}
     for name, (cls, core, actions, joint) in expected.items():
         entry = registry.get(name)
@@ -104,7 +105,7 @@ def test_the_command_line_and_the_zoo_offer_exactly_the_registered_algorithms():
         registry.unregister("zz-mine")
     assert choices()[0] == BUILTIN
     with pytest.raises(zoo.RecipeError,
-                       match=r"algo 'zz-mine' is not one of dqn, ppo, ddpg, sac, maddpg, mappo, ippo, vdn, qmix, "
+                       match=r"algo 'zz-mine' is not one of dqn, ppo, ddpg, sac, maddpg, mappo, ippo, vdn, qmix, nfsp, "
                              r"alphazero"):
         zoo.check_recipe({"version": 1, "env": "CartPole-v1", "algo": "zz-mine", "seeds": [0],
                           "trainer": {"test_freq": 1}, "budget": {"episodes": 1}, "result": {"status": "not measured"}})
@@ -121,14 +122,14 @@ def test_an_alphazero_recipe_has_its_agent_options_checked():
         zoo.check_recipe({**data, "agent": {"num_simulation": 8}})
 
 
-JOINT_FIT = ["dqn", "ppo", "sac", "maddpg", "mappo", "ippo", "vdn", "qmix"]  # a Discrete Parallel env
+JOINT_FIT = ["dqn", "ppo", "sac", "maddpg", "mappo", "ippo", "vdn", "qmix", "nfsp"]  # a Discrete Parallel env
 
 
 def test_fitting_algorithms_on_every_env(specs):
-    assert registry.fitting(specs["tictactoe_v3"]) == ["dqn", "ppo", "sac", "alphazero"]
-    assert registry.fitting(specs["connect_four_v3"]) == ["dqn", "ppo", "sac", "alphazero"]
+    assert registry.fitting(specs["tictactoe_v3"]) == ["dqn", "ppo", "sac", "nfsp", "alphazero"]
+    assert registry.fitting(specs["connect_four_v3"]) == ["dqn", "ppo", "sac", "nfsp", "alphazero"]
     assert registry.fitting(specs["simple_spread_v3"]) == JOINT_FIT
-    assert registry.fitting(specs["simple_spread_v3 (AEC)"]) == ["dqn", "ppo", "sac"]
+    assert registry.fitting(specs["simple_spread_v3 (AEC)"]) == ["dqn", "ppo", "sac", "nfsp"]
     assert registry.fitting(specs["CartPole-v1"]) == JOINT_FIT
     assert registry.fitting(specs["Pendulum-v1"]) == ["ppo", "ddpg", "sac", "maddpg"]
     assert registry.fitting(specs["images"]) == ["ppo", "ddpg", "sac"]
@@ -153,7 +154,8 @@ import sys
 import gymnasium as gym
 from marl_note.agents import registry
 from marl_note.types import EnvSpec
-assert registry.names() == ["dqn", "ppo", "ddpg", "sac", "maddpg", "mappo", "ippo", "vdn", "qmix"], registry.names()
+assert registry.names() == ["dqn", "ppo", "ddpg", "sac", "maddpg", "mappo", "ippo", "vdn", "qmix", "nfsp"], \\
+    registry.names()
 spec = EnvSpec(("a",), {"a": gym.spaces.Box(-1, 1, (3,))}, {"a": gym.spaces.Discrete(2)}, False, False)
 assert [registry.get(n).problem(spec) is None for n in ("dqn", "ddpg")] == [True, False]
 cores = [registry.get(n).core_cls() for n in ("dqn", "ppo", "ddpg", "sac", "maddpg")]
@@ -165,7 +167,7 @@ bad = [m for m in sys.modules if m.split(".")[0] in ("torch", "tensorflow", "ker
 assert not bad, bad
 registry.register("beta", core="marl_note.agents.dqn.DQNCore", torch="x.y.Beta", actions=("Discrete",), on_policy=False)
 import marl_note.contrib.alphazero
-assert registry.names() == ["dqn", "ppo", "ddpg", "sac", "maddpg", "mappo", "ippo", "vdn", "qmix", "alphazero",
+assert registry.names() == ["dqn", "ppo", "ddpg", "sac", "maddpg", "mappo", "ippo", "vdn", "qmix", "nfsp", "alphazero",
                             "beta"], \\
     registry.names()
 assert registry.get("alphazero").core_cls().__name__ == "AlphaZeroCore"
@@ -180,7 +182,7 @@ assert not bad, bad
 def test_get_names_an_unknown_algorithm_and_what_is_registered():
     with pytest.raises(UnknownAlgorithm, match=r"no algorithm is registered as 'pop' \(did you mean 'ppo'\?\); "
                                                r"registered: dqn, ppo, ddpg, sac, maddpg, mappo, ippo, vdn, qmix, "
-                                               r"alphazero"):
+                                               r"nfsp, alphazero"):
         registry.get("pop")
     with pytest.raises(KeyError):  # an UnknownAlgorithm is a KeyError too
         registry.get("nothing")

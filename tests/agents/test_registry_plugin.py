@@ -140,7 +140,7 @@ registry.register(ENTRY)
 assert registry.names()[-1] == "{NAME}" and registry.get("{NAME}").backends == ("torch", "tf")
 assert registry.entry_of(ExpectedSarsaCore).name == "{NAME}" and not registry.is_on_policy(ExpectedSarsaCore)
 assert registry.fitting(make_spec(adapt(gym.make("CartPole-v1")))) == ["dqn", "ppo", "sac", "maddpg", "mappo", "ippo",
-                                                                   "vdn", "qmix", "{NAME}"]
+                                                                   "vdn", "qmix", "nfsp", "{NAME}"]
 bad = [m for m in sys.modules if m.split(".")[0] in ("torch", "tensorflow")]
 assert not bad, bad
 from marl_note.agents.checkpoints import restore

@@ -14,16 +14,18 @@ if TYPE_CHECKING:
     from marl_note.agents.numpy.ddpg import DDPG
     from marl_note.agents.numpy.dqn import DQN
     from marl_note.agents.numpy.maddpg import MADDPG
+    from marl_note.agents.numpy.nfsp import NFSP
     from marl_note.agents.numpy.ppo import PPO
     from marl_note.agents.numpy.sac import SAC
 
-__all__ = ["DDPG", "DQN", "MADDPG", "PPO", "SAC"]
+__all__ = ["DDPG", "DQN", "MADDPG", "NFSP", "PPO", "SAC"]
 
 # each class loads its own module on first use
 __getattr__ = lazy_package(__name__, {
     "DDPG": "marl_note.agents.numpy.ddpg",
     "DQN": "marl_note.agents.numpy.dqn",
     "MADDPG": "marl_note.agents.numpy.maddpg",
+    "NFSP": "marl_note.agents.numpy.nfsp",
     "PPO": "marl_note.agents.numpy.ppo",
     "SAC": "marl_note.agents.numpy.sac",
 })

@@ -14,16 +14,18 @@ if TYPE_CHECKING:
     from marl_note.agents.tf.dqn import DQN
     from marl_note.agents.tf.maddpg import MADDPG
     from marl_note.agents.tf.mappo import IPPO, MAPPO
+    from marl_note.agents.tf.nfsp import NFSP
     from marl_note.agents.tf.ppo import PPO
     from marl_note.agents.tf.qmix import QMIX, VDN
     from marl_note.agents.tf.sac import SAC
 
-__all__ = ["DDPG", "DQN", "IPPO", "MADDPG", "MAPPO", "PPO", "QMIX", "SAC", "VDN"]
+__all__ = ["DDPG", "DQN", "IPPO", "MADDPG", "MAPPO", "NFSP", "PPO", "QMIX", "SAC", "VDN"]
 
 # each class loads its own module on first use; AlphaZero and RL moved (contrib, compat) and warn
 __getattr__ = lazy_package(__name__, {
     "DDPG": "marl_note.agents.tf.ddpg",
     "DQN": "marl_note.agents.tf.dqn",
+    "NFSP": "marl_note.agents.tf.nfsp",
     "MADDPG": "marl_note.agents.tf.maddpg",
     "MAPPO": "marl_note.agents.tf.mappo",
     "IPPO": "marl_note.agents.tf.mappo",

@@ -13,16 +13,18 @@ if TYPE_CHECKING:
     from marl_note.agents.torch.dqn import DQN
     from marl_note.agents.torch.maddpg import MADDPG
     from marl_note.agents.torch.mappo import IPPO, MAPPO
+    from marl_note.agents.torch.nfsp import NFSP
     from marl_note.agents.torch.ppo import PPO
     from marl_note.agents.torch.qmix import QMIX, VDN
     from marl_note.agents.torch.sac import SAC
 
-__all__ = ["DDPG", "DQN", "IPPO", "MADDPG", "MAPPO", "PPO", "QMIX", "SAC", "VDN"]
+__all__ = ["DDPG", "DQN", "IPPO", "MADDPG", "MAPPO", "NFSP", "PPO", "QMIX", "SAC", "VDN"]
 
 # each class loads its own module on first use; AlphaZero and RL moved (contrib, compat) and warn
 __getattr__ = lazy_package(__name__, {
     "DDPG": "marl_note.agents.torch.ddpg",
     "DQN": "marl_note.agents.torch.dqn",
+    "NFSP": "marl_note.agents.torch.nfsp",
     "MADDPG": "marl_note.agents.torch.maddpg",
     "MAPPO": "marl_note.agents.torch.mappo",
     "IPPO": "marl_note.agents.torch.mappo",
