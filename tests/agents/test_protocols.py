@@ -46,6 +46,7 @@ CLAIMS = {
                DistributedTrainable},
 }
 CLAIMS["vdn"] = CLAIMS["qmix"] = CLAIMS["maddpg"]  # joint learners alike
+CLAIMS["nfsp"] = CLAIMS["dqn"] | {PerEnvAgent}  # its best response or average policy per env
 CLAIMS["mappo"] = CLAIMS["ippo"] = CLAIMS["maddpg"] - {HasReplay}  # on-policy: a rollout, as for PPO
 
 
