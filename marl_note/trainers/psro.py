@@ -227,7 +227,8 @@ class PSRO:
     ``trainer``: a :class:`~marl_note.trainers.DecentralizedTrainer` over a two-seat env; its
     ``episodes_per_train`` is the training budget of each best response (its other settings
     apply as in any run). ``make_agent(iteration)`` builds the fresh learner of each iteration
-    (one agent playing both seats). ``game``: the OpenSpiel game of the env (a name such as
+    (one agent playing both seats; ``make_agent(0)`` is called once at construction to check that
+    it fits the env and, for an OpenSpiel game, has ``policy_probs``). ``game``: the OpenSpiel game of the env (a name such as
     ``"kuhn_poker"`` or a ``pyspiel.Game``) for exact payoffs and the mixture's exploitability;
     None for another env (payoffs from ``payoff_episodes`` games per pair and seat order, no
     exploitability). ``observation`` names the tensor the env gives (see
@@ -288,8 +289,15 @@ class PSRO:
         self.values = np.zeros((0, 0))  # values[i, j]: seat 0's expected return, i in seat 0, j in seat 1
         self.history: list[dict[str, Any]] = []
         self.iteration = 0
+        self._check_learner(make_agent(0))  # a learner that cannot serve is refused before any training
         self._add("random" if initial is None else "initial", first)
         self._solve()
+
+    def _check_learner(self, learner: Any) -> None:
+        if self.game is not None and not isinstance(learner, ActionProbabilities):
+            raise TypeError(f"make_agent built a {type(learner).__name__}, which has no policy_probs(obs, mask); "
+                            f"PSRO in an OpenSpiel game needs it")
+        self.pool._check_spaces(learner, "the best response", range(self.pool.spec.num_agents))
 
     # ------------------------------------------------------------------ pool and meta-game
     @property
@@ -375,11 +383,8 @@ class PSRO:
         wall, cpu = time.perf_counter(), time.process_time()
         self.iteration += 1
         learner = self.make_agent(self.iteration)
-        if self.game is not None and not isinstance(learner, ActionProbabilities):
-            raise TypeError(f"make_agent built a {type(learner).__name__}, which has no policy_probs(obs, mask); "
-                            f"PSRO in an OpenSpiel game needs it")
+        self._check_learner(learner)
         self.pool.learner = learner
-        self.pool._check_spaces(learner, "the best response", range(self.pool.spec.num_agents))
         stats = self.trainer.train([learner, learner], learning_mask=[1, 1], plot=False, progress=False,
                                    matchmaker=self.pool, callbacks=[self.pool], baseline=None)
         name = f"br_{self.iteration}"
@@ -464,7 +469,7 @@ def save_population(path: str | os.PathLike, members: dict[str, Any], meta_strat
     path = os.path.abspath(os.fspath(path))
     if os.path.exists(path) and not os.path.isdir(path):
         raise ValueError(f"a PSRO checkpoint is a directory; {path} is a file")
-    if os.path.isdir(path) and os.listdir(path) and not os.path.exists(os.path.join(path, PSRO_FILE)):
+    if os.path.isdir(path) and not set(os.listdir(path)) <= {PSRO_FILE, "psro.csv", "members"}:
         raise ValueError(f"{path} is neither empty nor a PSRO checkpoint; refusing to write into it")
     os.makedirs(os.path.join(path, "members"), exist_ok=True)
     entries = []

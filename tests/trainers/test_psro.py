@@ -1,6 +1,8 @@
 """PSRO: exact payoffs and reach-weighted mixtures against OpenSpiel's own code, the loop, checkpoints."""
 import math
 
+import gymnasium as gym
+
 import numpy as np
 import pytest
 
@@ -158,8 +160,14 @@ def test_bad_input_is_refused_before_training():
     three = DecentralizedTrainer(simple_spread_v3.parallel_env, num_train_envs=1, num_test_envs=1)
     with pytest.raises(ValueError, match="needs a two-player game; the env has 3 seats"):
         PSRO(three, make)
-    psro = PSRO(trainer, lambda i: RandomAgent(trainer.action_space("player_0")) if False else object(),
-                game="kuhn_poker")
-    with pytest.raises(TypeError, match="no policy_probs"):
-        psro.step()
-    assert psro.names == ["random"]  # nothing was trained or added
+
+    class Greedy:  # acts, but cannot say the probabilities of its policy
+        action_space = trainer.action_space("player_0")
+
+        def act(self, obs, mask=None, explore=False):
+            return np.zeros(len(obs), dtype=np.int64)
+
+    with pytest.raises(TypeError, match="make_agent built a Greedy, which has no policy_probs"):
+        PSRO(trainer, lambda i: Greedy(), game="kuhn_poker")
+    with pytest.raises(ValueError, match="best response has action space Discrete\\(3\\)"):
+        PSRO(trainer, lambda i: RandomAgent(gym.spaces.Discrete(3)), game="kuhn_poker")
