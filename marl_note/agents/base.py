@@ -44,7 +44,8 @@ from marl_note.types import JointTransitions, Transitions, obs_batch_size
 
 __all__ = ["Acting", "Agent", "PerEnvAgent", "HasObservationSpace", "Learner", "Stateful", "LearningAgent",
            "CountsEnvSteps", "HasReplay", "JointLearner", "JointSeat", "Saveable", "Cloneable", "Tunable",
-           "RemotePort", "RemoteActing", "DistributedTrainable", "RandomAgent", "is_learning_agent"]
+           "RemotePort", "RemoteActing", "DistributedTrainable", "ActionProbabilities", "RandomAgent",
+           "is_learning_agent"]
 
 
 @runtime_checkable
@@ -336,6 +337,49 @@ class DistributedTrainable(Protocol):
     def distributed_networks(self) -> Any: ...
 
 
+@runtime_checkable
+class ActionProbabilities(Protocol):
+    """The probabilities of the policy an agent acts by, per legal action (discrete actions).
+
+    ``policy_probs(obs, mask=None)`` returns an array ``[batch, n_actions]`` whose rows sum to 1
+    over the legal actions (``mask`` True) and are 0 on illegal ones: a greedy agent's row is
+    one-hot on the action ``act`` picks, a softmax policy's row its masked softmax. Exact
+    evaluation (exploitability in OpenSpiel games) reads this.
+
+    Example:
+        >>> class Left:
+        ...     def act(self, obs, mask=None, explore=False):
+        ...         return np.zeros(len(obs), dtype=np.int64)
+        ...     def policy_probs(self, obs, mask=None):
+        ...         return np.tile([1.0, 0.0], (len(obs), 1))
+        >>> isinstance(Left(), ActionProbabilities)
+        True
+    """
+
+    def policy_probs(self, obs: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray: ...
+
+
+def masked_probs(probs: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+    """``probs [batch, n]`` zeroed on illegal actions and renormalised over the legal ones.
+
+    A row whose legal actions all have probability 0 becomes uniform over its legal actions;
+    a row with no legal action is refused.
+    """
+    probs = np.asarray(probs, dtype=np.float64)
+    if mask is None:
+        return probs / probs.sum(axis=1, keepdims=True)
+    mask = np.asarray(mask, dtype=bool).reshape(probs.shape)
+    if not mask.any(axis=1).all():
+        raise ValueError("policy_probs got an observation with no legal action")
+    out = np.where(mask, probs, 0.0)
+    total = out.sum(axis=1, keepdims=True)
+    empty = total[:, 0] <= 0
+    if empty.any():
+        out[empty] = mask[empty]
+        total[empty] = mask[empty].sum(axis=1, keepdims=True)
+    return out / total
+
+
 def is_learning_agent(agent: Any) -> bool:
     """Whether ``agent`` acts and learns (:class:`Acting` and :class:`Learner`)."""
     return isinstance(agent, Acting) and isinstance(agent, Learner)
@@ -377,6 +421,19 @@ class RandomAgent:
             high = np.where(np.isfinite(space.high), space.high, 1.0)
             return self.rng.uniform(low, high, size=(n, *space.shape)).astype(space.dtype)
         return np.stack([space.sample() for _ in range(n)])
+
+    def policy_probs(self, obs: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+        """Uniform over the legal actions (over all actions without a mask); Discrete spaces only.
+
+        Example:
+            >>> import gymnasium as gym, numpy as np
+            >>> RandomAgent(gym.spaces.Discrete(3)).policy_probs(np.zeros((1, 2)), np.array([[1, 0, 1]], bool))
+            array([[0.5, 0. , 0.5]])
+        """
+        if not isinstance(self.action_space, gym.spaces.Discrete):
+            raise TypeError(f"policy_probs needs a Discrete action space, got {type(self.action_space).__name__}")
+        n = obs_batch_size(obs)
+        return masked_probs(np.ones((n, int(self.action_space.n))), mask)
 
 
 # Protocols of the optional parts: adaptive batch

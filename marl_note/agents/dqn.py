@@ -224,6 +224,12 @@ class DQNCore(AgentCore):
         a = self.policy.select(q, legal, self.rng) if explore else masked_argmax(q, legal)
         return a + self.action_start
 
+    def policy_probs(self, obs: Any, mask: np.ndarray | None = None) -> np.ndarray:
+        """The greedy policy as probabilities ``[B, n]``: one-hot on ``act(obs, mask)``'s action (first on ties)."""
+        q = self.q_values(obs)
+        a = masked_argmax(q, check_mask(mask, len(q), self.n_actions))
+        return np.eye(self.n_actions)[a]
+
     # -- storing -----------------------------------------------------------------------------------
     def observe(self, transitions: Transitions) -> None:
         if not isinstance(transitions, Transitions):

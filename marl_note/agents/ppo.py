@@ -210,6 +210,15 @@ class PPOCore(AgentCore):
         a = sample_categorical(masked_softmax(out, mask), self.rng) if explore else masked_argmax(out, mask)
         return a + self.action_start
 
+    def policy_probs(self, obs: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+        """The policy's softmax over the legal actions ``[B, n]`` (what ``act(explore=True)`` samples);
+        Discrete actions only. With ``deterministic_eval=True``, ``act(explore=False)`` takes its argmax."""
+        if self.continuous:
+            raise TypeError("policy_probs needs a Discrete action space; this PPO has Box actions")
+        x, policy = self.encoder(obs), self.numpy_policy()
+        out = (self.nets.policy(x) if policy is None else policy.forward("pi", x)).astype(np.float64)
+        return masked_softmax(out, check_mask(mask, len(out), self.out_dim))
+
     def _act_array(self, act: Any) -> np.ndarray:
         act = np.asarray(act)
         if self.continuous:

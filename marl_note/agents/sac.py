@@ -233,6 +233,14 @@ class SACCore(AgentCore):
             mean = mean + np.exp(squash_log_std(raw)) * self.rng.standard_normal(mean.shape)
         return self.scaler.to_env(np.tanh(mean))
 
+    def policy_probs(self, obs: Any, mask: np.ndarray | None = None) -> np.ndarray:
+        """The actor's softmax over the legal actions ``[B, n]`` (what ``act(explore=True)`` samples after
+        warm-up); Discrete actions only."""
+        if not self.discrete:
+            raise TypeError("policy_probs needs a Discrete action space; this SAC has Box actions")
+        x = self.encoder(self._feed.observation(obs))
+        return masked_softmax(self._policy_out(x), check_mask(mask, len(x), self.n_actions))
+
     def _policy_out(self, x: np.ndarray) -> np.ndarray:
         """Raw actor outputs, through the numpy copy of the actor unless ``numpy_acting=False``."""
         policy = self.numpy_policy()

@@ -1,0 +1,200 @@
+"""OpenSpiel games as PettingZoo AEC envs, through Shimmy's ``OpenSpielCompatibilityV0``.
+
+An optional part of the env layer (``pip install marl_note[openspiel]``): ``pyspiel`` and
+``shimmy`` are imported inside the functions, so ``import marl_note.envs`` loads neither.
+Only two-player zero-sum games are accepted (the games whose exploitability
+:func:`marl_note.trainers.exploitability.exploitability` measures). The legal-action mask
+reaches the agents through ``info["action_mask"]`` (Shimmy's place for it), which the AEC
+adapter strips from the observation like any other mask.
+
+The observation the agent of seat ``p`` sees at a decision node ``state`` is
+:func:`observation_of` ``(state, p)``: OpenSpiel's observation tensor (Shimmy's default)
+or, with ``observation="information_state"``, its information-state tensor (perfect recall),
+as a float64 array of the game's tensor shape. The exploitability evaluator builds the same
+arrays, so what an agent is evaluated on is exactly what it was trained on.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["OBSERVATIONS", "openspiel_env", "load_game", "observation_of", "observation_shape",
+           "legal_mask", "is_two_player_zero_sum"]
+
+#: The observation tensors an OpenSpiel env can give its agents.
+OBSERVATIONS = ("observation", "information_state")
+
+GAME_PREFIX = "openspiel/"
+
+
+def _check_observation(observation: str) -> None:
+    if observation not in OBSERVATIONS:
+        raise ValueError(f"observation must be one of {OBSERVATIONS}, got {observation!r}")
+
+
+def is_two_player_zero_sum(game: Any) -> bool:
+    """Whether a ``pyspiel.Game`` is a two-player zero-sum game with turns (sequential moves)."""
+    import pyspiel
+
+    kind = game.get_type()
+    return (game.num_players() == 2 and kind.utility == pyspiel.GameType.Utility.ZERO_SUM
+            and kind.dynamics == pyspiel.GameType.Dynamics.SEQUENTIAL)
+
+
+def load_game(game: Any, observation: str = "observation", **game_params: Any) -> Any:
+    """The ``pyspiel.Game`` named ``game`` (or ``game`` itself), refused unless it fits.
+
+    ``game`` is an OpenSpiel name (``"kuhn_poker"``, ``"openspiel/kuhn_poker"``, or with
+    parameters ``"kuhn_poker(players=2)"``) or a ``pyspiel.Game``; ``game_params`` are passed to
+    ``pyspiel.load_game``. Raises ``ValueError`` naming the game when it is not a two-player
+    zero-sum game with sequential moves, or lacks the tensor ``observation`` asks for.
+    """
+    _check_observation(observation)
+    import pyspiel
+
+    if isinstance(game, str):
+        name = game[len(GAME_PREFIX):] if game.startswith(GAME_PREFIX) else game
+        base = name.split("(", 1)[0]
+        if base not in pyspiel.registered_names():
+            raise ValueError(f"unknown OpenSpiel game {base!r}; pyspiel.registered_names() lists the games")
+        try:
+            loaded = pyspiel.load_game(name, game_params) if game_params else pyspiel.load_game(name)
+        except pyspiel.SpielError as e:
+            raise ValueError(f"OpenSpiel game {name!r} could not be loaded: {e}") from None
+    elif isinstance(game, pyspiel.Game):
+        if game_params:
+            raise ValueError("game parameters are only taken with a game name, not with a pyspiel.Game")
+        loaded = game
+    else:
+        raise TypeError(f"game must be an OpenSpiel game name or a pyspiel.Game, got {type(game).__name__}")
+    label = str(loaded)
+    if not is_two_player_zero_sum(loaded):
+        kind = loaded.get_type()
+        raise ValueError(f"OpenSpiel game {label!r} is not a two-player zero-sum game with sequential moves "
+                         f"({loaded.num_players()} players, {kind.utility}, {kind.dynamics}); "
+                         f"only those are supported")
+    kind = loaded.get_type()
+    has = kind.provides_observation_tensor if observation == "observation" else kind.provides_information_state_tensor
+    if not has:
+        raise ValueError(f"OpenSpiel game {label!r} has no {observation.replace('_', '-')} tensor; "
+                         f"choose observation={OBSERVATIONS[1 - OBSERVATIONS.index(observation)]!r}")
+    return loaded
+
+
+def observation_shape(game: Any, observation: str = "observation") -> tuple[int, ...]:
+    """The shape of the tensor ``observation`` names, for ``game``."""
+    _check_observation(observation)
+    if observation == "observation":
+        return tuple(game.observation_tensor_shape())
+    return tuple(game.information_state_tensor_shape())
+
+
+def observation_of(state: Any, player: int, observation: str = "observation",
+                   shape: tuple[int, ...] | None = None) -> np.ndarray:
+    """What the agent of seat ``player`` observes at ``state`` (float64, the game's tensor shape)."""
+    tensor = state.observation_tensor(player) if observation == "observation" else \
+        state.information_state_tensor(player)
+    out = np.asarray(tensor, dtype=np.float64)
+    return out.reshape(shape if shape is not None else observation_shape(state.get_game(), observation))
+
+
+def legal_mask(state: Any, player: int, num_actions: int) -> np.ndarray:
+    """The legal actions of ``player`` at ``state`` as a boolean mask of ``num_actions``."""
+    mask = np.zeros(num_actions, dtype=bool)
+    mask[state.legal_actions(player)] = True
+    return mask
+
+
+def _env_class() -> type:
+    """Shimmy's ``OpenSpielCompatibilityV0`` with the two fixes marl_note needs (built on first use).
+
+    - Shimmy 2.0.1 truncates a game once its count of nodes, chance nodes included, passes
+      ``max_game_length()`` (which counts decisions only): Kuhn poker ended as truncated after
+      "bet". OpenSpiel games end by themselves, so here an episode ends when the state is terminal.
+    - Shimmy 2.0.1 adds the final rewards again on each dead step (``step(None)`` of a finished
+      agent), so the last seat to leave was paid twice (-4 for a 2-chip loss in Kuhn poker); here a
+      dead step only removes the agent.
+    - ``observation="information_state"`` gives each seat its information-state tensor, refreshed
+      after every step that does not end the game (as Shimmy does its observation tensor).
+    """
+    global _ENV_CLASS
+    if _ENV_CLASS is not None:
+        return _ENV_CLASS
+    import gymnasium as gym
+    from shimmy import OpenSpielCompatibilityV0
+
+    class OpenSpielEnv(OpenSpielCompatibilityV0):
+        def __init__(self, game_name: str, config: dict, observation: str = "observation",
+                     render_mode: str | None = None):
+            self.observation_kind = observation
+            super().__init__(game_name=game_name, config=config, render_mode=render_mode)
+            self._ezpickle_args = (game_name, config, observation, render_mode)  # (Shimmy records its own)
+            self._ezpickle_kwargs: dict = {}
+
+        def _update_observation_spaces(self) -> None:
+            if self.observation_kind == "observation":
+                return super()._update_observation_spaces()
+            shape = tuple(self._env.information_state_tensor_shape())
+            for agent in self.possible_agents:
+                self.observation_spaces[agent] = gym.spaces.Box(-np.inf, np.inf, shape=shape, dtype=np.float64)
+
+        def _update_observations(self) -> None:
+            if self.game_state.is_terminal():
+                return
+            shape = tuple(self.observation_space(self.possible_agents[0]).shape)
+            self.observations = {name: observation_of(self.game_state, pid, self.observation_kind, shape)
+                                 for pid, name in self.agent_id_name_mapping.items()}
+
+        def step(self, action: Any) -> None:
+            agent = self.agent_selection
+            if self.terminations.get(agent) or self.truncations.get(agent):
+                self._end_routine()  # PettingZoo's dead step: the agent leaves, nobody is paid again
+                self._choose_next_agent()
+                return
+            super().step(action)
+
+        def _update_termination_truncation(self) -> None:
+            over = self.game_state.is_terminal()
+            self.terminations = {a: over for a in self.agents}
+            self.truncations = {a: False for a in self.agents}
+
+    OpenSpielEnv.__module__ = __name__
+    OpenSpielEnv.__qualname__ = "OpenSpielEnv"
+    _ENV_CLASS = OpenSpielEnv
+    return OpenSpielEnv
+
+
+_ENV_CLASS: type | None = None
+
+
+def __getattr__(name: str) -> Any:
+    # ``OpenSpielEnv`` is built on first use (it subclasses Shimmy's env), and found by name when unpickled
+    if name == "OpenSpielEnv":
+        return _env_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def openspiel_env(game: Any, *, observation: str = "observation", render_mode: str | None = None,
+                  **game_params: Any) -> Any:
+    """A two-player zero-sum OpenSpiel game as a PettingZoo AEC env (Shimmy's ``OpenSpielCompatibilityV0``).
+
+    ``game``: an OpenSpiel name (``"kuhn_poker"``, ``"leduc_poker"``, ``"openspiel/kuhn_poker"``, any
+    game ``pyspiel.registered_names()`` lists) or a ``pyspiel.Game``; ``game_params`` go to
+    ``pyspiel.load_game``. ``observation``: ``"observation"`` (OpenSpiel's observation tensor,
+    Shimmy's default) or ``"information_state"`` (the information-state tensor, perfect recall).
+    Seats are ``player_0``, ``player_1`` (OpenSpiel's player ids, in that order); the legal-action
+    mask is in ``info["action_mask"]``. A game that is not two-player zero-sum, or that lacks the
+    tensor asked for, is refused with a ``ValueError`` naming it before anything is built.
+
+    Example:
+        >>> env = openspiel_env("kuhn_poker")
+        >>> env.reset(seed=0)
+        >>> env.possible_agents, env.observation_space("player_0").shape
+        (['player_0', 'player_1'], (7,))
+        >>> env.last()[4]["action_mask"].tolist()
+        [1, 1]
+    """
+    loaded = load_game(game, observation, **game_params)
+    # By name and parameters, not as the Game object: Shimmy's reset() reloads the game from these.
+    return _env_class()(loaded.get_type().short_name, dict(loaded.get_parameters()), observation, render_mode)
