@@ -45,7 +45,11 @@ def check_payoffs(payoffs: Any) -> np.ndarray:
 
 def _solve(payoffs: Any) -> tuple[np.ndarray, float]:
     """The row player's maximin strategy and the game's value: max v s.t. (A^T x)_j >= v, x in the simplex."""
-    from scipy.optimize import linprog
+    try:
+        from scipy.optimize import linprog  # type: ignore[import-untyped]
+    except ImportError as exc:
+        raise ImportError(f"the LP meta-solver needs scipy ({exc}): pip install scipy "
+                          f"(the openspiel extra, marl_note[openspiel], brings it)") from None
 
     a = check_payoffs(payoffs)
     n = a.shape[0]

@@ -36,7 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from marl_note.agents.base import ActionProbabilities, Acting, HasObservationSpace, RandomAgent, Saveable
+from marl_note.agents.base import Acting, ActionProbabilities, HasObservationSpace, RandomAgent
+from marl_note.agents.checkpoints.saving import Saving
 from marl_note.trainers.meta_solvers import META_SOLVERS, meta_solver
 from marl_note.trainers.selfplay import OpponentPool, snapshot
 
@@ -228,9 +229,9 @@ class PSRO:
     ``episodes_per_train`` is the training budget of each best response (its other settings
     apply as in any run). ``make_agent(iteration)`` builds the fresh learner of each iteration
     (one agent playing both seats; ``make_agent(0)`` is called once at construction to check that
-    it fits the env and, for an OpenSpiel game, has ``policy_probs``). ``game``: the OpenSpiel game of the env (a name such as
-    ``"kuhn_poker"`` or a ``pyspiel.Game``) for exact payoffs and the mixture's exploitability;
-    None for another env (payoffs from ``payoff_episodes`` games per pair and seat order, no
+    it fits the env and, for an OpenSpiel game, has ``policy_probs``). ``game``: the OpenSpiel game
+    of the env (a name such as ``"kuhn_poker"`` or a ``pyspiel.Game``) for exact payoffs and the
+    mixture's exploitability; None for another env (payoffs from ``payoff_episodes`` games per pair and seat order, no
     exploitability). ``observation`` names the tensor the env gives (see
     :func:`~marl_note.envs.openspiel.openspiel_env`). ``meta_solver``: ``"nash"`` (linear
     programming), ``"prd"`` (projected replicator dynamics) or ``"uniform"`` (fictitious play), or
@@ -477,8 +478,9 @@ def save_population(path: str | os.PathLike, members: dict[str, Any], meta_strat
         if isinstance(agent, RandomAgent):
             entries.append({"name": name, "kind": "random"})
             continue
-        if not isinstance(agent, Saveable):
-            raise TypeError(f"PSRO member {name!r} ({type(agent).__name__}) cannot be saved (no save(path))")
+        if not isinstance(agent, Saving):
+            raise TypeError(f"PSRO member {name!r} ({type(agent).__name__}) cannot be saved: it is not a "
+                            f"checkpointing agent of this library (marl_note.agents.checkpoints.saving.Saving)")
         agent.save(os.path.join(path, "members", name))
         entries.append({"name": name, "kind": "agent", "path": f"members/{name}"})
     record = {"format": PSRO_FORMAT, "members": entries,

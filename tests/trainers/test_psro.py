@@ -2,7 +2,6 @@
 import math
 
 import gymnasium as gym
-
 import numpy as np
 import pytest
 
@@ -10,8 +9,8 @@ pyspiel = pytest.importorskip("pyspiel")
 pytest.importorskip("shimmy")
 
 from open_spiel.python import policy as os_policy  # noqa: E402
-from open_spiel.python.algorithms import exploitability as os_exploitability  # noqa: E402
 from open_spiel.python.algorithms import expected_game_score, policy_aggregator  # noqa: E402
+from open_spiel.python.algorithms import exploitability as os_exploitability  # noqa: E402
 
 from marl_note.agents.base import RandomAgent  # noqa: E402
 from marl_note.envs.openspiel import openspiel_env  # noqa: E402
