@@ -1,4 +1,4 @@
-"""The command line: ``python -m marl_note train|evaluate|play|zoo`` (also installed as ``marl-note``).
+"""The command line: ``python -m marl_note train|evaluate|play|psro|zoo`` (also installed as ``marl-note``).
 
 ``main(argv)`` parses the arguments, runs the command and returns its exit status: 0 on success,
 2 for a bad argument (printed as one line naming the problem, before any work starts), 130 when
@@ -44,9 +44,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     args = build_parser().parse_args(argv)
     from marl_note.cli import commands
+    from marl_note.cli.psro_command import psro
     from marl_note.cli.zoo_command import zoo
 
-    run = {"train": commands.train, "evaluate": commands.evaluate, "play": commands.play, "zoo": zoo}[args.command]
+    run = {"train": commands.train, "evaluate": commands.evaluate, "play": commands.play, "zoo": zoo,
+           "psro": psro}[args.command]
     try:
         with _quiet_frameworks(not getattr(args, "verbose", False)):
             return run(args)

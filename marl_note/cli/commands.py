@@ -338,6 +338,10 @@ def _describe(plan: Any, opponent: str | None) -> str:
 
 def evaluate(args: Any) -> int:
     """``evaluate``: see ``python -m marl_note evaluate --help``."""
+    from marl_note.cli.psro_command import is_psro_run, psro_evaluate
+
+    if is_psro_run(args.checkpoint):
+        return psro_evaluate(args)
     check_settings(args)
     with setup_errors():
         source = inspect_checkpoint(args.checkpoint, which=args.which)

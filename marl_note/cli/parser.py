@@ -205,6 +205,39 @@ def build_parser() -> argparse.ArgumentParser:
     _threads_option(play)
     _verbose_option(play)
 
+    psro = sub.add_parser("psro", help="train a PSRO pool of best responses (two-player zero-sum games)",
+                          description="PSRO: each iteration trains a fresh --algo agent against the meta-strategy "
+                                      "mixture of the pool, adds it, solves the meta-game again and, for an "
+                                      "OpenSpiel game, prints the mixture's exact exploitability. The pool is "
+                                      "saved under --out after every iteration (evaluate --checkpoint DIR reads it).")
+    psro.add_argument("--env", required=True, metavar="NAME",
+                      help="openspiel/GAME (kuhn_poker, leduc_poker, ...: exact payoffs and exploitability) or a "
+                           "two-player PettingZoo game (payoffs from games)")
+    psro.add_argument("--env-arg", action="append", metavar="KEY=VALUE", help="a game parameter (repeatable)")
+    psro.add_argument("--observation", default="observation", choices=["observation", "information_state"],
+                      help="OpenSpiel games: the observation tensor (default) or the information-state tensor")
+    psro.add_argument("--algo", required=True, choices=algorithm_names(), help="the best-response learner")
+    psro.add_argument("--backend", default="torch", choices=["torch", "tf", "numpy"], help="default: torch")
+    psro.add_argument("--iterations", type=_positive, default=10, help="PSRO iterations (default 10)")
+    psro.add_argument("--episodes", type=_positive, default=2000,
+                      help="training episodes of each best response (default 2000)")
+    psro.add_argument("--minutes", type=float, metavar="M",
+                      help="stop after the iteration that passes M minutes of CPU time (default: none)")
+    psro.add_argument("--meta-solver", default="nash", choices=["nash", "prd", "uniform"],
+                      help="nash: linear programming (default); prd: projected replicator dynamics; uniform: "
+                           "fictitious play")
+    psro.add_argument("--payoff-episodes", type=_positive, default=100,
+                      help="games per pair and seat order where payoffs are not exact (default 100)")
+    psro.add_argument("--agent-arg", action="append", metavar="KEY=VALUE",
+                      help="a constructor argument of the best responses (repeatable), e.g. lr=5e-4")
+    psro.add_argument("--out", metavar="DIR", help="output directory (default runs/ENV-psro-ALGO)")
+    psro.add_argument("--seed", type=int, default=0, help="seed of envs and agents (default 0)")
+    psro.add_argument("--num-envs", type=_positive, default=8, help="train envs (default 8)")
+    psro.add_argument("--batch-size", type=_positive, default=64, help="default 64")
+    psro.add_argument("--update-freq", type=_positive, default=64, help="env steps between updates (default 64)")
+    _threads_option(psro)
+    _verbose_option(psro)
+
     zoo = sub.add_parser("zoo", help="list the zoo's training recipes, or show one",
                          description="The zoo's recipes (train --env NAME without --algo uses them): env, "
                                      "algorithm, budget and the score each reached where it was measured.")
