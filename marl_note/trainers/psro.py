@@ -28,6 +28,7 @@ trained against exactly that mixture.
 """
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import time
@@ -267,13 +268,14 @@ class PSRO:
 
             self.game = load_game(game, observation)  # refuses a game that is not two-player zero-sum
             shape = observation_shape(self.game, observation)
-            env_shape = getattr(trainer.observation_space(spec.possible_agents[0]), "shape", None)
+            env_shape = trainer.observation_space(spec.possible_agents[0]).shape  # None for a space without one
             if env_shape is not None and tuple(env_shape) != shape:
                 raise ValueError(f"the env's observations have shape {tuple(env_shape)} but OpenSpiel game "
                                  f"{str(self.game)!r} gives {shape} for observation={observation!r}: "
                                  f"the env is not that game with that observation")
         self.solver = meta_solver if callable(meta_solver) else _named_solver(meta_solver)
-        self.solver_name = meta_solver if isinstance(meta_solver, str) else getattr(meta_solver, "__name__", "custom")
+        self.solver_name = (meta_solver if isinstance(meta_solver, str)
+                            else meta_solver.__name__ if inspect.isfunction(meta_solver) else "custom")
         if int(payoff_episodes) < 1:
             raise ValueError(f"payoff_episodes must be >= 1, got {payoff_episodes}")
         for cb in callbacks:

@@ -31,7 +31,7 @@ NEEDS = {
     r"(Ant|HalfCheetah|Hopper|Humanoid|HumanoidStandup|InvertedDoublePendulum|InvertedPendulum|Pusher|Reacher"
     r"|Swimmer|Walker2d)-v[23]": "mujoco_py",
     r"(phys2d|tabular)/.*": "jax",
-    r"GymV2[16]Environment-v0": "shimmy",
+    r"GymV2[16]Environment-v0": "gym",  # Shimmy registers them; they wrap the old gym package
     r"chess_v\d+": "chess",
     r"hanabi_v\d+": "pyspiel",
 }
