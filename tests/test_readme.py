@@ -66,7 +66,8 @@ def run_blocks(page: Path, tmp_path: Path) -> tuple[subprocess.CompletedProcess,
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.run([sys.executable, str(path)], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=600)
-    last = [ln for ln in proc.stdout.splitlines() if ln.startswith(f"--- {name} block")]
+    # markers found anywhere: a worker process's copy may land on the same line as the main process's
+    last = re.findall(rf"--- {re.escape(name)} block at line \d+", proc.stdout)
     assert proc.returncode == 0, (f"{name} block failed ({last[-1] if last else 'before the first block'}):\n"
                                   f"{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
     # every block ran (worker processes that import the script print the markers of its top-level code again)

@@ -49,6 +49,7 @@ from marl_note.replay.feed import ReplayFeed
 from marl_note.replay.her_buffer import HERReplayBuffer
 from marl_note.replay.joint import JointReplayBuffer
 from marl_note.replay.prioritized import PrioritizedReplayBuffer
+from marl_note.replay.reservoir import ReservoirBuffer
 from marl_note.replay.rollout import RolloutBuffer
 from marl_note.types import JointTransitions, Transitions, space_shape_dtype
 
@@ -485,6 +486,50 @@ def _check_rollout(buffer: RolloutBuffer, report: BufferReport, rng: np.random.G
     report.passed("clear")
 
 
+def _check_reservoir(buffer: ReservoirBuffer, report: BufferReport, rng: np.random.Generator) -> None:
+    """Rows tagged by their number: only added rows are kept, at most ``capacity``, and the state round-trips."""
+    name = f"check_buffer({type(buffer).__name__})"
+    added = 0
+    while added < 3 * buffer.capacity:
+        n = int(rng.integers(1, 8))
+        obs = np.zeros((n, buffer.obs_dim), np.float32)
+        obs[:, 0] = added + np.arange(n)  # each row carries its number
+        act = (added + np.arange(n)) % buffer.n_actions
+        buffer.add(obs, act)
+        added += n
+        if len(buffer) != min(added, buffer.capacity):
+            raise BufferCheckError(f"{name}: len() is {len(buffer)} after adding {added} rows")
+    report.passed("add")
+    ids = buffer.obs[:len(buffer), 0].astype(np.int64)
+    if len(set(ids.tolist())) != len(ids) or ids.min() < 0 or ids.max() >= added \
+            or not np.array_equal(buffer.act[:len(buffer)], ids % buffer.n_actions):
+        raise BufferCheckError(f"{name}: the stored rows are not distinct rows that were added, each with its action")
+    if ids.max() < buffer.capacity:
+        raise BufferCheckError(f"{name}: no row added after the first {buffer.capacity} was ever kept")
+    report.passed("wrap-around")
+    obs, act, _ = buffer.sample(16)
+    if not np.isin(obs[:, 0].astype(np.int64), ids).all() or not np.array_equal(act, obs[:, 0].astype(np.int64)
+                                                                                 % buffer.n_actions):
+        raise BufferCheckError(f"{name}: sample() returned rows that are not stored")
+    report.passed("sample")
+    state = buffer.state_dict()
+    kept = {k: np.array(v, copy=True) for k, v in state.items()}
+    try:
+        buffer.load_state_dict({**state, "act": state["act"][:-1]})
+    except ValueError:
+        pass
+    else:
+        raise BufferCheckError(f"{name}: load_state_dict() accepted a state whose arrays disagree in length")
+    if not all(np.array_equal(v, buffer.state_dict()[k]) for k, v in kept.items()):
+        raise BufferCheckError(f"{name}: a refused load_state_dict() changed the buffer")
+    report.passed("garbage state refused, nothing changed")
+    other = ReservoirBuffer(buffer.capacity, buffer.obs_dim, buffer.n_actions, seed=int(rng.integers(1 << 30)))
+    other.load_state_dict(state)
+    if not all(np.array_equal(a, b) for a, b in zip(buffer.sample(8), other.sample(8))):
+        raise BufferCheckError(f"{name}: a buffer loaded from state_dict() samples differently")
+    report.passed("state_dict round trip")
+
+
 def _check_nstep(feed: ReplayFeed, report: BufferReport, rng: np.random.Generator) -> None:
     """n-step returns through the feed: ``sum gamma**i r_{t+i}`` over ``k <= n`` steps, cut at episode ends."""
     ck = _Checker(feed, rng)
@@ -563,6 +608,8 @@ checks fill (4096): check a buffer of the same class and options with a smaller 
         _check_episodes(work, report, rng)
     elif isinstance(buffer, JointReplayBuffer):
         _check_joint(work, report, rng)
+    elif isinstance(buffer, ReservoirBuffer):
+        _check_reservoir(work, report, rng)
     elif isinstance(buffer, (ReplayBuffer, CompactReplayBuffer, PrioritizedReplayBuffer)) or all(
             callable(getattr(buffer, m, None)) for m in ("add", "sample", "get", "state_dict", "load_state_dict")):
         _check_transitions(work, report, rng)

@@ -21,11 +21,12 @@ def public_methods(cls):
 
 
 @pytest.mark.parametrize("backend", ["torch", "tf"])
-def test_dqn_has_at_most_21_public_methods(backend):
+def test_dqn_has_at_most_22_public_methods(backend):
+    """21 after issue 29; policy_probs (the ActionProbabilities contract of issue 32) is the 22nd."""
     pytest.importorskip("torch" if backend == "torch" else "tensorflow")
     DQN = importlib.import_module(f"marl_note.agents.{backend}").DQN
     names = public_methods(DQN)
-    assert len(names) <= 21, names
+    assert len(names) <= 22, names
     assert not set(names) & {*OLD_NOISE_NAMES, "min_state_size", "load", "arrays"}
 
 

@@ -169,7 +169,7 @@ def run_main(capsys, *args: str) -> str:
      "unknown env 'conect_four_v3'; did you mean connect_four_v3"),
     (["train", "--env", "CartPole-v1", "--algo", "ddpg"],
      "--algo ddpg does not fit CartPole-v1: ddpg needs Box actions, but seat 'agent_0' has Discrete(2). "
-     "Algorithms that fit: dqn, ppo, sac, maddpg, vdn, qmix"),
+     "Algorithms that fit: dqn, ppo, sac, maddpg, mappo, ippo, vdn, qmix, nfsp"),
     (["train", "--env", "Pendulum-v1", "--algo", "dqn"], "Algorithms that fit: ppo, ddpg, sac, maddpg"),
     (["train", "--env", "tictactoe_v3", "--algo", "maddpg"],
      "this env is turn-based. Algorithms that fit: dqn, ppo, sac"),

@@ -39,6 +39,7 @@ BUFFERS = {
     "JointReplayBuffer": lambda: JointReplayBuffer(40, ("a", "b"), {"a": BOX, "b": IMAGE},
                                                    {"a": DISCRETE, "b": BOX_ACT}),
     "RolloutBuffer": lambda: RolloutBuffer(BOX, DISCRETE),
+    "ReservoirBuffer": lambda: replay.ReservoirBuffer(30, 3, 4, seed=0),
     "ReplayFeed n-step": lambda: ReplayFeed(BOX, DISCRETE, buffer_size=200, gamma=0.9, num_steps=3),
     "ReplayFeed n-step prioritized": lambda: ReplayFeed(BOX, BOX_ACT, buffer_size=200, gamma=0.5, num_steps=2,
                                                         prioritized=True) if _lowercase_feed() else
