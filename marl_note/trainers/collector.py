@@ -146,7 +146,7 @@ class Collector:
         self.env_listeners: list[dict[str, tuple[Assembler, ...]]] = [{} for _ in range(self.num_envs)]
         self.env_assemblers: list[tuple[Assembler, ...]] = [() for _ in range(self.num_envs)]
         self.env_tag: list[Any] = [None] * self.num_envs
-        self._episode_aware: dict[int, bool] = {}  # id(agent) -> EpisodeAware, asked once
+        self._episode_aware: dict[type, bool] = {}  # agent class -> EpisodeAware, asked once per class
         self.env_episode_aware: list[tuple[EpisodeAware, ...]] = [() for _ in range(self.num_envs)]
         self.matchmaker = matchmaker
         self.pending: dict[int, StepResult] = {}
@@ -184,9 +184,10 @@ class Collector:
         self.env_tag[i] = tag
         aware: dict[int, EpisodeAware] = {}
         for agent in agents:
-            if id(agent) not in self._episode_aware:  # (a Protocol check is slow: ask once per agent)
-                self._episode_aware[id(agent)] = isinstance(agent, EpisodeAware)
-            if self._episode_aware[id(agent)]:
+            kind = type(agent)  # by class, not id(): a freed agent's id may come back as another agent's
+            if kind not in self._episode_aware:  # (a Protocol check is slow: ask once per class)
+                self._episode_aware[kind] = isinstance(agent, EpisodeAware)
+            if self._episode_aware[kind]:
                 aware[id(agent)] = cast(EpisodeAware, agent)
         self.env_episode_aware[i] = tuple(aware.values())
 
