@@ -17,12 +17,16 @@ medians are compared as numpy/torch ratios (the machine's load moves both alike)
   (the same env steps and, through ``replay_ratio``, the same gradient steps in both backends),
   the wall time of the training loop, tests off.
 
-OpenBLAS picks its kernels when numpy is imported: ``OPENBLAS_CORETYPE=Sandybridge`` in the environment
-makes it use its AVX (not AVX2) kernels, which on the shared VM's AMD EPYC run a 256 x 256 x 256 ``sgemm``
-about 2.3x faster than the Haswell kernels it detects (the header prints the variable).
+OpenBLAS's warm-up (:mod:`marl_note.agents.blas`): on the shared VM a one-thread 256 x 256 x 256 ``sgemm``
+runs about 3.7x slower until one larger product has run on one thread. The script first times that product
+cold, then calls ``set_blas_threads(1)`` (which the trainer and the command line call: one BLAS thread and
+the warm-up) and times it again, and prints both; ``--cold`` skips the call, so the rows below it show the
+cold BLAS (the figures before the warm-up existed). ``OPENBLAS_CORETYPE=Sandybridge`` in the environment
+picks OpenBLAS's AVX kernels instead of the Haswell ones it detects (the header prints the variable).
 
 Run:  python bench/bench_numpy_step.py [--only step,learn,ppo,sac,budget] [--reps 15] [--calls 200]
       [--hidden 128,128]
+      python bench/bench_numpy_step.py --cold         (without the BLAS warm-up)
       python bench/bench_numpy_step.py --quick        (a smoke run: small counts)
 """
 from __future__ import annotations
@@ -43,6 +47,7 @@ import torch  # noqa: E402
 
 from marl_note.agents import numpy as numpy_agents  # noqa: E402
 from marl_note.agents import torch as torch_agents  # noqa: E402
+from marl_note.agents.blas import set_blas_threads  # noqa: E402
 from marl_note.trainers import DecentralizedTrainer  # noqa: E402
 from marl_note.types import Transitions  # noqa: E402
 
@@ -125,7 +130,8 @@ def bench_ppo(reps: int) -> None:
                     nets.train_step(x[s], act[s], mask[s], old_logp[s], adv[s], ret[s], w, who="PPO", update=1)
 
             fns[name] = per_call(epoch, 1)
-        report(f"PPO epoch, 64-64, 2048 rows, minibatch 64, {label}", interleaved(fns, reps))
+        sizes = "-".join(map(str, NET["hidden_sizes"]))
+        report(f"PPO epoch, {sizes}, 2048 rows, minibatch 64, {label}", interleaved(fns, reps))
 
 
 def bench_sac(reps: int, calls: int) -> None:
@@ -192,6 +198,15 @@ def bench_budget(env_steps: int, reps: int) -> None:
            unit=1.0, unit_name="s")
 
 
+def sgemm_ms(calls: int = 100) -> float:
+    """Process CPU milliseconds of one float32 256 x 256 x 256 product (the SAC networks' size)."""
+    a, b = (np.random.default_rng(i).random((256, 256), dtype=np.float32) for i in range(2))
+    start = time.process_time()
+    for _ in range(calls):
+        a @ b
+    return (time.process_time() - start) / calls * 1e3
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", default="step,learn,ppo,sac",
@@ -201,6 +216,7 @@ def main() -> None:
     parser.add_argument("--env-steps", type=int, default=10_000)
     parser.add_argument("--budget-reps", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="small counts: a smoke run")
+    parser.add_argument("--cold", action="store_true", help="skip set_blas_threads(1) and its BLAS warm-up")
     parser.add_argument("--hidden", default="64,64",
                         help="hidden sizes of the DQN, PPO and budget networks (default 64,64)")
     args = parser.parse_args()
@@ -213,6 +229,14 @@ def main() -> None:
           f"({torch.get_num_threads()} thread), numpy {np.__version__}, "
           f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}, "
           f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(auto)')}")
+    cold = sgemm_ms()  # the process's first products: before any warm-up
+    if not args.cold:
+        set_blas_threads(1)
+        warm = sgemm_ms()
+        print(f"float32 256x256x256 product, one thread: cold {cold:.2f} ms, after set_blas_threads(1) "
+              f"{warm:.2f} ms of CPU, warm/cold {warm / cold:.2f}x")
+    else:
+        print(f"float32 256x256x256 product, one thread, cold (--cold: no warm-up): {cold:.2f} ms of CPU")
     only = set(args.only.split(","))
     if "step" in only:
         bench_step(args.reps, args.calls)

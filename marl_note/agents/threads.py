@@ -1,4 +1,4 @@
-"""How many threads the frameworks use: one intra-op thread by default, more on request.
+"""How many threads the frameworks and numpy's BLAS use: one intra-op thread by default, more on request.
 
 The networks of a multi-agent run are small (a few 64-unit layers), so PyTorch's and TensorFlow's
 intra-op threads gain nothing in a gradient step and lose a great deal when the cores are busy:
@@ -11,12 +11,13 @@ line (``--threads N``), the zoo and the examples run with :data:`DEFAULT_THREADS
 
 :func:`use_threads` sets the threads of the frameworks already imported (it never imports one, so
 the trainer may call it; the calls themselves live in ``agents/torch/threads.py`` and
-``agents/tf/threads.py``). TensorFlow fixes its thread pools when its runtime starts, before any TF
-agent exists: only a caller that sets them first (the command line does, before building agents)
-changes them; later, :func:`use_threads` reports the count TensorFlow keeps.
+``agents/tf/threads.py``) and of numpy's BLAS (:mod:`marl_note.agents.blas`: the numpy backend's
+products and every backend's numpy acting run there). TensorFlow fixes its thread pools when its
+runtime starts, before any TF agent exists: only a caller that sets them first (the command line
+does, before building agents) changes them; later, :func:`use_threads` reports the count TensorFlow keeps.
 
 In a pool run (``DecentralizedTrainer(actors=N)``) the actors take cores too:
-:func:`limit_framework_threads` caps the learner's PyTorch threads and returns the function that
+:func:`limit_framework_threads` caps the learner's PyTorch and BLAS threads and returns the function that
 restores them (measured here, 2 cores, 2 actors, a 64-64 DQN on CartPole: 1.7 ms per gradient step
 against 1.1 ms with one thread).
 
@@ -25,8 +26,8 @@ Example:
     (1, None, 4)
     >>> restore = limit_framework_threads(1)
     >>> restore()  # back to what it was (a no-op when no framework was capped)
-    >>> describe_threads({"torch": 1})
-    '1 thread (torch)'
+    >>> describe_threads({"torch": 1, "numpy": 1})
+    '1 thread (torch, numpy)'
 """
 from __future__ import annotations
 
@@ -34,6 +35,8 @@ import os
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any
+
+from marl_note.agents.blas import blas_threads, set_blas_threads
 
 __all__ = ["DEFAULT_THREADS", "check_threads", "describe_threads", "limit_framework_threads", "use_threads",
            "usable_cores"]
@@ -63,10 +66,11 @@ def check_threads(threads: Any) -> int | None:
 def use_threads(threads: int | None, backend: str | None = None,
                 interop: bool = False) -> tuple[dict[str, int], Callable[[], None]]:
     """Set ``threads`` intra-op threads in every framework already imported (and in ``backend``,
-    ``"torch"`` or ``"tf"``, which is imported if it is not yet); with ``interop`` PyTorch's inter-op
-    pool too where it may still change. Returns ``{framework: threads in effect}`` and the function
-    that restores PyTorch's intra-op count (TensorFlow's pools cannot change back). ``threads=None``
-    changes nothing and reports the counts in effect."""
+    ``"torch"`` or ``"tf"``, which is imported if it is not yet) and in numpy's BLAS (``"numpy"``);
+    with ``interop`` PyTorch's inter-op pool too where it may still change. Returns
+    ``{framework: threads in effect}`` and the function that restores PyTorch's and the BLAS's counts
+    (TensorFlow's pools cannot change back). ``threads=None`` changes nothing and reports the counts
+    in effect."""
     effect: dict[str, int] = {}
     restores: list[Callable[[], None]] = []
     if backend == "torch" or sys.modules.get("torch") is not None:
@@ -81,6 +85,11 @@ def use_threads(threads: int | None, backend: str | None = None,
         if threads is not None:
             tf_threads.set_threads(threads)
         effect["tensorflow"] = tf_threads.threads() or usable_cores()  # 0: TensorFlow's default, one per core
+    if threads is not None:
+        restores.append(set_blas_threads(threads))
+    blas = blas_threads()
+    if blas is not None:
+        effect["numpy"] = blas
 
     def restore() -> None:
         for undo in restores:
@@ -99,14 +108,21 @@ def describe_threads(effect: Mapping[str, int]) -> str:
 
 
 def limit_framework_threads(threads: int) -> Callable[[], None]:
-    """Cap PyTorch's intra-op threads at ``threads`` if PyTorch is imported and uses more; returns
-    the function that sets them back (call it once the actors have stopped)."""
+    """Cap PyTorch's intra-op threads (if PyTorch is imported) and numpy's BLAS threads at ``threads``
+    where they use more; returns the function that sets them back (call it once the actors have stopped)."""
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise ValueError(f"threads must be a positive integer, got {threads!r}")
-    if sys.modules.get("torch") is None:
-        return lambda: None
-    from marl_note.agents.torch import threads as torch_threads
+    restores: list[Callable[[], None]] = []
+    blas = blas_threads()
+    if blas is not None and blas > threads:
+        restores.append(set_blas_threads(threads))
+    if sys.modules.get("torch") is not None:
+        from marl_note.agents.torch import threads as torch_threads
 
-    if torch_threads.threads() <= threads:
-        return lambda: None
-    return torch_threads.set_threads(threads)
+        if torch_threads.threads() > threads:
+            restores.append(torch_threads.set_threads(threads))
+
+    def restore() -> None:
+        for undo in restores:
+            undo()
+    return restore
