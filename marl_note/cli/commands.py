@@ -181,7 +181,8 @@ def _opponent_source(option: str | None, flag: str) -> Source | None:
 def train(args: Any) -> int:
     """``train``: see ``python -m marl_note train --help``."""
     from marl_note.cli.zoo_command import apply_recipe, budget_text, zoo
-    from marl_note.cli.zoo_run import Budget, wrap_choice
+    from marl_note.cli.zoo_run import wrap_choice
+    from marl_note.trainers.budget import Budget
 
     if args.list_recipes:
         return zoo(args)

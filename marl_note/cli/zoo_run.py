@@ -3,7 +3,7 @@
 :func:`prepare` checks a :class:`~marl_note.cli.zoo.Recipe` and builds everything with the command
 line's own pieces (:func:`~marl_note.cli.envs.resolve_env`, :func:`~marl_note.cli.agents.plan_seats`,
 :func:`~marl_note.cli.agents.build_learners`), importing the one backend last; the returned
-:class:`RecipeRun` trains within the recipe's budget (:class:`Budget`: env steps, minutes and
+:class:`RecipeRun` trains within the recipe's budget (:class:`~marl_note.trainers.budget.Budget`: env steps, minutes and
 episodes, whichever ends first) and scores the result: the mean greedy return over the scored
 seats, next to random players in every seat, and for board games each seat's win/draw/loss
 against a random player. :func:`train_recipe` does all of it in one call.
@@ -17,7 +17,6 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,11 +28,11 @@ from marl_note.cli.common import CLIError, setup_errors
 from marl_note.cli.envs import EnvChoice, resolve_env
 from marl_note.cli.results import seat_results
 from marl_note.cli.zoo import Recipe, RecipeError
+from marl_note.trainers.budget import Budget
 from marl_note.validation import MAX_SEED, shown
 
-__all__ = ["Budget", "RecipeRun", "WrappedEnv", "prepare", "train_recipe", "wrap_choice"]
+__all__ = ["RecipeRun", "WrappedEnv", "prepare", "train_recipe", "wrap_choice"]
 
-TEST_SLACK = 0.03  # the share of a wall-time budget that a test may run past it
 EPISODE_CAP = 10_000_000  # the trainer's episode count when a budget names none (env steps or minutes end it)
 
 
@@ -86,57 +85,6 @@ def wrap_choice(choice: EnvChoice, wrappers: Sequence[Mapping[str, Any]]) -> Env
         return choice
     return EnvChoice(choice.name, choice.family, WrappedEnv(choice.factory, tuple(dict(w) for w in wrappers)),
                      choice.kwargs)
-
-
-class Budget:
-    """A trainer callback that ends training once ``env_steps`` env steps or ``minutes`` have been spent.
-
-    The budget is checked inside collection, after every step of the envs (through the trainer's
-    ``collect_limit``): a chunk stops where the budget runs out, and the final test (as every test
-    of the run) ends at the latest :data:`TEST_SLACK` of the wall-time budget after it, or after as
-    many env steps as the env-step budget, with the episodes it finished; so a run stops within 5%
-    of its wall time (the update of the last chunk and the saving aside) and an env whose episodes
-    never end under a poor policy still stops.
-
-    Example:
-        >>> budget = Budget(env_steps=1000)
-        >>> budget.env_steps, budget.minutes
-        (1000, None)
-        >>> budget.limit("train", 999), budget.limit("train", 1000), budget.limit("test", 1000)
-        (False, True, True)
-    """
-
-    def __init__(self, env_steps: int | None = None, minutes: float | None = None):
-        self.env_steps, self.minutes = env_steps, minutes
-        self.steps, self.started = 0, time.perf_counter()
-        self.stopped_by: str | None = None
-
-    def on_train_begin(self, trainer: Any) -> None:
-        self.steps, self.started, self.stopped_by = 0, time.perf_counter(), None
-        trainer.collect_limit = self.limit
-        trainer.progress_budget = {"env_steps": self.env_steps, "minutes": self.minutes}
-
-    def limit(self, kind: str, env_steps: int) -> bool:
-        """The trainer's ``collect_limit``: True once a collection of ``kind`` (``"train"``/``"test"``) that
-        has taken ``env_steps`` env steps so far must end."""
-        elapsed = time.perf_counter() - self.started
-        if kind == "train":
-            return bool((self.env_steps is not None and self.steps + env_steps >= self.env_steps)
-                        or (self.minutes is not None and elapsed >= 60 * self.minutes))
-        return bool((self.minutes is not None and elapsed >= 60 * self.minutes * (1 + TEST_SLACK))
-                    or (self.env_steps is not None and env_steps >= self.env_steps))
-
-    def on_collect_end(self, trainer: Any, stats: Any, episodes: int) -> None:
-        self.steps += int(stats.env_steps)
-        if self.env_steps is not None and self.steps >= self.env_steps:
-            self.stopped_by = "env_steps"
-        elif self.minutes is not None and time.perf_counter() - self.started >= 60 * self.minutes:
-            self.stopped_by = "minutes"
-        if self.stopped_by is not None:
-            trainer.stop_training = True
-
-    def on_train_end(self, trainer: Any, stats: dict[str, Any]) -> None:
-        stats["stopped_by_budget"] = self.stopped_by
 
 
 class _StopAt:

@@ -1,6 +1,7 @@
 """The trainer, the collector and their helpers (no framework imports)."""
 from marl_note._moved import package_getattr
 from marl_note.distributed import DistributedContext
+from marl_note.trainers.budget import Budget
 from marl_note.trainers.callbacks import EarlyStopping, LambdaCallback
 from marl_note.trainers.checkpointing import CheckpointManager
 from marl_note.trainers.collector import Collector, CollectStats, check_actions
@@ -11,7 +12,7 @@ from marl_note.trainers.strength import KeepStrongest, strength, strength_score
 from marl_note.trainers.trainer import DecentralizedTrainer
 from marl_note.types import NonFiniteError
 
-__all__ = ["CheckpointManager", "Collector", "CollectStats", "check_actions", "DecentralizedTrainer",
+__all__ = ["Budget", "CheckpointManager", "Collector", "CollectStats", "check_actions", "DecentralizedTrainer",
            "NonFiniteError", "plot_metric", "plot_run", "Elo", "FrozenAgent", "OpponentPool", "snapshot",
            "KeepStrongest", "strength", "strength_score",
            "CSVLogger", "EarlyStopping", "LambdaCallback", "TensorBoard", "DistributedContext"]

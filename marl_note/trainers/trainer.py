@@ -181,7 +181,7 @@ class DecentralizedTrainer:
         check_envs_fit(self.num_train_envs, self.num_test_envs, workers, self.spec)  # with its observations
         self._train_venv = self._test_venv = None
         self.stop_training = False  # set True (by a callback or hook) to end training after the current chunk
-        # set by a callback for one train() (a budget): limit(kind, env_steps) -> True ends a collection early
+        # set through limit_collection() for one train() (a budget): limit(kind, env_steps) -> True ends a collection
         self.collect_limit: Callable[[str, int], bool] | None = None
         # set with it: {"env_steps": n or None, "minutes": m or None}, what the progress display counts against
         self.progress_budget: dict[str, Any] | None = None
@@ -246,6 +246,23 @@ class DecentralizedTrainer:
         """
         self.settings.request(batch_size=batch_size, update_freq=update_freq, learning_rate=learning_rate,
                               hyperparameters=hyperparameters, agent=agent)
+
+    def limit_collection(self, limit: Callable[[str, int], bool], *, env_steps: int | None = None,
+                         minutes: float | None = None) -> None:
+        """Give this ``train()`` a collection limit (for a callback's ``on_train_begin``, as
+        :class:`~marl_note.trainers.Budget` does).
+
+        ``limit(kind, env_steps)`` is asked after every step of the envs in a training chunk (``kind``
+        ``"train"``) and in a test (``"test"``), with the env steps of that collection so far, and True
+        ends that collection early (a test then reports the episodes it finished), so that a budget
+        holds inside a long chunk or test (the in-process collector; an actor pool checks between
+        chunks). ``env_steps`` / ``minutes`` (either None) are what the progress display counts
+        against: whichever is estimated to end the run first. Both are dropped when ``train()`` returns.
+        """
+        if not callable(limit):
+            raise TypeError(f"limit_collection(limit) takes a function limit(kind, env_steps) -> bool, got {limit!r}")
+        self.collect_limit = limit
+        self.progress_budget = {"env_steps": env_steps, "minutes": minutes}
 
     # ------------------------------------------------------------------ spaces
     @property
@@ -377,14 +394,9 @@ class DecentralizedTrainer:
         :mod:`marl_note.trainers.logging`: ``TensorBoard`` and ``CSVLogger``). A callback or hook
         that sets ``trainer.stop_training = True`` ends training after the current chunk (a test
         then runs if that chunk had none); it is reset at the start of each ``train()`` and
-        reported as ``stopped_by_stop_training`` in the returned statistics. A callback may also set
-        ``trainer.collect_limit = limit`` in ``on_train_begin`` (for this ``train()``):
-        ``limit(kind, env_steps)`` is asked after every step of the envs in a training chunk (``kind``
-        ``"train"``) and in a test (``"test"``), with the env steps of that collection so far, and
-        True ends that collection early (a test then reports the episodes it finished), so that a
-        budget holds inside a long chunk or test (the in-process collector; an actor pool checks
-        between chunks). Such a budget may also set ``trainer.progress_budget = {"env_steps": n,
-        "minutes": m}`` (either None): the progress display then counts against whichever ends the run first.
+        reported as ``stopped_by_stop_training`` in the returned statistics. A budget (env steps, minutes) is
+        the callback :class:`~marl_note.trainers.Budget`; a callback of your own may call
+        :meth:`limit_collection` in ``on_train_begin`` the same way.
         ``checkpoint_path`` saves the whole run there (atomically) after every test and at the end;
         it must be a new or empty directory, one holding a previous checkpoint (other files there,
         such as plots, are kept) or a ``.zip`` path; anything else is refused before training starts.

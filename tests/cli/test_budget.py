@@ -12,8 +12,7 @@ import pytest
 from mpe2 import simple_spread_v3
 
 from marl_note.cli import main
-from marl_note.cli.zoo_run import Budget
-from marl_note.trainers import DecentralizedTrainer
+from marl_note.trainers import Budget, DecentralizedTrainer
 
 pytest.importorskip("torch")
 SECONDS = 8.0

@@ -8,8 +8,7 @@ import sys
 import pytest
 
 from marl_note.cli import main
-from marl_note.cli.zoo_run import Budget
-from marl_note.trainers import DecentralizedTrainer, progress
+from marl_note.trainers import Budget, DecentralizedTrainer, progress
 
 pytest.importorskip("torch")
 
