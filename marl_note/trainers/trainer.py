@@ -255,8 +255,8 @@ class DecentralizedTrainer:
         ``limit(kind, env_steps)`` is asked after every step of the envs in a training chunk (``kind``
         ``"train"``) and in a test (``"test"``), with the env steps of that collection so far, and True
         ends that collection early (a test then reports the episodes it finished), so that a budget
-        holds inside a long chunk or test (the in-process collector; an actor pool checks between
-        chunks). ``env_steps`` / ``minutes`` (either None) are what the progress display counts
+        holds inside a long chunk or test (an actor pool's learner asks it after every round report
+        and every 50 ms of its wait for one, with the env steps reported). ``env_steps`` / ``minutes`` (either None) are what the progress display counts
         against: whichever is estimated to end the run first. Both are dropped when ``train()`` returns.
         """
         if not callable(limit):

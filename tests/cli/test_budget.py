@@ -52,3 +52,25 @@ def test_an_env_step_budget_ends_a_run_whose_episodes_never_end(tmp_path, capsys
                  "--eval-episodes", "0", "--quiet", "--out", str(out)]) == 0
     record = json.loads((out / "marl_note_run.json").read_text())
     assert 300 <= record["env_steps"] <= 302
+
+
+def test_a_wall_time_budget_ends_the_actor_pools_wait_for_rounds(no_leftovers):
+    """The actors' rounds here are half a million env steps each: the learner stops waiting for them when
+    the budget runs out (before this, it waited for the whole chunk, for hours)."""
+    from marl_note.agents.numpy import DQN
+    from marl_note.contrib.pool import ActorPool
+
+    trainer = DecentralizedTrainer("CartPole-v1", num_train_envs=2, num_test_envs=2, update_freq=10**6, test_freq=1,
+                                   episodes_per_test=10**6, seed=0, source=ActorPool(actors=2))
+    dqn = DQN(trainer.observation_space("agent_0"), trainer.action_space("agent_0"), hidden_sizes=[8],
+              learning_starts=10**8, seed=0)
+    started = time.perf_counter()
+    try:
+        stats = trainer.train([dqn], learning_mask=[1], plot=False, progress=False,
+                              callbacks=[Budget(minutes=3 / 60)])
+    finally:
+        trainer.close()
+    took = time.perf_counter() - started
+    assert stats["stopped_by_budget"] == "minutes"
+    assert stats["num_collected_steps"] < 10**6 and len(stats["test_history"]) == 1
+    assert took < 60, took  # the actors' start and stop aside, the run ends with its 3-second budget

@@ -18,6 +18,7 @@ import queue
 import signal
 import time
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import cloudpickle
@@ -328,15 +329,21 @@ class Pool(Feeding):
     def put_league(self, arrays: dict[str, np.ndarray], version: int) -> None:
         self.boards[-1].publish(arrays, version)
 
-    def wait_rounds(self, env_steps: int) -> list[tuple]:
+    def wait_rounds(self, env_steps: int, stop: Callable[[int], bool] | None = None) -> list[tuple]:
         """Round reports until they sum to ``env_steps`` env steps (at least one report, and one from
         every actor before the first chunk ends); bounded by ``actor_timeout`` without a report. On every
         report and every 50 ms without one, every actor is checked: an error it reported, its death
         (its exit code and the end of its stderr) or its pulse standing still for ``actor_timeout``
-        (stuck in its env or agent) raise :class:`ActorError`."""
+        (stuck in its env or agent) raise :class:`ActorError`; and ``stop(env steps reported so far)``
+        (the trainer's collection limit: a budget) is asked, True ending the wait with the reports so
+        far (none, if the budget ran out before any), so a wall-time budget holds within 50 ms of the
+        learner's wait."""
         got: list[tuple] = []
+        steps = 0
         deadline = time.monotonic() + self.options.actor_timeout
         while self.more_rounds(got, env_steps, self.reported):
+            if stop is not None and stop(steps):
+                break
             self.check_actors()
             try:
                 msg = self.results.get(timeout=0.05)
@@ -350,6 +357,7 @@ class Pool(Feeding):
             if msg[0] == "error":
                 raise ActorError(f"actor {msg[1]} failed:\n{msg[2]}")
             got.append(msg)
+            steps += int(msg[2])
             self.reported.add(msg[1])
             for i in self.granted(msg[1]):
                 self.credits[i] += 1

@@ -33,6 +33,7 @@ import time
 import traceback
 import weakref
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import cloudpickle
@@ -201,13 +202,16 @@ class RayPool(Feeding):
     def put_league(self, arrays: dict[str, np.ndarray], version: int) -> None:
         self._league_ref = [(version, [self.ray.put(arrays)])]
 
-    def wait_rounds(self, env_steps: int) -> list[tuple]:
+    def wait_rounds(self, env_steps: int, stop: Callable[[int], bool] | None = None) -> list[tuple]:
         """Round reports until they sum to ``env_steps`` env steps (at least one, and one from every actor
         before the first chunk ends); bounded by ``actor_timeout`` without a report; an actor's error
-        raises :class:`ActorError` with its traceback."""
+        raises :class:`ActorError` with its traceback. ``stop`` as :meth:`Pool.wait_rounds`'s."""
         got: list[tuple] = []
+        steps = 0
         deadline = time.monotonic() + self.options.actor_timeout
         while self.more_rounds(got, env_steps, self.reported):
+            if stop is not None and stop(steps):
+                break
             self.check_actors()
             heads = {q[0][0]: i for i, q in enumerate(self._inflight) if q}
             ready, _ = self.ray.wait(list(heads), num_returns=1, timeout=0.05)
@@ -233,6 +237,7 @@ class RayPool(Feeding):
                 self._pending[k].extend(parts)
                 self.rows_per_actor[i] += sum(len(p["rew"]) for p in parts)
             got.append(report)
+            steps += int(report[2])
             self.heard(report)
             deadline = time.monotonic() + self.options.actor_timeout
         return got

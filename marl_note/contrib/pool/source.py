@@ -49,6 +49,7 @@ class ActorPool:
         self.events: Any = None
         self.lag_sum, self.lag_count = 0.0, 0
         self._restore_threads: Any = None
+        self.trainer: Any = None
 
     def check(self, trainer: Any, matchmaker: Any = None) -> None:
         if trainer.processes is not None:
@@ -61,6 +62,7 @@ class ActorPool:
 
     def start(self, trainer: Any, seats: Sequence[Any], learn: Sequence[bool], explore: Sequence[bool],
               seed: int | None, events: Any, matchmaker: Any = None) -> list[Any]:
+        self.trainer = trainer  # its collect_limit (a budget) is asked while the learner waits for rounds
         learners: list[Any] = []
         for agent, ln in zip(seats, learn):
             if ln and not any(agent is a for a in learners):
@@ -82,7 +84,9 @@ class ActorPool:
         assert pool is not None, "start() first"
         stats = CollectStats()
         league = pool.league
-        for _, actor, steps, agent_steps, returns, lengths, _, _, tags, _ in pool.wait_rounds(env_steps):
+        limit = self.trainer.collect_limit if self.trainer is not None else None
+        stop = None if limit is None else (lambda steps: bool(limit("train", steps)))
+        for _, actor, steps, agent_steps, returns, lengths, _, _, tags, _ in pool.wait_rounds(env_steps, stop):
             stats.env_steps += steps
             stats.agent_steps += agent_steps
             stats.episodes += len(returns)
