@@ -93,6 +93,9 @@ class RunLoop:
                 recent = self.recent_returns()
                 train_reward = t._metric(recent, self.learn) if len(recent) and not self.baseline_on else None
                 recorder.chunk(run.episodes, train_reward)
+                if self.baseline_on and len(recent):  # self-play: the learner's own return in each seat it holds
+                    recorder.seat_rewards(run.episodes, {seat: float(recent[:, i].mean()) for i, seat in
+                                                         enumerate(t.spec.possible_agents) if self.learn[i]})
                 bar.update(run.episodes, env_steps=run.env_steps, train_reward=train_reward,
                            test_metric=run.history[-1][1] if run.history else None,
                            best=run.best if run.history else None,

@@ -7,6 +7,8 @@ A run keeps, besides its test history, one :class:`Series` per quantity in
   metric over the last 100 training episodes (the value the progress bar shows; not recorded
   while the tests play a learner against a baseline, where the training seats' mean is
   meaningless: the points of the chunks before the first test, which decides that, are dropped then);
+- ``{seat}/train_reward`` in such a self-play run instead: from the first test on, each seat's mean
+  training return over the same episodes (the learner's own return as ``player_1``, as ``player_2``);
 - every scalar metric each learner's ``update`` returns (``loss``, ``eps``, ``gradient_steps``,
   ...), one point per update; with several learners a name is prefixed by the learner's seats
   (``"player_1/loss"``);
@@ -222,6 +224,15 @@ class Recorder:
         last = self.series.get("train_reward")
         if last is None or not last.values() or last.values()[-1][0] < episodes:
             self.add("train_reward", episodes, train_reward)
+
+    def seat_rewards(self, episodes: int, rewards: Mapping[str, float]) -> None:
+        """After a chunk of a self-play run: each seat's mean training return (``"{seat}/train_reward"``,
+        the training-reward panel), where the mean over seats (``train_reward``) would say nothing."""
+        for seat, value in rewards.items():
+            name = f"{seat}/train_reward"
+            last = self.series.get(name)
+            if last is None or not last.values() or last.values()[-1][0] < episodes:
+                self.add(name, episodes, value)
 
     def callbacks(self, plot_series: Mapping[str, Sequence[tuple[int, float]]]) -> None:
         """Store the callbacks' ``plot_series()`` as they are now (a series they report empty is kept)."""

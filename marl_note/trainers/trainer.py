@@ -256,8 +256,9 @@ class DecentralizedTrainer:
         ``"train"``) and in a test (``"test"``), with the env steps of that collection so far, and True
         ends that collection early (a test then reports the episodes it finished), so that a budget
         holds inside a long chunk or test (an actor pool's learner asks it after every round report
-        and every 50 ms of its wait for one, with the env steps reported). ``env_steps`` / ``minutes`` (either None) are what the progress display counts
-        against: whichever is estimated to end the run first. Both are dropped when ``train()`` returns.
+        and every 50 ms of its wait for one, with the env steps reported). ``env_steps`` / ``minutes``
+        (either None) are what the progress display counts against: whichever is estimated to end the
+        run first. Both are dropped when ``train()`` returns.
         """
         if not callable(limit):
             raise TypeError(f"limit_collection(limit) takes a function limit(kind, env_steps) -> bool, got {limit!r}")

@@ -1,6 +1,7 @@
 """The trainer's own plot (``plot=True``): titled with env, algorithm and seed; a self-play run draws no flat-0
 training-reward panel (each failed on 40fe2fa: the title was "marl_note" alone, and self-play drew the mean
-over both seats of a zero-sum game, 0, as one point at the first chunk, before the first test)."""
+over both seats of a zero-sum game, 0, as one point at the first chunk, before the first test) but the
+learner's own training return in each seat."""
 import pytest
 from pettingzoo.classic import tictactoe_v3
 
@@ -42,6 +43,11 @@ def test_a_self_play_plot_draws_each_series_where_it_was_recorded_and_no_flat_ze
     pool = OpponentPool(learner, trainer.spec, snapshot_every=10, eval_episodes=2, seed=0)
     trainer.train([learner, learner], learning_mask=[1, 1], progress=False, matchmaker=pool, callbacks=[pool])
     assert trainer.run_state.history and "train_reward" not in trainer.run_state.series  # tested against a baseline
+    # instead, the learner's own training return in each seat, from the first test (episode 10) on
+    seat_series = {name: trainer.run_state.series[f"{name}/train_reward"].values() for name in ("player_1", "player_2")}
+    assert all(points and points[0][0] >= 10 for points in seat_series.values()), seat_series
+    returns = [(e, r) for e, r in zip(*seat_series.values())]  # the same chunks; each game pays +1/-1 or 0/0
+    assert all(abs(a[1] + b[1]) < 1e-9 for a, b in returns), returns  # zero-sum: one seat's mean mirrors the other
     [fig] = figures
     assert fig.texts[0].get_text() == "marl_note: tictactoe_v3, MetricLearner, seed 0"
     recorded = trainer.run_state.all_series()
@@ -55,5 +61,5 @@ def test_a_self_play_plot_draws_each_series_where_it_was_recorded_and_no_flat_ze
             points = recorded["test_metric" if label == "test reward metric" else label]
             assert list(line.get_xdata()) == [e for e, _ in points], label  # over the episodes it was recorded
             assert list(line.get_ydata()) == [v for _, v in points], label
-    assert "training reward (last 100 episodes)" not in titles
+    assert "training reward (last 100 episodes)" in titles  # the seats' lines, not the flat 0
     assert "callbacks (e.g. Elo)" in titles and "test reward metric" in titles
