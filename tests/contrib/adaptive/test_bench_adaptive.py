@@ -9,20 +9,21 @@ ROOT = Path(__file__).resolve().parents[3]
 pytest.importorskip("torch")
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_smoke_run_reports_every_configuration(tmp_path, workers):
+@pytest.mark.parametrize("workers, tasks", [(1, ("cartpole-ppo",)), (2, ("cartpole-ppo", "acrobot-dqn"))])
+def test_smoke_run_reports_every_configuration(tmp_path, workers, tasks):
+    """The serial run does one task (the same code path for each), the run in worker processes two."""
     proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_adaptive.py"), "--quick", "--only",
-                           "cartpole-ppo,acrobot-dqn", "--objectives", "time,steps", "--workers", str(workers),
+                           ",".join(tasks), "--objectives", "time,steps", "--workers", str(workers),
                            "--out", str(tmp_path)], capture_output=True, text=True, timeout=240, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    for task in ("cartpole-ppo", "acrobot-dqn"):
+    for task in tasks:
         lines = [line for line in proc.stdout.splitlines() if line.startswith(f"  {task} seed 0: {{")]
         # the two quick fixed batches and both objectives, in that order, whichever process ran them
         assert [line.split("'batch': ")[1].split(",")[0] for line in lines] == [
             "32", "64", "'adaptive-time'", "'adaptive-steps'"], lines
         assert (tmp_path / f"adaptive_{task}-time_seed0.png").exists()
     progress = [line for line in proc.stdout.splitlines() if line.startswith("  [")]
-    assert len(progress) == (8 if workers > 1 else 0)  # each finished run is reported as it ends
+    assert len(progress) == (4 * len(tasks) if workers > 1 else 0)  # each finished run is reported as it ends
 
 
 def test_bad_worker_count_and_seed_ranges():
