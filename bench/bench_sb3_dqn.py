@@ -38,7 +38,8 @@ target (or the budget), less the time spent in the evaluations, which is reporte
 libraries back to back in this one process (the order alternates with the seed), one thread each
 (``OMP_NUM_THREADS=1`` before numpy is imported, ``torch.set_num_threads(1)``, ``set_blas_threads(1)``:
 one BLAS thread, warmed up, as the trainer's own ``train()`` does too). The last lines are the medians over
-the seeds and numpy's wall and CPU time as a ratio of SB3's.
+the seeds and numpy's wall and CPU time as a ratio of SB3's, then the same per env step (each run's time over
+its env steps, the median over the seeds: the speed apart from how long each seed took to learn).
 
 ``--smoke`` runs each library for 1,024 env steps (128 gradient steps), evaluating twice with 2 episodes
 (a smoke test of the script, not a measurement).
@@ -272,12 +273,19 @@ def main() -> None:
         solved = sum(r["solved"] for r in runs[lib])
         print(f"  {lib:16s} wall {m['wall_s']:.1f} s, CPU {m['cpu_s']:.1f} s, env steps {m['env_steps']:.0f} "
               f"({solved}/{len(runs[lib])} reached the target)", flush=True)
+    # per env step (each run's time over its env steps, then the median): the speed apart from the run's length
+    per_step = {lib: {k: statistics.median(r[k] / r["env_steps"] for r in rs) for k in ("wall_s", "cpu_s")}
+                for lib, rs in runs.items()}
+    for lib, m in per_step.items():
+        print(f"  {lib:16s} per env step: wall {1e3 * m['wall_s']:.2f} ms, CPU {1e3 * m['cpu_s']:.2f} ms", flush=True)
     if "sb3" in medians:
         for lib, m in medians.items():
             if lib != "sb3":
-                base = medians["sb3"]
-                print(f"  {lib} / sb3: wall {m['wall_s'] / base['wall_s']:.2f}x, CPU {m['cpu_s'] / base['cpu_s']:.2f}x "
-                      f"(issue #34's floor: wall <= 0.4x)", flush=True)
+                base, mine, theirs = medians["sb3"], per_step[lib], per_step["sb3"]
+                print(f"  {lib} / sb3: wall {m['wall_s'] / base['wall_s']:.2f}x, "
+                      f"CPU {m['cpu_s'] / base['cpu_s']:.2f}x (issue #34's floor: wall <= 0.4x); per env step: wall "
+                      f"{mine['wall_s'] / theirs['wall_s']:.2f}x, CPU {mine['cpu_s'] / theirs['cpu_s']:.2f}x",
+                      flush=True)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     print(f"git {commit}; load {load()}", flush=True)
 
