@@ -25,11 +25,10 @@ measure collection through the pool), for actor processes and for Ray actors (``
 is not in them; ``--no-ray`` skips them).
 
 Each seed of ``--seeds`` runs both trainers; the last line of a case is the median speed-up over the
-seeds. ``--backend numpy`` builds the DQNs from ``marl_note.agents.numpy`` (the learner's steps and the actors'
-acting without a framework; torch is then not imported by this script). The learner runs with the library's
-default threads (in pool mode ``learner_threads="auto"``
-leaves the actors their cores). ``--tiny`` runs every part for a few seconds (a smoke test of the
-script, not a measurement).
+seeds. ``--backend numpy`` builds the DQNs from ``marl_note.agents.numpy`` (the learner's steps and the
+actors' acting without a framework; the script itself then imports none). The learner runs with the
+library's default threads (in pool mode ``learner_threads="auto"`` leaves the actors their cores).
+``--tiny`` runs every part for a few seconds (a smoke test of the script, not a measurement).
 """
 from __future__ import annotations
 
