@@ -2,7 +2,7 @@
 
     python bench/bench_pool.py [--target-cartpole 195] [--target-ttt 0.0] [--max-episodes 3000]
                                [--actors 2] [--seeds 0] [--only cartpole,ttt,collect] [--tiny]
-                               [--no-ray] [--ray-address ADDR]
+                               [--no-ray] [--ray-address ADDR] [--backend torch]
 
 (a) CartPole-v1 DQN and (b) tic-tac-toe self-play DQN with an opponent pool (``OpponentPool``: half
 the games against itself, the rest against its frozen snapshots, a new one every 200 games, drawn by
@@ -25,13 +25,15 @@ measure collection through the pool), for actor processes and for Ray actors (``
 is not in them; ``--no-ray`` skips them).
 
 Each seed of ``--seeds`` runs both trainers; the last line of a case is the median speed-up over the
-seeds. The learner runs with the library's default threads (in pool mode ``learner_threads="auto"``
-leaves the actors their cores). ``--tiny`` runs every part for a few seconds (a smoke test of the
-script, not a measurement).
+seeds. ``--backend numpy`` builds the DQNs from ``marl_note.agents.numpy`` (the learner's steps and the
+actors' acting without a framework; the script itself then imports none). The learner runs with the
+library's default threads (in pool mode ``learner_threads="auto"`` leaves the actors their cores).
+``--tiny`` runs every part for a few seconds (a smoke test of the script, not a measurement).
 """
 from __future__ import annotations
 
 import argparse
+import importlib
 import statistics
 import time
 import warnings
@@ -40,9 +42,15 @@ warnings.filterwarnings("ignore", category=DeprecationWarning)
 from pettingzoo.classic import tictactoe_v3  # noqa: E402
 
 from marl_note.agents import RandomAgent  # noqa: E402
-from marl_note.agents.torch import DQN  # noqa: E402
 from marl_note.contrib.board_games import WinOrBlockPlayer  # noqa: E402
 from marl_note.trainers import DecentralizedTrainer, OpponentPool, strength  # noqa: E402
+
+BACKEND = {"name": "torch"}  # --backend: the module the DQNs come from
+
+
+def DQN(*args, **kwargs):
+    """The DQN of ``--backend`` (imported on first use, so a numpy run never imports torch)."""
+    return importlib.import_module(f"marl_note.agents.{BACKEND['name']}").DQN(*args, **kwargs)
 
 
 def run(env, seats, target, episodes, actors, seed, pool=None, quality=None, **settings):
@@ -106,7 +114,10 @@ def main() -> None:
     parser.add_argument("--tiny", action="store_true")
     parser.add_argument("--no-ray", action="store_true", help="skip the Ray actor rows")
     parser.add_argument("--ray-address", default=None, help="a Ray cluster to join (default: a local Ray)")
+    parser.add_argument("--backend", default="torch", choices=["torch", "numpy"], help="the DQNs' backend")
     args = parser.parse_args()
+    BACKEND["name"] = args.backend
+    print(f"DQN backend: {args.backend}", flush=True)
     episodes = 20 if args.tiny else args.max_episodes
     common = dict(num_train_envs=4, num_test_envs=4, update_freq=64, test_freq=10 if args.tiny else 50,
                   episodes_per_test=4 if args.tiny else 10)

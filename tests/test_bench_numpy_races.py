@@ -1,0 +1,34 @@
+"""Smoke runs of the numpy backend's races: bench/bench_sb3_dqn.py (against SB3) and bench/bench_numpy_selfplay.py."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+
+
+def test_bench_sb3_dqn_smoke_runs_both_libraries_to_the_same_counts():
+    pytest.importorskip("stable_baselines3")
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_sb3_dqn.py"), "--smoke", "--seeds", "0"],
+                          capture_output=True, text=True, timeout=300, env=ENV)
+    assert proc.returncode == 0, proc.stderr
+    rows = re.findall(r"seed 0 (sb3|marl_note numpy) +target NOT reached at (\d+) env steps \((\d+) gradient steps",
+                      proc.stdout)
+    # the mapped schedule: the first 128 gradient steps after the rollout that ends at env step 1024, in both
+    assert sorted(rows) == [("marl_note numpy", "1024", "128"), ("sb3", "1024", "128")], proc.stdout
+    assert "marl_note numpy / sb3: wall" in proc.stdout
+
+
+def test_bench_numpy_selfplay_smoke_runs_and_names_each_backend():
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_numpy_selfplay.py"), "--smoke"],
+                          capture_output=True, text=True, timeout=300, env=ENV)
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"seed 0 numpy +wall .* 400 env steps", proc.stdout), proc.stdout
+    assert re.search(r"seed 0 torch +wall .* 400 env steps", proc.stdout), proc.stdout
+    assert proc.stdout.count("vs perfect: player_1 W") == 2 and "numpy / torch: wall" in proc.stdout
