@@ -451,20 +451,22 @@ class PSRO:
         """OpenSpiel's best response to the current mixture in each seat, as one pool member."""
         import pyspiel
 
+        game = self.game
+        assert game is not None  # best_response="exact" was refused without a game
         mixture = self.mixture()
         probs, legal = mixture.action_probability_array, mixture.legal_actions_mask
         table = {key: [(int(a), float(probs[row, a])) for a in np.flatnonzero(legal[row])]
                  for key, row in mixture.state_lookup.items()}
         out = mixture.__copy__(copy_action_probability_array=True)
         out.action_probability_array[:] = 0.0
-        for player in range(self.game.num_players()):
-            actions = pyspiel.TabularBestResponse(self.game, player, table).get_best_response_actions()
+        for player in range(game.num_players()):
+            actions = pyspiel.TabularBestResponse(game, player, table).get_best_response_actions()
             for key in mixture.states_per_player[player]:
                 row = mixture.state_lookup[key]
                 action = actions.get(key)  # every information state of the player has one; else the first legal
                 out.action_probability_array[row, np.flatnonzero(legal[row])[0] if action is None else action] = 1.0
         space = self.trainer.action_space(self.pool.spec.possible_agents[0])
-        return TabularMember(out, self.game, space, observation=self.observation, name=name)
+        return TabularMember(out, game, space, observation=self.observation, name=name)
 
     def _mixture_exploitability(self) -> Any:
         """:meth:`exploitability` of the current mixture, measured once per meta-strategy."""
