@@ -48,7 +48,9 @@ class NFSPConfig(DQNConfig):
     """NFSP's hyperparameters: DQN's (the best-response learner; see :class:`~marl_note.agents.dqn.DQNConfig`)
     with NFSP's defaults, and the average policy's own.
 
-    ``eta``: the anticipatory parameter; ``sl_lr``: the average network's Adam step;
+    ``criterion`` defaults to ``"mse"`` (DQN's Huber loss fits a median-like value to returns beyond
+    +-1, so a best response ranks actions wrongly in poker); ``eta``: the anticipatory parameter;
+    ``sl_lr``: the average network's Adam step;
     ``reservoir_size``: rows of the reservoir buffer; ``sl_learning_starts``: reservoir rows before
     the first supervised step; ``eps_start``/``eps_end``/``eps_steps``: the best response's
     epsilon-greedy schedule over agent steps (when no ``policy`` is given);
@@ -59,6 +61,9 @@ class NFSPConfig(DQNConfig):
     user_torso = False  # MLP torsos only: the reservoir stores the flat network input
     hidden_sizes: tuple[int, ...] = (128,)
     gamma: float = 1.0
+    # the squared TD loss, as the paper and OpenSpiel: Q must be the mean return to rank actions, and the
+    # Huber loss fits a median-like value to returns beyond +-1 (card games' +-2 chips)
+    criterion: str = "mse"
     lr: float = 1e-3
     buffer_size: int = 200_000
     learning_starts: int = 1_000

@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 
 from marl_note.agents.base import Acting, ActionProbabilities, HasObservationSpace, RandomAgent
@@ -42,7 +43,7 @@ from marl_note.agents.checkpoints.saving import Saving
 from marl_note.trainers.meta_solvers import META_SOLVERS, meta_solver
 from marl_note.trainers.selfplay import OpponentPool, snapshot
 
-__all__ = ["PSRO", "MetaStrategyPool", "PolicyMember", "exact_payoffs", "mixture_policy", "load_psro",
+__all__ = ["PSRO", "MetaStrategyPool", "PolicyMember", "TabularMember", "exact_payoffs", "mixture_policy", "load_psro",
            "PSROPopulation"]
 
 PSRO_FILE = "psro.json"
@@ -79,6 +80,64 @@ class PolicyMember:
 
     def __repr__(self) -> str:
         return f"PolicyMember({self.name!r})"
+
+
+class TabularMember:
+    """A fixed policy of an OpenSpiel game (a ``TabularPolicy``) acting on the env's observations.
+
+    Its ``policy_probs(obs, mask)`` looks each observation up among the information states of the
+    game (the tensor ``observation`` names, as :func:`~marl_note.envs.openspiel.openspiel_env`
+    gives it): PSRO's exact best responses join the pool as these. The observation must tell
+    apart the information states the policy plays differently (always true of the
+    information-state tensor); a ``ValueError`` says so otherwise.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> from open_spiel.python.policy import TabularPolicy
+        >>> from marl_note.envs.openspiel import load_game
+        >>> from marl_note.trainers.exploitability import exploitability
+        >>> game = load_game("kuhn_poker")
+        >>> member = TabularMember(TabularPolicy(game), game, gym.spaces.Discrete(2))  # uniform random
+        >>> round(exploitability(member, game).exploitability, 4)
+        0.4583
+    """
+
+    def __init__(self, policy: Any, game: Any, action_space: Any, observation: str = "observation",
+                 name: str = "tabular"):
+        from marl_note.envs.openspiel import observation_of, observation_shape
+
+        self.policy, self.action_space, self.observation, self.name = policy, action_space, observation, name
+        self.game_name = str(game)
+        shape = observation_shape(game, observation)
+        self._rows: dict[bytes, int] = {}
+        probs = policy.action_probability_array
+        for player, keys in enumerate(policy.states_per_player):
+            for key in keys:
+                row = policy.state_lookup[key]
+                obs = observation_of(policy.states[row], player, observation, shape)
+                code = np.asarray(obs, dtype=np.float32).tobytes()
+                seen = self._rows.setdefault(code, row)
+                if seen != row and not np.allclose(probs[seen], probs[row]):
+                    raise ValueError(f"in {self.game_name}, the {observation!r} tensor is the same at information "
+                                     f"states {policy.states[seen].information_state_string()!r} and {key!r}, "
+                                     f"which this policy plays differently: use observation='information_state'")
+
+    def policy_probs(self, obs: Any, mask: np.ndarray | None = None) -> np.ndarray:
+        x = np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)
+        rows = []
+        for o in x:
+            row = self._rows.get(o.tobytes())
+            if row is None:
+                raise ValueError(f"TabularMember {self.name!r}: an observation that is no information state of "
+                                 f"{self.game_name} ({self.observation!r} tensor)")
+            rows.append(row)
+        return np.asarray(self.policy.action_probability_array[rows], dtype=np.float64)
+
+    def act(self, obs: Any, mask: np.ndarray | None = None, explore: bool = False) -> np.ndarray:
+        return np.argmax(self.policy_probs(obs, mask), axis=1).astype(np.int64)
+
+    def __repr__(self) -> str:
+        return f"TabularMember({self.name!r}, {self.game_name})"
 
 
 class MetaStrategyPool(OpponentPool):
@@ -239,7 +298,18 @@ class PSRO:
     a callable ``payoffs -> probabilities``. ``initial``: the first member (default: a uniform
     random player). ``callbacks``: objects with ``on_iteration_end(psro, logs)``; ``csv_path``
     writes one row per iteration (iteration, episodes, env steps, members, exploitability, NashConv,
-    wall and process CPU seconds, the meta-strategy).
+    the best-response values below, wall and process CPU seconds, the meta-strategy).
+
+    The best responses' quality. Each iteration logs ``br_value``, what the new member wins
+    against the mixture it was trained against (both seats averaged), and in an OpenSpiel game
+    ``br_exact_value``, what OpenSpiel's exact best response wins there (the mixture's
+    exploitability before the member joined), and ``br_gap``, their difference: 0 for a perfect
+    best response; what a trained one leaves on the table.
+
+    ``best_response="exact"`` (OpenSpiel games only) replaces the trained learner by OpenSpiel's
+    best response to the mixture, per seat, as the new member (a :class:`TabularMember`; no
+    training, ``make_agent`` unused): PSRO with an exact oracle, a reference for the trained
+    runs rather than reinforcement learning.
 
     Example:
         >>> from marl_note.agents.torch import DQN
@@ -257,8 +327,15 @@ class PSRO:
     def __init__(self, trainer: Any, make_agent: Callable[[int], Any], game: Any = None,
                  observation: str = "observation", meta_solver: str | Callable[[Any], np.ndarray] = "nash",
                  payoff_episodes: int = 100, initial: Any = None, callbacks: Sequence[Any] = (),
-                 csv_path: str | os.PathLike | None = None, seed: int | None = None):
+                 csv_path: str | os.PathLike | None = None, seed: int | None = None,
+                 best_response: str = "trained"):
         spec = trainer.spec
+        if best_response not in ("trained", "exact"):
+            raise ValueError(f"best_response must be 'trained' or 'exact', got {best_response!r}")
+        if best_response == "exact" and game is None:
+            raise ValueError("best_response='exact' computes OpenSpiel's best response: it needs an OpenSpiel game "
+                             "(PSRO(game=...))")
+        self.best_response = best_response
         if spec.num_agents != 2:
             raise ValueError(f"PSRO needs a two-player game; the env has {spec.num_agents} seats "
                              f"({spec.possible_agents})")
@@ -292,7 +369,9 @@ class PSRO:
         self.values = np.zeros((0, 0))  # values[i, j]: seat 0's expected return, i in seat 0, j in seat 1
         self.history: list[dict[str, Any]] = []
         self.iteration = 0
-        self._check_learner(make_agent(0))  # a learner that cannot serve is refused before any training
+        self._last_exploitability: Any = None  # the current mixture's, once measured
+        if best_response == "trained":
+            self._check_learner(make_agent(0))  # a learner that cannot serve is refused before any training
         self._add("random" if initial is None else "initial", first)
         self._solve()
 
@@ -354,6 +433,7 @@ class PSRO:
     def _solve(self) -> None:
         probs = np.asarray(self.solver(self.payoffs), dtype=np.float64)
         self.pool.set_meta_strategy(probs)
+        self._last_exploitability = None
 
     def mixture(self) -> Any:
         """The mixture's behaviour policy (an OpenSpiel ``TabularPolicy``; OpenSpiel games only)."""
@@ -366,6 +446,33 @@ class PSRO:
         from marl_note.trainers.exploitability import policy_exploitability
 
         return policy_exploitability(self.mixture(), self.game)
+
+    def _exact_best_response(self, name: str) -> TabularMember:
+        """OpenSpiel's best response to the current mixture in each seat, as one pool member."""
+        import pyspiel
+
+        game = self.game
+        assert game is not None  # best_response="exact" was refused without a game
+        mixture = self.mixture()
+        probs, legal = mixture.action_probability_array, mixture.legal_actions_mask
+        table = {key: [(int(a), float(probs[row, a])) for a in np.flatnonzero(legal[row])]
+                 for key, row in mixture.state_lookup.items()}
+        out = mixture.__copy__(copy_action_probability_array=True)
+        out.action_probability_array[:] = 0.0
+        for player in range(game.num_players()):
+            actions = pyspiel.TabularBestResponse(game, player, table).get_best_response_actions()
+            for key in mixture.states_per_player[player]:
+                row = mixture.state_lookup[key]
+                action = actions.get(key)  # every information state of the player has one; else the first legal
+                out.action_probability_array[row, np.flatnonzero(legal[row])[0] if action is None else action] = 1.0
+        space = self.trainer.action_space(self.pool.spec.possible_agents[0])
+        return TabularMember(out, game, space, observation=self.observation, name=name)
+
+    def _mixture_exploitability(self) -> Any:
+        """:meth:`exploitability` of the current mixture, measured once per meta-strategy."""
+        if self._last_exploitability is None:
+            self._last_exploitability = self.exploitability()
+        return self._last_exploitability
 
     # ------------------------------------------------------------------ the loop
     def run(self, iterations: int, max_seconds: float | None = None) -> list[dict[str, Any]]:
@@ -385,20 +492,34 @@ class PSRO:
         """One iteration: train a best response to the mixture, add it, re-solve, measure."""
         wall, cpu = time.perf_counter(), time.process_time()
         self.iteration += 1
-        learner = self.make_agent(self.iteration)
-        self._check_learner(learner)
-        self.pool.learner = learner
-        stats = self.trainer.train([learner, learner], learning_mask=[1, 1], plot=False, progress=False,
-                                   matchmaker=self.pool, callbacks=[self.pool], baseline=None)
         name = f"br_{self.iteration}"
-        self._add(name, snapshot(learner, name).agent)
-        self._solve()
+        opponents = self.meta_strategy.copy()  # the mixture the best response is trained against
+        exact = None if self.game is None else self._mixture_exploitability()
+        if self.best_response == "exact":
+            stats: dict[str, Any] = {"num_collected_episodes": 0, "num_collected_steps": 0}
+            self._add(name, self._exact_best_response(name))
+        else:
+            learner = self.make_agent(self.iteration)
+            self._check_learner(learner)
+            self.pool.learner = learner
+            stats = self.trainer.train([learner, learner], learning_mask=[1, 1], plot=False, progress=False,
+                                       matchmaker=self.pool, callbacks=[self.pool], baseline=None)
+            self._add(name, snapshot(learner, name).agent)
         logs: dict[str, Any] = {"iteration": self.iteration, "members": len(self.members),
                                 "episodes": int(stats["num_collected_episodes"]),
                                 "env_steps": int(stats.get("num_collected_steps", 0)),
-                                "meta_strategy": self.meta_strategy.tolist()}
+                                # what the new member wins against the mixture it was trained against,
+                                # both seats averaged (exact in an OpenSpiel game; a payoff-matrix row)
+                                "br_value": float(self.payoffs[-1, :-1] @ opponents)}
+        if exact is not None:
+            # what a best response wins there (OpenSpiel's, both seats averaged: the mixture's
+            # exploitability before the new member joined), and what the trained one fell short by
+            logs.update(br_exact_value=exact.exploitability, br_gap=exact.exploitability - logs["br_value"])
+        self._solve()
+        logs["meta_strategy"] = self.meta_strategy.tolist()
         if self.game is not None:
             e = self.exploitability()
+            self._last_exploitability = e
             logs.update(exploitability=e.exploitability, nash_conv=e.nash_conv)
         logs.update(wall_seconds=time.perf_counter() - wall, cpu_seconds=time.process_time() - cpu)
         self.history.append(logs)
@@ -428,8 +549,8 @@ class PSRO:
                                observation=self.observation, meta_solver=self.solver_name, history=self.history)
 
 
-CSV_COLUMNS = ("iteration", "episodes", "env_steps", "members", "exploitability", "nash_conv", "wall_seconds",
-               "cpu_seconds", "meta_strategy")
+CSV_COLUMNS = ("iteration", "episodes", "env_steps", "members", "exploitability", "nash_conv", "br_value",
+               "br_exact_value", "br_gap", "wall_seconds", "cpu_seconds", "meta_strategy")
 
 
 def _named_solver(name: str) -> Callable[[Any], np.ndarray]:
@@ -480,6 +601,10 @@ def save_population(path: str | os.PathLike, members: dict[str, Any], meta_strat
         if isinstance(agent, RandomAgent):
             entries.append({"name": name, "kind": "random"})
             continue
+        if isinstance(agent, TabularMember):  # an exact best response: its table, one row per information state
+            entries.append({"name": name, "kind": "tabular",
+                            "probs": np.asarray(agent.policy.action_probability_array).tolist()})
+            continue
         if not isinstance(agent, Saving):
             raise TypeError(f"PSRO member {name!r} ({type(agent).__name__}) cannot be saved: it is not a "
                             f"checkpointing agent of this library (marl_note.agents.checkpoints.saving.Saving)")
@@ -523,6 +648,25 @@ def load_psro(path: str | os.PathLike, backend: str | None = None, action_space:
             if rel.startswith("..") or os.path.isabs(rel):
                 raise ValueError(f"{file}: member path {entry['path']!r} leaves the checkpoint directory")
             members[entry["name"]] = restore(os.path.join(path, rel), backend=backend)
+    tabular = [e for e in record["members"] if e["kind"] == "tabular"]
+    if tabular:
+        from open_spiel.python.policy import TabularPolicy
+
+        from marl_note.envs.openspiel import load_game
+
+        if record.get("game") is None:
+            raise ValueError(f"{file}: a tabular member needs the OpenSpiel game, which the checkpoint does not name")
+        observation = record.get("observation", "observation")
+        game = load_game(record["game"], observation)
+        actions = action_space if action_space is not None else gym.spaces.Discrete(game.num_distinct_actions())
+        for entry in tabular:
+            policy = TabularPolicy(game)
+            probs = np.asarray(entry["probs"], dtype=np.float64)
+            if probs.shape != policy.action_probability_array.shape:
+                raise ValueError(f"{file}: tabular member {entry['name']!r} has a table of shape {probs.shape}, "
+                                 f"{record['game']} needs {policy.action_probability_array.shape}")
+            policy.action_probability_array[:] = probs
+            members[entry["name"]] = TabularMember(policy, game, actions, observation=observation, name=entry["name"])
     for entry in record["members"]:
         if entry["kind"] == "random":
             space = action_space

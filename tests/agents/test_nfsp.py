@@ -132,6 +132,27 @@ def _trained_pair(names, seed=3):
     return agents, batch
 
 
+@pytest.mark.parametrize("name", ["numpy", "torch"])
+def test_the_best_response_learns_the_mean_of_poker_sized_returns(name):
+    """Poker returns are +-1 and +-2 chips. A best response must rank actions by their expected return:
+    here action 0 wins +2 or -2 (mean 0.4) and action 1 a sure +1, so action 1 is the best. The Huber
+    TD loss (DQN's default) fits a median-like value to action 0 (about 1.33 here) and prefers it;
+    NFSP's default loss is the squared one, as in the paper and OpenSpiel."""
+    agent = backend(name)(gym.spaces.Box(0.0, 1.0, (2,), np.float32), gym.spaces.Discrete(2),
+                          hidden_sizes=(16,), lr=0.01, learning_starts=8, seed=0)
+    n = 200
+    act = np.repeat([0, 1], n // 2)
+    rew = np.where(act == 1, 1.0, np.where(np.arange(n) % 5 < 3, 2.0, -2.0)).astype(np.float32)  # 60% +2, 40% -2
+    obs = np.tile(np.array([1.0, 0.0], np.float32), (n, 1))
+    agent.observe(Transitions(obs=obs, act=act, rew=rew, next_obs=obs, terminated=np.ones(n, bool),
+                              truncated=np.zeros(n, bool)))
+    for _ in range(400):
+        agent.learn(agent.replay.sample(64))
+    q = agent.q_values(obs[:1])[0]
+    assert q[0] == pytest.approx(0.4, abs=0.25) and q[1] == pytest.approx(1.0, abs=0.25)
+    assert int(np.argmax(q)) == 1
+
+
 @pytest.mark.parametrize("other", ["torch", "tf"])
 def test_one_update_gives_the_same_weights_in_numpy_and_the_framework(other):
     """From identical weights and data, one update (a DQN step and a supervised step of the average

@@ -71,6 +71,8 @@ def kuhn_trainer(episodes=60, seed=0, observation="observation", make_env=None):
 def dqn_maker(trainer, backend="torch"):
     if backend == "torch":
         from marl_note.agents.torch import DQN
+    elif backend == "numpy":
+        from marl_note.agents.numpy import DQN  # type: ignore[assignment]
     else:
         from marl_note.agents.tf import DQN
     seat = trainer.possible_agents[0]
@@ -170,3 +172,76 @@ def test_bad_input_is_refused_before_training():
         PSRO(trainer, lambda i: Greedy(), game="kuhn_poker")
     with pytest.raises(ValueError, match="best response has action space Discrete\\(3\\)"):
         PSRO(trainer, lambda i: RandomAgent(gym.spaces.Discrete(3)), game="kuhn_poker")
+
+
+def _seat_averaged_value(game, policy, mixture):
+    root = game.new_initial_state()
+    return 0.5 * (expected_game_score.policy_value(root, [policy, mixture])[0]
+                  + expected_game_score.policy_value(root, [mixture, policy])[1])
+
+
+def test_best_response_gap_against_openspiels_best_response():
+    from open_spiel.python.algorithms import best_response
+
+    trainer = kuhn_trainer(episodes=40)
+    psro = PSRO(trainer, dqn_maker(trainer, "numpy"), game="kuhn_poker", seed=0)
+    history = psro.run(iterations=2)
+    game = pyspiel.load_game("kuhn_poker")
+    root = game.new_initial_state()
+    members = [tabular_policy(psro.members[n], game) for n in psro.names]
+    for it, logs in enumerate(history):  # iteration it + 1 trained against the mixture of the first it + 1 members
+        weights = [1.0] if it == 0 else history[it - 1]["meta_strategy"]
+        mixture = policy_aggregator.PolicyAggregator(game).aggregate([0, 1], [members[: it + 1]] * 2,
+                                                                     [list(weights)] * 2)
+        exact = 0.5 * sum(best_response.BestResponsePolicy(game, p, mixture).value(root) for p in (0, 1))
+        trained = _seat_averaged_value(game, members[it + 1], mixture)
+        assert logs["br_exact_value"] == pytest.approx(exact, abs=1e-9)
+        assert logs["br_value"] == pytest.approx(trained, abs=1e-9)
+        assert logs["br_gap"] == pytest.approx(exact - trained, abs=1e-9)
+    assert history[0]["br_exact_value"] == pytest.approx(
+        os_exploitability.exploitability(game, os_policy.UniformRandomPolicy(game)), abs=1e-9)
+
+
+def test_exact_best_responses_are_openspiels_and_converge_on_kuhn(tmp_path):
+    from open_spiel.python.algorithms import best_response
+
+    trainer = kuhn_trainer()
+    psro = PSRO(trainer, None, game="kuhn_poker", best_response="exact", seed=0)
+    game = pyspiel.load_game("kuhn_poker")
+    root = game.new_initial_state()
+    history = psro.run(iterations=3)
+    members = [tabular_policy(psro.members[n], game) for n in psro.names]
+    for it, logs in enumerate(history):
+        weights = [1.0] if it == 0 else history[it - 1]["meta_strategy"]
+        mixture = policy_aggregator.PolicyAggregator(game).aggregate([0, 1], [members[: it + 1]] * 2,
+                                                                     [list(weights)] * 2)
+        # the new member wins against the mixture what OpenSpiel's best response wins, in each seat
+        for p in (0, 1):
+            pair = [members[it + 1], mixture] if p == 0 else [mixture, members[it + 1]]
+            assert expected_game_score.policy_value(root, pair)[p] == pytest.approx(
+                best_response.BestResponsePolicy(game, p, mixture).value(root), abs=1e-9)
+        assert logs["br_gap"] == pytest.approx(0.0, abs=1e-9) and logs["episodes"] == 0
+    history = psro.run(iterations=12)
+    final = policy_aggregator.PolicyAggregator(game).aggregate(
+        [0, 1], [[tabular_policy(psro.members[n], game) for n in psro.names]] * 2, [list(psro.meta_strategy)] * 2)
+    assert os_exploitability.exploitability(game, final) < 1e-6  # PSRO with an exact oracle reaches Nash
+    psro.save(tmp_path / "pool")
+    loaded = load_psro(tmp_path / "pool")
+    assert loaded.names == psro.names
+    assert loaded.exploitability().exploitability == pytest.approx(psro.exploitability().exploitability, abs=1e-12)
+
+
+def test_exact_best_responses_need_an_openspiel_game_and_telling_observations():
+    from marl_note.trainers.psro import TabularMember
+
+    trainer = kuhn_trainer()
+    with pytest.raises(ValueError, match="best_response must be 'trained' or 'exact', got 'oracle'"):
+        PSRO(trainer, dqn_maker(trainer), game="kuhn_poker", best_response="oracle")
+    with pytest.raises(ValueError, match="needs an OpenSpiel game"):
+        PSRO(trainer, None, best_response="exact")
+    game = pyspiel.load_game("leduc_poker")
+    # Leduc's observation tensor forgets the order of the bets: some information states look the same
+    policy = random_policies(game, 1, seed=0)[0]
+    with pytest.raises(ValueError, match="leduc_poker.*use observation='information_state'"):
+        TabularMember(policy, game, gym.spaces.Discrete(3))
+    TabularMember(policy, game, gym.spaces.Discrete(3), observation="information_state")
