@@ -324,7 +324,7 @@ class PSRO:
         (['random', 'br_1'], 2, True)
     """
 
-    def __init__(self, trainer: Any, make_agent: Callable[[int], Any], game: Any = None,
+    def __init__(self, trainer: Any, make_agent: Callable[[int], Any] | None, game: Any = None,
                  observation: str = "observation", meta_solver: str | Callable[[Any], np.ndarray] = "nash",
                  payoff_episodes: int = 100, initial: Any = None, callbacks: Sequence[Any] = (),
                  csv_path: str | os.PathLike | None = None, seed: int | None = None,
@@ -332,6 +332,8 @@ class PSRO:
         spec = trainer.spec
         if best_response not in ("trained", "exact"):
             raise ValueError(f"best_response must be 'trained' or 'exact', got {best_response!r}")
+        if best_response == "trained" and not callable(make_agent):
+            raise TypeError(f"make_agent must be a callable iteration -> agent, got {make_agent!r}")
         if best_response == "exact" and game is None:
             raise ValueError("best_response='exact' computes OpenSpiel's best response: it needs an OpenSpiel game "
                              "(PSRO(game=...))")
@@ -370,7 +372,7 @@ class PSRO:
         self.history: list[dict[str, Any]] = []
         self.iteration = 0
         self._last_exploitability: Any = None  # the current mixture's, once measured
-        if best_response == "trained":
+        if make_agent is not None and best_response == "trained":
             self._check_learner(make_agent(0))  # a learner that cannot serve is refused before any training
         self._add("random" if initial is None else "initial", first)
         self._solve()
@@ -499,6 +501,7 @@ class PSRO:
             stats: dict[str, Any] = {"num_collected_episodes": 0, "num_collected_steps": 0}
             self._add(name, self._exact_best_response(name))
         else:
+            assert self.make_agent is not None  # refused at construction
             learner = self.make_agent(self.iteration)
             self._check_learner(learner)
             self.pool.learner = learner
