@@ -1,6 +1,9 @@
 """Every Python block of README.md and of the documentation's pages runs, in order, as a user pasting them into one
 script would, and reaches the result its page states.
 
+The runs are learning runs (several minutes in all), marked ``examples``: ``make examples`` runs them (and CI,
+after ``make test``); ``make test`` runs the rest of this file, which checks that every page states its results.
+
 The blocks are extracted from the Markdown files themselves, so the README and the guides cannot drift from the
 code. Each file is one script: its blocks run in order in one fresh interpreter, in a subprocess in a scratch
 folder, importing this checkout's marl_note. A block that uses a name it does not define says so on its page ("it
@@ -275,10 +278,12 @@ def test_a_figure_below_the_stated_one_fails_the_page(tmp_path):
     run_blocks(page, tmp_path)
 
 
+@pytest.mark.examples
 def test_readme_python_blocks_run_in_order(tmp_path):
     run_blocks(README, tmp_path)
 
 
+@pytest.mark.examples
 @pytest.mark.parametrize("page", [p for p in PAGES[1:] if python_blocks(p.read_text(), p.name)],
                          ids=lambda p: p.relative_to(DOCS).as_posix())
 def test_docs_python_blocks_run_in_order(page, tmp_path):
@@ -298,6 +303,7 @@ def test_a_command_line_budget_is_parsed_and_replaced():
     assert with_budget(block, "page.md") == "python -m marl_note train --env x --episodes 200  # the recipe"
 
 
+@pytest.mark.examples
 @pytest.mark.parametrize("page,block", checked_commands(),
                          ids=lambda x: x.relative_to(ROOT).as_posix() if isinstance(x, Path) else f"line{x.line}")
 def test_command_line_examples_reach_their_results(page, block, tmp_path):
