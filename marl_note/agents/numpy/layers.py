@@ -114,14 +114,15 @@ class Dense:
         x, z, y = cache
         g = grad_y if self.activation is None else activation_grad(grad_y, z, y, self.activation)
         if params:
-            slot = grads.slot(self.wkey, g, x) if isinstance(grads, FlatGrads) else None
-            if slot is not None:  # straight into the optimiser's flat gradient: no copy later
-                grads[self.wkey] = np.matmul(g.T, x, out=slot)
+            wslot = bslot = None
+            if isinstance(grads, FlatGrads) and g.dtype == x.dtype:
+                wslot, bslot = grads.slot(self.wkey, g.dtype), grads.slot(self.bkey, g.dtype)
+            if wslot is not None:  # straight into the optimiser's flat gradient: no copy later
+                grads[self.wkey] = np.matmul(g.T, x, out=wslot)
             else:
                 _accumulate(grads, self.wkey, g.T @ x)
-            slot = grads.slot(self.bkey, g) if isinstance(grads, FlatGrads) else None
-            if slot is not None:
-                grads[self.bkey] = np.sum(g, axis=0, out=slot)
+            if bslot is not None:
+                grads[self.bkey] = np.add.reduce(g, axis=0, out=bslot)  # g.sum(axis=0), without its wrapper
             else:
                 _accumulate(grads, self.bkey, g.sum(axis=0))
         return g @ self.weight if need_input else None
@@ -151,16 +152,14 @@ class FlatGrads(dict):  # type: ignore[type-arg]
         self.flat = flat
         self.views = views
 
-    def slot(self, key: str, *operands: np.ndarray) -> np.ndarray | None:
-        """Where ``key``'s gradient goes, when it has a place, none is there yet and ``operands`` have its dtype."""
+    def slot(self, key: str, dtype: np.dtype) -> np.ndarray | None:
+        """Where ``key``'s gradient goes: its place, when it has one of ``dtype`` and nothing is there yet."""
         view = self.views.get(key)
-        if view is None or key in self or any(a.dtype != view.dtype for a in operands):
-            return None
-        return view
+        return view if view is not None and view.dtype == dtype and key not in self else None
 
     def put(self, key: str, value: np.ndarray) -> None:
         """Set ``key``'s gradient to ``value``, copied into its place when it has one of ``value``'s dtype."""
-        slot = self.slot(key, value)
+        slot = self.slot(key, value.dtype)
         if slot is None or slot.shape != value.shape:
             self[key] = value
         else:
@@ -358,8 +357,9 @@ class Adam:
         if self._m is None or self._v is None:
             self._m = np.zeros(self._bounds[-1], self._dtype)
             self._v = np.zeros(self._bounds[-1], self._dtype)
-        if self._scratch is None or self._scratch.dtype != np.result_type(flat_g, self._m):
-            self._scratch = np.empty(self._bounds[-1], np.result_type(flat_g, self._m))
+        work = self._dtype if flat_g.dtype == self._dtype else np.result_type(flat_g, self._m)
+        if self._scratch is None or self._scratch.dtype != work:
+            self._scratch = np.empty(self._bounds[-1], work)
         m, v, tmp = self._m, self._v, self._scratch
         b1, b2 = self.betas
         # torch's m.lerp_(g, 1 - b1) and v.mul_(b2).addcmul_(g, g, 1 - b2), in place through one scratch array
