@@ -128,7 +128,7 @@ class Dense:
         return g @ self.weight if need_input else None
 
 
-class FlatGrads(dict):  # type: ignore[type-arg]
+class FlatGrads(dict[str, np.ndarray]):
     """Gradients by array name (a plain ``dict`` to every reader) whose layers write each array's gradient
     straight into its place in one flat buffer, ``flat``, laid out as the optimiser's parameters.
 
