@@ -130,27 +130,75 @@ def _env_class() -> type:
       dead step only removes the agent.
     - ``observation="information_state"`` gives each seat its information-state tensor, refreshed
       after every step that does not end the game (as Shimmy does its observation tensor).
+    - Shimmy 2.0.1's ``reset(seed=None)`` draws a fresh random generator from the OS, so every episode
+      after the first seeded one dealt unseeded cards (a seeded run was not reproducible); here
+      ``reset()`` without a seed keeps the generator, as PettingZoo envs do.
+    - Speed: Shimmy rebuilds the observation and action spaces on every step and reloads the game on
+      every reset (two ``Box`` constructions per step were most of a Kuhn episode's cost); here the
+      spaces are built once (a loaded game's shapes do not change), the game is loaded once, and a
+      chance outcome is drawn by one uniform number against the cumulative probabilities.
     """
     global _ENV_CLASS
     if _ENV_CLASS is not None:
         return _ENV_CLASS
     import gymnasium as gym
+    from gymnasium.utils import seeding
     from shimmy import OpenSpielCompatibilityV0
 
     class OpenSpielEnv(OpenSpielCompatibilityV0):
         def __init__(self, game_name: str, config: dict, observation: str = "observation",
                      render_mode: str | None = None):
             self.observation_kind = observation
+            self._seeded = False
             super().__init__(game_name=game_name, config=config, render_mode=render_mode)
             self._ezpickle_args = (game_name, config, observation, render_mode)  # (Shimmy records its own)
             self._ezpickle_kwargs: dict = {}
 
         def _update_observation_spaces(self) -> None:
+            if self.observation_spaces:  # built in __init__; a loaded game's shapes do not change
+                return
             if self.observation_kind == "observation":
                 return super()._update_observation_spaces()
             shape = tuple(self._env.information_state_tensor_shape())
             for agent in self.possible_agents:
                 self.observation_spaces[agent] = gym.spaces.Box(-np.inf, np.inf, shape=shape, dtype=np.float64)
+
+        def _update_action_spaces(self) -> None:
+            if not self.action_spaces:
+                super()._update_action_spaces()
+
+        def reset(self, seed: int | None = None, options: dict | None = None) -> None:
+            # Shimmy's reset, less its reloading of the game (only games refused here are reseeded by
+            # reloading) and its fresh OS-seeded generator on every unseeded reset
+            if seed is not None or not self._seeded:
+                self.np_random, self.np_seed = seeding.np_random(seed)
+                self._seeded = True
+            self.agents = self.possible_agents[:]
+            self._cumulative_rewards = dict.fromkeys(self.agents, 0.0)
+            self.rewards = dict.fromkeys(self.agents, 0.0)
+            self.terminations = dict.fromkeys(self.agents, False)
+            self.truncations = dict.fromkeys(self.agents, False)
+            self.infos = {a: {} for a in self.agents}
+            self.game_length = 1
+            self.game_state = self._env.new_initial_state()
+            self.simultaneous_actions = {}
+            self._execute_chance_node()
+            self._update_action_masks()
+            self._update_observations()
+            self._choose_next_agent()
+
+        def _execute_chance_node(self) -> None:
+            # a chance outcome by inverting the cumulative probabilities with one uniform draw (the
+            # generator's choice(p=...) validates p on every call: a third of a Kuhn episode's cost)
+            state = self.game_state
+            while state.is_chance_node():
+                self.game_length += 1
+                u, total = self.np_random.random(), 0.0
+                for outcome, p in state.chance_outcomes():
+                    total += p
+                    if u < total:
+                        break
+                state.apply_action(outcome)  # (rounding left u above the total: the last outcome)
 
         def _update_observations(self) -> None:
             if self.game_state.is_terminal():
