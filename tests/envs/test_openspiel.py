@@ -139,3 +139,18 @@ def test_chance_outcomes_follow_their_probabilities():
     counts = {d: deals.count(d) for d in set(deals)}
     assert sorted(counts) == ["0 1", "0 2", "1 0", "1 2", "2 0", "2 1"]
     assert all(abs(c / 3000 - 1 / 6) < 0.03 for c in counts.values()), counts
+
+
+@pytest.mark.parametrize("observation", ["observation", "information_state"])
+def test_spaces_are_built_once_and_keep_the_game_shapes(observation):
+    """Shimmy rebuilt both spaces on every step (most of a Kuhn episode's cost); they are built once now."""
+    env = openspiel_env("leduc_poker", observation=observation)
+    spaces = env.observation_space("player_1"), env.action_space("player_1")
+    _deals(env, 0, 3)
+    rng = np.random.default_rng(0)
+    for _ in env.agent_iter():
+        obs, _, term, trunc, info = env.last()
+        env.step(None if term or trunc else int(rng.choice(np.flatnonzero(info["action_mask"]))))
+        assert obs is None or obs.shape == spaces[0].shape
+    assert (env.observation_space("player_1"), env.action_space("player_1")) == spaces
+    assert env.observation_space("player_1") is spaces[0] and env.action_space("player_1") is spaces[1]
