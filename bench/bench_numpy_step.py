@@ -13,6 +13,8 @@ medians are compared as numpy/torch ratios (the machine's load moves both alike)
   Pendulum-sized inputs;
 - ``learn``: the agent's whole ``learn`` (replay sampling, arrays, step, target update), uniform
   and prioritized replay;
+- ``zoo``: the same ``learn`` for ``bench/bench_sb3_dqn.py``'s DQN (RL Zoo's CartPole-v1 settings: 256-256,
+  batch 64, Huber, no double Q, max_grad_norm 10), 20,000 transitions in the replay;
 - ``budget``: CartPole-v1 DQN through ``DecentralizedTrainer`` for a fixed budget of env steps
   (the same env steps and, through ``replay_ratio``, the same gradient steps in both backends),
   the wall time of the training loop, tests off.
@@ -24,7 +26,7 @@ the warm-up) and times it again, and prints both; ``--cold`` skips the call, so 
 cold BLAS (the figures before the warm-up existed). ``OPENBLAS_CORETYPE=Sandybridge`` in the environment
 picks OpenBLAS's AVX kernels instead of the Haswell ones it detects (the header prints the variable).
 
-Run:  python bench/bench_numpy_step.py [--only step,learn,ppo,sac,budget] [--reps 15] [--calls 200]
+Run:  python bench/bench_numpy_step.py [--only step,learn,zoo,ppo,sac,budget] [--reps 15] [--calls 200]
       [--hidden 128,128]
       python bench/bench_numpy_step.py --cold         (without the BLAS warm-up)
       python bench/bench_numpy_step.py --quick        (a smoke run: small counts)
@@ -163,6 +165,22 @@ def bench_learn(reps: int, calls: int) -> None:
         report(f"DQN learn(), 64-64, batch 64, {label} replay", interleaved(fns, reps))
 
 
+def bench_zoo(reps: int, calls: int) -> None:
+    """``learn()`` of the DQN of ``bench/bench_sb3_dqn.py`` (RL Zoo's CartPole-v1 settings: 256-256 ReLU, batch 64,
+    Huber, no double Q, max_grad_norm 10, lr 2.3e-3): replay sampling, arrays, the step, the target bookkeeping."""
+    zoo = dict(hidden_sizes=(256, 256), activation="relu", lr=2.3e-3, gamma=0.99, buffer_size=100_000,
+               learning_starts=1000, update_steps=128, target_update_agent_steps=10, double=False, criterion="huber",
+               max_grad_norm=10.0)
+    fns = {}
+    for name, mod in BACKENDS.items():
+        agent = mod.DQN(OBS, ACT, seed=0, **zoo)
+        rng = np.random.default_rng(2)
+        for _ in range(40):
+            agent.observe(cartpole_batch(500, rng))
+        fns[name] = per_call(lambda a=agent: a.learn(a.replay.sample(64)), calls)
+    report("DQN learn(), RL Zoo CartPole-v1 (256-256, batch 64, Huber, no double)", interleaved(fns, reps))
+
+
 def cartpole_run(backend: str, env_steps: int, seed: int = 0) -> dict:
     """DQN (64-64, otherwise the defaults) on CartPole-v1, 16 envs, update_freq 100, batch 64, until
     ``env_steps`` env steps, tests off: the training loop's wall time and its counts."""
@@ -209,8 +227,8 @@ def sgemm_ms(calls: int = 100) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--only", default="step,learn,ppo,sac",
-                        help="comma-separated: step, learn, ppo, sac, budget")
+    parser.add_argument("--only", default="step,learn,zoo,ppo,sac",
+                        help="comma-separated: step, learn, zoo, ppo, sac, budget")
     parser.add_argument("--reps", type=int, default=15)
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--env-steps", type=int, default=10_000)
@@ -242,6 +260,8 @@ def main() -> None:
         bench_step(args.reps, args.calls)
     if "learn" in only:
         bench_learn(args.reps, args.calls)
+    if "zoo" in only:
+        bench_zoo(args.reps, args.calls)
     if "ppo" in only:
         bench_ppo(args.reps)
     if "sac" in only:

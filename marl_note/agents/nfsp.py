@@ -49,7 +49,11 @@ class NFSPConfig(DQNConfig):
     with NFSP's defaults, and the average policy's own.
 
     ``criterion`` defaults to ``"mse"`` (DQN's Huber loss fits a median-like value to returns beyond
-    +-1, so a best response ranks actions wrongly in poker); ``eta``: the anticipatory parameter;
+    +-1, so a best response ranks actions wrongly in poker); ``buffer_size``: the best response's replay,
+    a sliding window of recent play (the paper's circular buffer): it must be small next to the run's
+    transitions, or the Q-network learns against the other seats' policies of long ago and the average
+    of its best responses stalls (Kuhn poker in 2 CPU minutes: 5,000-20,000 of about 130,000 transitions
+    per seat; the default suits runs of millions of episodes); ``eta``: the anticipatory parameter;
     ``sl_lr``: the average network's Adam step;
     ``reservoir_size``: rows of the reservoir buffer; ``sl_learning_starts``: reservoir rows before
     the first supervised step; ``eps_start``/``eps_end``/``eps_steps``: the best response's

@@ -119,6 +119,57 @@ def legal_mask(state: Any, player: int, num_actions: int) -> np.ndarray:
     return mask
 
 
+def chance_outcome(outcomes: list[tuple[int, float]], u: float) -> int:
+    """The outcome of ``[(outcome, probability), ...]`` that the uniform number ``u`` in [0, 1) falls on
+    (the generator's ``choice(p=...)`` validates ``p`` on every call: a third of a Kuhn episode's cost).
+
+    Example:
+        >>> chance_outcome([(0, 0.5), (1, 0.25), (2, 0.25)], 0.6)
+        1
+    """
+    total = 0.0
+    for outcome, p in outcomes:
+        total += p
+        if u < total:
+            return int(outcome)
+    return int(outcomes[-1][0])  # rounding left u above the total
+
+
+def _restart(env: Any, seed: int | None) -> None:
+    """Shimmy's ``reset`` less its reloading of the game (only games refused here are reseeded by reloading)
+    and its fresh OS-seeded generator on every reset without a seed: that one keeps the generator."""
+    from gymnasium.utils import seeding
+
+    if seed is not None or not env._seeded:
+        env.np_random, env.np_seed = seeding.np_random(seed)
+        env._seeded = True
+    env.agents = env.possible_agents[:]
+    env._cumulative_rewards = dict.fromkeys(env.agents, 0.0)
+    env.rewards = dict.fromkeys(env.agents, 0.0)
+    env.terminations = dict.fromkeys(env.agents, False)
+    env.truncations = dict.fromkeys(env.agents, False)
+    env.infos = {a: {} for a in env.agents}
+    env.game_length = 1
+    env.game_state = env._env.new_initial_state()
+    env.simultaneous_actions = {}
+    env._execute_chance_node()
+    env._update_action_masks()
+    env._update_observations()
+    env._choose_next_agent()
+
+
+def _build_observation_spaces(env: Any, shimmy_build: Any) -> None:
+    """Shimmy's observation-tensor spaces, or Boxes of the information-state tensor's shape."""
+    if env.observation_kind == "observation":
+        shimmy_build()
+        return
+    import gymnasium as gym
+
+    shape = tuple(env._env.information_state_tensor_shape())
+    for agent in env.possible_agents:
+        env.observation_spaces[agent] = gym.spaces.Box(-np.inf, np.inf, shape=shape, dtype=np.float64)
+
+
 def _env_class() -> type:
     """Shimmy's ``OpenSpielCompatibilityV0`` with the two fixes marl_note needs (built on first use).
 
@@ -130,27 +181,44 @@ def _env_class() -> type:
       dead step only removes the agent.
     - ``observation="information_state"`` gives each seat its information-state tensor, refreshed
       after every step that does not end the game (as Shimmy does its observation tensor).
+    - Shimmy 2.0.1's ``reset(seed=None)`` draws a fresh random generator from the OS, so every episode
+      after the first seeded one dealt unseeded cards (a seeded run was not reproducible); here
+      ``reset()`` without a seed keeps the generator, as PettingZoo envs do.
+    - Speed: Shimmy rebuilds the observation and action spaces on every step and reloads the game on
+      every reset (two ``Box`` constructions per step were most of a Kuhn episode's cost); here the
+      spaces are built once (a loaded game's shapes do not change), the game is loaded once, and a
+      chance outcome is drawn by one uniform number against the cumulative probabilities.
     """
     global _ENV_CLASS
     if _ENV_CLASS is not None:
         return _ENV_CLASS
-    import gymnasium as gym
     from shimmy import OpenSpielCompatibilityV0
 
     class OpenSpielEnv(OpenSpielCompatibilityV0):
         def __init__(self, game_name: str, config: dict, observation: str = "observation",
                      render_mode: str | None = None):
             self.observation_kind = observation
+            self._seeded = False
             super().__init__(game_name=game_name, config=config, render_mode=render_mode)
             self._ezpickle_args = (game_name, config, observation, render_mode)  # (Shimmy records its own)
             self._ezpickle_kwargs: dict = {}
 
         def _update_observation_spaces(self) -> None:
-            if self.observation_kind == "observation":
-                return super()._update_observation_spaces()
-            shape = tuple(self._env.information_state_tensor_shape())
-            for agent in self.possible_agents:
-                self.observation_spaces[agent] = gym.spaces.Box(-np.inf, np.inf, shape=shape, dtype=np.float64)
+            if not self.observation_spaces:  # built in __init__; a loaded game's shapes do not change
+                _build_observation_spaces(self, super()._update_observation_spaces)
+
+        def _update_action_spaces(self) -> None:
+            if not self.action_spaces:
+                super()._update_action_spaces()
+
+        def reset(self, seed: int | None = None, options: dict | None = None) -> None:
+            _restart(self, seed)
+
+        def _execute_chance_node(self) -> None:
+            state = self.game_state
+            while state.is_chance_node():
+                self.game_length += 1
+                state.apply_action(chance_outcome(state.chance_outcomes(), self.np_random.random()))
 
         def _update_observations(self) -> None:
             if self.game_state.is_terminal():

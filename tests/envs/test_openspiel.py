@@ -111,3 +111,46 @@ def test_env_pickles_with_its_observation_choice():
     copy = pickle.loads(pickle.dumps(env))
     copy.reset(seed=1)
     assert copy.last()[0].shape == tuple(pyspiel.load_game("leduc_poker").information_state_tensor_shape())
+
+
+def _deals(env, seed, n):
+    """The cards dealt in ``n`` games: the first reset seeded, the others not (as the trainer's auto-reset)."""
+    out = []
+    for k in range(n):
+        env.reset(seed=seed if k == 0 else None)
+        out.append(str(env.unwrapped.game_state))
+    return out
+
+
+def test_unseeded_resets_continue_the_seeded_generator():
+    """A seeded run is reproducible: Shimmy 2.0.1 drew a fresh OS-seeded generator on every reset()
+    without a seed, so every game after the first was dealt differently in two runs with one seed."""
+    first = _deals(openspiel_env("kuhn_poker"), 7, 30)
+    assert _deals(openspiel_env("kuhn_poker"), 7, 30) == first
+    assert _deals(openspiel_env("kuhn_poker"), 8, 30) != first
+    env = openspiel_env("leduc_poker", observation="information_state")
+    assert _deals(env, 3, 10) == _deals(env, 3, 10)  # reseeding restarts the sequence
+
+
+def test_chance_outcomes_follow_their_probabilities():
+    """Kuhn deals each of the 6 ordered pairs of distinct cards with probability 1/6."""
+    env = openspiel_env("kuhn_poker")
+    deals = _deals(env, 0, 3000)
+    counts = {d: deals.count(d) for d in set(deals)}
+    assert sorted(counts) == ["0 1", "0 2", "1 0", "1 2", "2 0", "2 1"]
+    assert all(abs(c / 3000 - 1 / 6) < 0.03 for c in counts.values()), counts
+
+
+@pytest.mark.parametrize("observation", ["observation", "information_state"])
+def test_spaces_are_built_once_and_keep_the_game_shapes(observation):
+    """Shimmy rebuilt both spaces on every step (most of a Kuhn episode's cost); they are built once now."""
+    env = openspiel_env("leduc_poker", observation=observation)
+    spaces = env.observation_space("player_1"), env.action_space("player_1")
+    _deals(env, 0, 3)
+    rng = np.random.default_rng(0)
+    for _ in env.agent_iter():
+        obs, _, term, trunc, info = env.last()
+        env.step(None if term or trunc else int(rng.choice(np.flatnonzero(info["action_mask"]))))
+        assert obs is None or obs.shape == spaces[0].shape
+    assert (env.observation_space("player_1"), env.action_space("player_1")) == spaces
+    assert env.observation_space("player_1") is spaces[0] and env.action_space("player_1") is spaces[1]

@@ -69,7 +69,7 @@ class DDPGNetworks(NumpyNetworks):
         q = q_all[:, 0]
         w = np.asarray(b.weights, np.float32)
         n = len(q)
-        grads: dict[str, np.ndarray] = {}
+        grads = self.grads("critic_optimizer")
         self.critic.backward((2.0 * w * (q - y) / n)[:, None].astype(q.dtype), cache, grads)
         return float((w * (q - y) ** 2).sum() / n), q, grads
 
@@ -87,7 +87,7 @@ class DDPGNetworks(NumpyNetworks):
         if self.cfg.action_l2 > 0:
             loss += self.cfg.action_l2 * float((mu * mu).sum() / mu.size)
             grad_mu = grad_mu + self.cfg.action_l2 * 2.0 * mu / mu.size
-        grads: dict[str, np.ndarray] = {}
+        grads = self.grads("actor_optimizer")
         self.actor.backward((grad_mu * (1.0 - mu * mu)).astype(out.dtype, copy=False), cache, grads)
         return loss, grads
 

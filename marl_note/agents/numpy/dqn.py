@@ -66,7 +66,13 @@ class DuelingQNet:
         return v + a - a.mean(axis=1, keepdims=True), (torso, vc, ac)
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        return self.forward(x)[0]
+        return self.predict(x)
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """The Q-values alone (no cache for a backward pass)."""
+        h = self.torso.predict(x)
+        v, a = self.value.predict(h), self.advantage.predict(h)
+        return v + a - a.mean(axis=1, keepdims=True)
 
     def backward(self, grad_q: np.ndarray, cache: Any, grads: dict[str, np.ndarray]) -> None:
         torso, vc, ac = cache
@@ -113,10 +119,11 @@ class DQNNetworks(NumpyNetworks):
     def td_target(self, arrays: Mapping[str, np.ndarray]) -> np.ndarray:
         return self._target(arrays)
 
-    def _loss(self, b: Mapping[str, np.ndarray], target: np.ndarray, forward: tuple[np.ndarray, Any] | None = None
-              ) -> tuple[float, np.ndarray, dict[str, np.ndarray]]:
+    def _loss(self, b: Mapping[str, np.ndarray], target: np.ndarray, forward: tuple[np.ndarray, Any] | None = None,
+              grads: dict[str, np.ndarray] | None = None) -> tuple[float, np.ndarray, dict[str, np.ndarray]]:
         """``(mean weighted loss, q of the taken actions, gradients by array name)``; ``forward``: the online
-        network's ``(output, cache)`` at ``obs`` when already computed."""
+        network's ``(output, cache)`` at ``obs`` when already computed; ``grads``: where the gradients go
+        (:meth:`~marl_note.agents.numpy.networks.NumpyNetworks.grads` for a step; a new dict without)."""
         q_all, cache = forward if forward is not None else self.q_net.forward(np.asarray(b["obs"], np.float32))
         rows = np.arange(len(q_all))
         act = np.asarray(b["act"], np.int64)
@@ -124,8 +131,9 @@ class DQNNetworks(NumpyNetworks):
         diff = q - target
         weights = np.asarray(b["weights"], q_all.dtype)
         if self.config.criterion == "huber":  # smooth_l1 with beta 1
-            small = np.abs(diff) < 1.0
-            losses = np.where(small, 0.5 * diff * diff, np.abs(diff) - 0.5)
+            abs_diff = np.abs(diff)
+            small = abs_diff < 1.0
+            losses = np.where(small, 0.5 * diff * diff, abs_diff - 0.5)
             dloss = np.where(small, diff, np.sign(diff))
         else:
             losses, dloss = diff * diff, 2.0 * diff
@@ -133,7 +141,7 @@ class DQNNetworks(NumpyNetworks):
         loss = float((weights * losses).sum() / n)
         grad_q = np.zeros_like(q_all)
         grad_q[rows, act] = weights * dloss / n
-        grads: dict[str, np.ndarray] = {}
+        grads = {} if grads is None else grads
         self.q_net.backward(grad_q, cache, grads)
         return loss, q, grads
 
@@ -153,7 +161,7 @@ class DQNNetworks(NumpyNetworks):
             n = len(obs)
             forward, chooser = (both[:n], first_rows(cache, n)), both[n:]
         target = self._target(arrays, chooser)
-        loss, q, grads = self._loss(arrays, target, forward)
+        loss, q, grads = self._loss(arrays, target, forward, self.grads("optimizer"))
         self.step("optimizer", loss, grads, self.config.max_grad_norm, who, update)
         td_abs = np.abs(target - q)
         return {"loss": loss, "q_mean": float(q.sum() / len(q)), "td_abs": float(td_abs.sum() / len(q))}, td_abs

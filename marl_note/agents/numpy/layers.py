@@ -7,7 +7,9 @@ never replaces them: optimiser steps, target syncs and loaded states write into 
 
 - :class:`Dense` / :class:`MLP`: ``forward(x)`` returns the output and what the backward pass needs;
   ``backward(grad_out, cache, grads)`` adds the parameter gradients to ``grads`` (by key) and
-  returns the gradient of the input.
+  returns the gradient of the input; ``predict(x)`` is the output alone (a target network's pass).
+- :class:`FlatGrads`: a ``grads`` dict whose layers write each gradient straight into its place in the
+  optimiser's flat gradient buffer, so a step clips and applies that buffer without copying.
 - :func:`activation_grad`: the derivative of each activation of
   :data:`~marl_note.agents.networks.ACTIVATIONS`, as ``torch.nn.ReLU`` / ``Tanh`` / ``ELU`` / ``GELU``.
 - :class:`Adam`: ``torch.optim.Adam``'s update rule, defaults and state (``step``, ``exp_avg``,
@@ -37,7 +39,8 @@ import numpy as np
 
 from marl_note.agents.networks import ACTIVATIONS, activate
 
-__all__ = ["Dense", "MLP", "Adam", "activation_grad", "clip_grad_norm", "total_norm", "polyak", "mlp_keys", "flat_view"]
+__all__ = ["Dense", "MLP", "FlatGrads", "Adam", "activation_grad", "clip_grad_norm", "total_norm", "polyak",
+           "mlp_keys", "flat_view"]
 
 _SQRT_2PI = math.sqrt(2.0 * math.pi)
 
@@ -94,6 +97,16 @@ class Dense:
         y = activate(z, self.activation)
         return y, (x, z, y)
 
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """:meth:`forward`'s output alone, without a cache (the same numbers; a ReLU is applied in place)."""
+        z = x @ self.weight.T
+        z += self.bias
+        if self.activation is None:
+            return z
+        if self.activation == "relu":
+            return np.maximum(z, 0.0, out=z)
+        return activate(z, self.activation)
+
     def backward(self, grad_y: np.ndarray, cache: Any, grads: dict[str, np.ndarray],
                  need_input: bool = True, params: bool = True) -> np.ndarray | None:
         """Add ``dL/dW`` and ``dL/db`` to ``grads`` (not with ``params=False``: only the input's gradient is
@@ -101,9 +114,62 @@ class Dense:
         x, z, y = cache
         g = grad_y if self.activation is None else activation_grad(grad_y, z, y, self.activation)
         if params:
-            _accumulate(grads, self.wkey, g.T @ x)
-            _accumulate(grads, self.bkey, g.sum(axis=0))
+            wslot = bslot = None
+            if isinstance(grads, FlatGrads) and g.dtype == x.dtype:
+                wslot, bslot = grads.slot(self.wkey, g.dtype), grads.slot(self.bkey, g.dtype)
+            if wslot is not None:  # straight into the optimiser's flat gradient: no copy later
+                grads[self.wkey] = np.matmul(g.T, x, out=wslot)
+            else:
+                _accumulate(grads, self.wkey, g.T @ x)
+            if bslot is not None:
+                grads[self.bkey] = np.add.reduce(g, axis=0, out=bslot)  # g.sum(axis=0), without its wrapper
+            else:
+                _accumulate(grads, self.bkey, g.sum(axis=0))
         return g @ self.weight if need_input else None
+
+
+class FlatGrads(dict[str, np.ndarray]):
+    """Gradients by array name (a plain ``dict`` to every reader) whose layers write each array's gradient
+    straight into its place in one flat buffer, ``flat``, laid out as the optimiser's parameters.
+
+    :meth:`Dense.backward` asks :meth:`slot` for the place of each gradient it computes and writes there
+    with ``out=``; a gradient added to one already there (an array used twice) becomes a new array, and
+    :meth:`complete` then says no: the caller concatenates, as for a plain dict. The buffer is reused by
+    the next step's gradients (:meth:`~marl_note.agents.numpy.networks.NumpyNetworks.grads` hands the same
+    one out again), so a step's gradients are read before the next backward pass.
+
+    Example:
+        >>> flat = np.zeros(3, np.float32)
+        >>> grads = FlatGrads(flat, {"l.weight": flat[:2].reshape(1, 2), "l.bias": flat[2:]})
+        >>> layer = Dense({"l.weight": np.ones((1, 2), np.float32), "l.bias": np.zeros(1, np.float32)}, "l")
+        >>> _ = layer.backward(np.ones((4, 1), np.float32), (np.ones((4, 2), np.float32), None, None), grads)
+        >>> flat.tolist(), grads.complete(["l.weight", "l.bias"])
+        ([4.0, 4.0, 4.0], True)
+    """
+
+    def __init__(self, flat: np.ndarray, views: Mapping[str, np.ndarray]):
+        super().__init__()
+        self.flat = flat
+        self.views = views
+
+    def slot(self, key: str, dtype: np.dtype) -> np.ndarray | None:
+        """Where ``key``'s gradient goes: its place, when it has one of ``dtype`` and nothing is there yet."""
+        view = self.views.get(key)
+        return view if view is not None and view.dtype == dtype and key not in self else None
+
+    def put(self, key: str, value: np.ndarray) -> None:
+        """Set ``key``'s gradient to ``value``, copied into its place when it has one of ``value``'s dtype."""
+        slot = self.slot(key, value.dtype)
+        if slot is None or slot.shape != value.shape:
+            self[key] = value
+        else:
+            np.copyto(slot, value)
+            self[key] = slot
+
+    def complete(self, keys: Sequence[str]) -> bool:
+        """Whether every one of ``keys`` has its gradient in its place in :attr:`flat` (then ``flat`` is the
+        gradient of those arrays, in that order, when ``keys`` are the buffer's arrays in order)."""
+        return all(self.get(k) is self.views.get(k) for k in keys)
 
 
 def _accumulate(grads: dict[str, np.ndarray], key: str, value: np.ndarray) -> None:
@@ -154,7 +220,13 @@ class MLP:
         return x, caches
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        return self.forward(x)[0]
+        return self.predict(x)
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """The output alone (no cache for a backward pass): what a target network needs."""
+        for layer in self.layers:
+            x = layer.predict(x)
+        return x
 
     def backward(self, grad_y: np.ndarray, caches: list[Any], grads: dict[str, np.ndarray],
                  need_input: bool = False, params: bool = True) -> np.ndarray | None:
@@ -172,6 +244,9 @@ class MLP:
 
 def total_norm(grads: Sequence[np.ndarray]) -> float:
     """The 2-norm of all ``grads`` together (as ``torch.nn.utils.get_total_norm``: the norm of the norms)."""
+    if len(grads) == 1 and grads[0].ndim == 1 and grads[0].dtype in (np.float32, np.float64):
+        norm = np.sqrt(np.dot(grads[0], grads[0]))  # one flat gradient: the same numbers, no arrays built
+        return float(np.sqrt(norm * norm))
     norms = np.array([np.sqrt(np.dot(g.ravel(), g.ravel())) for g in grads], dtype=grads[0].dtype if grads else None)
     return float(np.sqrt(np.dot(norms, norms)))
 
@@ -255,6 +330,7 @@ class Adam:
         self._dtype = self.params[0].dtype if self.params else np.dtype(np.float32)
         self._m: np.ndarray | None = None  # flat moments, None before the first step
         self._v: np.ndarray | None = None
+        self._scratch: np.ndarray | None = None  # one flat temporary, reused by every step
 
     def _slot(self, flat: np.ndarray | None, i: int) -> np.ndarray | None:
         return None if flat is None else flat[self._bounds[i]:self._bounds[i + 1]].reshape(self.params[i].shape)
@@ -281,14 +357,22 @@ class Adam:
         if self._m is None or self._v is None:
             self._m = np.zeros(self._bounds[-1], self._dtype)
             self._v = np.zeros(self._bounds[-1], self._dtype)
-        m, v = self._m, self._v
+        work = self._dtype if flat_g.dtype == self._dtype else np.result_type(flat_g, self._m)
+        if self._scratch is None or self._scratch.dtype != work:
+            self._scratch = np.empty(self._bounds[-1], work)
+        m, v, tmp = self._m, self._v, self._scratch
         b1, b2 = self.betas
-        m += dtype(1.0 - b1) * (flat_g - m)
+        # torch's m.lerp_(g, 1 - b1) and v.mul_(b2).addcmul_(g, g, 1 - b2), in place through one scratch array
+        np.subtract(flat_g, m, out=tmp)
+        np.multiply(dtype(1.0 - b1), tmp, out=tmp)
+        m += tmp
         v *= dtype(b2)
-        v += dtype(1.0 - b2) * (flat_g * flat_g)
+        np.multiply(flat_g, flat_g, out=tmp)
+        np.multiply(dtype(1.0 - b2), tmp, out=tmp)
+        v += tmp
         self.steps = [t + 1 for t in self.steps]
         if len(set(self.steps)) == 1:  # one step count (always, unless a loaded state had several)
-            update = self._update(m, v, self.steps[0])
+            update = self._update(m, v, self.steps[0], out=tmp if tmp.dtype == self._dtype else None)
         else:
             update = np.concatenate([self._update(m[a:b], v[a:b], t)
                                      for a, b, t in zip(self._bounds, self._bounds[1:], self.steps)])
@@ -298,16 +382,17 @@ class Adam:
             for i, p in enumerate(self.params):
                 p -= update[self._bounds[i]:self._bounds[i + 1]].reshape(p.shape)
 
-    def _update(self, m: np.ndarray, v: np.ndarray, t: int) -> np.ndarray:
-        """torch's ``step_size * m / (sqrt(v) / sqrt(1 - b2^t) + eps)`` with ``step_size = lr / (1 - b1^t)``."""
+    def _update(self, m: np.ndarray, v: np.ndarray, t: int, out: np.ndarray | None = None) -> np.ndarray:
+        """torch's ``step_size * m / (sqrt(v) / sqrt(1 - b2^t) + eps)`` with ``step_size = lr / (1 - b1^t)``
+        (written into ``out`` when given)."""
         b1, b2 = self.betas
         dtype = self._dtype.type
-        denom = np.sqrt(v)
+        denom = np.sqrt(v, out=out)
         denom /= dtype(math.sqrt(1.0 - b2 ** t))
         denom += dtype(self.eps)
-        out = m / denom
-        out *= dtype(self.lr / (1.0 - b1 ** t))
-        return out
+        update = np.divide(m, denom, out=denom)
+        update *= dtype(self.lr / (1.0 - b1 ** t))
+        return update
 
     # -- numpy state -----------------------------------------------------------------------------
     def state(self, prefix: str) -> dict[str, np.ndarray]:

@@ -119,7 +119,7 @@ class MADDPGNetworks(NumpyNetworks):
         q_all, cache = self.critic[a].forward(self._critic_in(i, p["obs"], p["act"]))
         q = q_all[:, 0]
         err = q - target
-        grads: dict[str, np.ndarray] = {}
+        grads = self.grads(f"{a}.critic_optimizer")
         self.critic[a].backward((np.float32(2.0) * w * err / denom)[:, None], cache, grads)
         return float((w * err * err).sum() / denom), q, grads
 
@@ -153,7 +153,7 @@ class MADDPGNetworks(NumpyNetworks):
             grad_out = (grad_z / p["temperature"][i]) * (p["mask"][i] > 0) + grad_reg * out
         else:
             grad_out = (grad_own + grad_reg * own) * (np.float32(1.0) - own * own)
-        grads: dict[str, np.ndarray] = {}
+        grads = self.grads(f"{a}.actor_optimizer")
         self.actor[a].backward(grad_out.astype(np.float32, copy=False), cache, grads)
         return loss, grads
 

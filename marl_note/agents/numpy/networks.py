@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from marl_note.agents.numpy.layers import MLP, Adam, clip_grad_norm, mlp_keys, polyak
+from marl_note.agents.numpy.layers import MLP, Adam, FlatGrads, clip_grad_norm, mlp_keys, polyak
 from marl_note.agents.numpy_policy import named_by
 from marl_note.agents.spaces import raise_if_nonfinite_update
 
@@ -97,6 +97,8 @@ class NumpyNetworks:
         self.flat: dict[str, np.ndarray] = {}  # each network's arrays are views of one flat buffer
         self.optimizers: dict[str, Adam] = {}
         self._optimizer_keys: dict[str, list[str]] = {}
+        self._grad_flat: dict[str, np.ndarray] = {}  # per optimiser: the flat gradient buffer of grads()
+        self._grad_views: dict[str, dict[str, np.ndarray]] = {}
         self.version = 0
 
     # -- building --------------------------------------------------------------------------------------
@@ -131,6 +133,21 @@ class NumpyNetworks:
         self._optimizer_keys[name] = keys
         return opt
 
+    def grads(self, optimizer: str) -> FlatGrads:
+        """An empty gradient dict for ``optimizer``'s arrays whose backward passes write each gradient in
+        its place in one flat float32 buffer (:class:`~marl_note.agents.numpy.layers.FlatGrads`), so
+        :meth:`step` clips and steps that buffer as it is. The buffer is this optimiser's, reused by each
+        call: read a step's gradients before the next call."""
+        if optimizer not in self._grad_flat:
+            params = self.optimizers[optimizer].params
+            flat = np.empty(sum(p.size for p in params), np.float32)
+            views, at = {}, 0
+            for k, p in zip(self._optimizer_keys[optimizer], params):
+                views[k] = flat[at:at + p.size].reshape(p.shape)
+                at += p.size
+            self._grad_flat[optimizer], self._grad_views[optimizer] = flat, views
+        return FlatGrads(self._grad_flat[optimizer], self._grad_views[optimizer])
+
     @property
     def weight_names(self) -> tuple[str, ...]:
         return tuple(self.modules)
@@ -145,8 +162,11 @@ class NumpyNetworks:
         weight is written.
         """
         self.version += 1
-        flat = np.concatenate([np.ravel(grads[k]) for k in self._optimizer_keys[optimizer]]).astype(np.float32,
-                                                                                                  copy=False)
+        keys = self._optimizer_keys[optimizer]
+        if isinstance(grads, FlatGrads) and grads.flat is self._grad_flat.get(optimizer) and grads.complete(keys):
+            flat = grads.flat  # the backward pass wrote every gradient in place
+        else:
+            flat = np.concatenate([np.ravel(grads[k]) for k in keys]).astype(np.float32, copy=False)
         norm = clip_grad_norm([flat], max_grad_norm)
         if not (np.isfinite(loss) and np.isfinite(norm)):
             raise_if_nonfinite_update(who, update, {name: float(loss), f"{name} gradient norm": norm})

@@ -42,7 +42,7 @@ class NFSPNetworks(DQNNetworks):
         grad = e / total
         grad[rows, act] -= 1.0
         grad /= len(act)
-        grads: dict[str, np.ndarray] = {}
+        grads = self.grads("avg_optimizer")
         self.avg_net.backward(grad.astype(np.float32), cache, grads)
         self.step("avg_optimizer", loss, grads, self.config.max_grad_norm, who, update, name="sl_loss")
         return {"sl_loss": loss}

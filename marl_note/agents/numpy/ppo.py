@@ -162,11 +162,11 @@ class PPONetworks(NumpyNetworks):
         inside = (ratio >= lo) & (ratio <= hi)
         g_logp = (g_first * adv + g_second * adv * inside) * ratio
         g_ent = -cfg.ent_coef / n  # d loss / d entropy_i
-        grads: dict[str, np.ndarray] = {}
+        grads = self.grads("optimizer")
         if self.net.log_std is not None:
             z, sigma = ev["z"], np.exp(self.net.log_std)
             grad_out = g_logp[:, None] * z / sigma
-            grads["net.log_std"] = (g_logp[:, None] * (z * z - 1.0)).sum(axis=0) + g_ent * n
+            grads.put("net.log_std", (g_logp[:, None] * (z * z - 1.0)).sum(axis=0) + g_ent * n)
         else:
             probs, legal = ev["probs"], ev["legal"]
             rows = np.arange(n)

@@ -113,7 +113,7 @@ class SACNetworks(NumpyNetworks):
         obs, act, n = b["obs"], b["act"], len(b["obs"])
         target = b["rew"] + b["discount"] * b["alive"] * self._soft_value(b["next_obs"], b["next_aux"], self.qf1_target,
                                                                          self.qf2_target, alpha)
-        grads: dict[str, np.ndarray] = {}
+        grads = self.grads("critic_optimizer")
         out, q = [], []
         for net in (self.qf1, self.qf2):
             values, cache = self._q(net, obs, act)
@@ -158,7 +158,7 @@ class SACNetworks(NumpyNetworks):
             grad_log_std = grad_u * std * aux + g * alpha  # log_prob has -log_std
             grad_raw = grad_log_std * _HALF_RANGE * (1.0 - t["tanh_raw"] ** 2)
             grad_out = np.concatenate([grad_u, grad_raw], axis=1)
-        grads: dict[str, np.ndarray] = {}
+        grads = self.grads("actor_optimizer")
         self.actor.backward(grad_out.astype(out.dtype, copy=False), cache, grads)
         return float(-value.sum() / n), entropy, grads
 
