@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 # The CPU build of torch: a plain `pip install torch` on Linux x86_64 pulls multi-gigabyte CUDA wheels.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: demo test lint docs install install-test install-docs bench clean
+.PHONY: demo test examples lint docs install install-test install-docs bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,11 @@ demo: install
 # serial CI; 9.5 min with -n 2 for 2,211 tests)
 test: install-test
 	$(PY) -m pytest -n 2
+
+# every README and guide example run at the budget its page states, checking the figure the page states
+# (learning runs: a few minutes on two workers, apart from the suite)
+examples: install-test
+	$(PY) -m pytest -n 2 -m examples tests/test_readme.py
 
 # ruff (rules in pyproject.toml [tool.ruff]) and mypy (files and options in [tool.mypy])
 lint: install-test

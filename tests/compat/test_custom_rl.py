@@ -85,6 +85,50 @@ def test_torch_custom_dqn_learns_corridor():
     assert agent.updates > 0 and agent.policy.eps == 0.05
 
 
+class TorchPlain(TorchRL):
+    """Built with torch's own initialisers, as users write them: the seed must reach them."""
+
+    def __init__(self, observation_space, action_space, seed=None):
+        super().__init__(observation_space, action_space, learning_starts=1, seed=seed)
+        self.q = nn.Sequential(nn.Linear(self.obs_dim, 16), nn.ReLU(), nn.Linear(16, self.n_actions))
+        self.optimizer = torch.optim.Adam(self.q.parameters())
+
+    def action(self, s):
+        return self.q(s)
+
+    def __call__(self, s, a, next_s, r, d):
+        return self.q(s).pow(2).mean()
+
+
+def test_torch_seed_reaches_the_subclass_modules():
+    first, again, other = (TorchPlain(OBS, gym.spaces.Discrete(2), seed=s).state_dict() for s in (0, 0, 1))
+    weights = [k for k in first if k.startswith("q.")]
+    assert weights and all(np.array_equal(first[k], again[k]) for k in weights)
+    assert not all(np.array_equal(first[k], other[k]) for k in weights)
+
+
+def test_tf_seed_reaches_the_subclass_layers():
+    tf, keras, TFRL = tf_modules()
+
+    class Plain(TFRL):
+        def __init__(self, observation_space, action_space, seed=None):
+            super().__init__(observation_space, action_space, learning_starts=1, seed=seed)
+            self.q = keras.Sequential([keras.Input((self.obs_dim,)), keras.layers.Dense(16, "relu"),
+                                       keras.layers.Dense(self.n_actions)])
+            self.optimizer = keras.optimizers.Adam()
+
+        def action(self, s):
+            return self.q(s)
+
+        def __call__(self, s, a, next_s, r, d):
+            return tf.reduce_mean(tf.square(self.q(s)))
+
+    first, again, other = (Plain(OBS, gym.spaces.Discrete(2), seed=s).state_dict() for s in (0, 0, 1))
+    weights = [k for k in first if k.startswith("q.")]
+    assert weights and all(np.array_equal(first[k], again[k]) for k in weights)
+    assert not all(np.array_equal(first[k], other[k]) for k in weights)
+
+
 def test_torch_several_optimizers_train_their_own_group():
     agent = TorchTwo(OBS, gym.spaces.Discrete(2), seed=0)
     a0 = {k: v.clone() for k, v in agent.a.state_dict().items()}

@@ -366,6 +366,12 @@ class RL(Workflow, RLCore):
 
     Networks = RLNetworks
 
+    def __init__(self, observation_space: Any, action_space: Any, *args: Any, seed: int | None = None,
+                 **kwargs: Any):
+        if seed is not None:  # the layers the subclass builds next start from the seed (Keras' global seed:
+            keras.utils.set_random_seed(seed)  # Python's, numpy's global and the backend's generators)
+        super().__init__(observation_space, action_space, *args, seed=seed, **kwargs)
+
     @property
     def optional_state_keys(self) -> tuple[str, ...]:  # type: ignore[override]
         """``<optimizer>.lr``: checkpoints written before the state saved learning rates lack them."""

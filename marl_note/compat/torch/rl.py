@@ -149,6 +149,12 @@ class RL(Workflow, RLCore):
 
     Networks = RLNetworks
 
+    def __init__(self, observation_space: Any, action_space: Any, *args: Any, seed: int | None = None,
+                 **kwargs: Any):
+        if seed is not None:  # the modules the subclass builds next start from the seed (as SB3 seeds torch)
+            torch.manual_seed(seed)
+        super().__init__(observation_space, action_space, *args, seed=seed, **kwargs)
+
     def obs_tensor(self, obs: Any, name: str = "obs") -> torch.Tensor:
         """Observations as float32 ``[B, *obs_shape]`` (one-hot ``[B, n]`` for Discrete observations)."""
         return self.nets.tensor(self.obs_array(obs, name))
