@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import gymnasium as gym
 import numpy as np
@@ -174,12 +172,12 @@ def test_trains_on_simple_spread_with_the_env_state():
 
 
 @pytest.mark.parametrize("algo", ["mappo", "ippo"])
-def test_cli_tiny_run(tmp_path, algo):
+def test_cli_tiny_run(tmp_path, algo, capsys):
+    """In this process, as tests/cli/test_cli_qmix.py does (``python -m marl_note`` itself is run by
+    tests/cli/test_cli.py): a subprocess only added a torch start-up."""
+    from marl_note.cli import main
+
     out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "marl_note", "train", "--env", "simple_spread_v3", "--algo", algo,
-                           "--env-steps", "200", "--out", os.fspath(out), "--quiet"],
-                          capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"}, cwd=os.path.dirname(os.path.dirname(
-                              os.path.dirname(os.path.abspath(__file__)))))
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert main(["train", "--env", "simple_spread_v3", "--algo", algo, "--env-steps", "200", "--out", os.fspath(out),
+                 "--quiet"]) == 0, capsys.readouterr().err[-2000:]
     assert (out / "last").exists()

@@ -2,7 +2,6 @@
 import dataclasses
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -183,10 +182,22 @@ def test_cli_trains_a_recipe_by_name_on_another_env(tmp_path, capsys):
     assert "no zoo recipe for 'FrozenLake-v9'" in capsys.readouterr().err
 
 
-def test_bench_transfer_smoke_runs(tmp_path):
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_transfer.py"), "--smoke", "--pairs",
-                           "Blackjack-v1,FrozenLake-v1", "--json", str(tmp_path / "t.json")], capture_output=True,
-                          text=True, timeout=240, env={**os.environ, "PYTHONPATH": str(ROOT)})
+def bench_main(name, args, capsys):
+    """``bench/NAME.py ARGS`` through its ``main`` in this process (a subprocess only added a torch start-up):
+    the exit code and what it printed."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        module = importlib.import_module(name)
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    code = module.main(args)
+    printed = capsys.readouterr()
+    return subprocess.CompletedProcess([name, *args], code, printed.out, printed.err)
+
+
+def test_bench_transfer_smoke_runs(tmp_path, capsys):
+    proc = bench_main("bench_transfer", ["--smoke", "--pairs", "Blackjack-v1,FrozenLake-v1",
+                                         "--json", str(tmp_path / "t.json")], capsys)
     assert proc.returncode == 0, proc.stderr
     assert f"| {recipe('CartPole-v1').label} | Blackjack-v1 | DQN on a Tuple observation" in proc.stdout
     rows = json.loads((tmp_path / "t.json").read_text())["rows"]
@@ -212,10 +223,9 @@ def test_recipes_are_package_data():
     assert all((ROOT / "marl_note" / "cli" / "recipes" / f"{n}.toml").is_file() for n in SUITE)
 
 
-def test_bench_suite_smoke_runs(tmp_path):
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_suite.py"), "--smoke", "--env", "CartPole-v1",
-                           "--json", str(tmp_path / "suite.json")], capture_output=True, text=True, timeout=240,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+def test_bench_suite_smoke_runs(tmp_path, capsys):
+    proc = bench_main("bench_suite", ["--smoke", "--env", "CartPole-v1", "--json", str(tmp_path / "suite.json")],
+                      capsys)
     assert proc.returncode == 0, proc.stderr
     assert "| CartPole-v1 | dqn (torch) | 0 |" in proc.stdout and "500.0 +- 0.0 (dqn, 50k steps)" in proc.stdout
     rows = json.loads((tmp_path / "suite.json").read_text())["rows"]

@@ -250,7 +250,7 @@ def test_dead_worker_gives_runtime_error_not_hang():
     t0 = time.monotonic()
     with pytest.raises(RuntimeError, match="died with exit code 3"):
         venv.step({0: {"agent_0": 0}, 1: {"agent_0": 0}})
-    assert time.monotonic() - t0 < 5
+    assert time.monotonic() - t0 < 30  # at once, not after the default timeout (60 s); room for a loaded machine
     with pytest.raises(RuntimeError, match="unusable"):
         venv.step({0: {"agent_0": 0}})
     venv.close()
@@ -266,7 +266,7 @@ def test_hung_worker_times_out():
         venv.step({1: {"agent_0": 0}})
     assert venv.closed  # killed and closed at once, without waiting for close()
     venv.close()
-    assert time.monotonic() - t0 < 5
+    assert time.monotonic() - t0 < 30  # timeout=1.0, not the hang's forever; room for a loaded machine
     assert not any(p.is_alive() for p in venv._state["procs"])
 
 
@@ -297,7 +297,7 @@ def test_unclosed_env_leaves_no_processes_at_exit():
     assert "leaked" not in out.stderr and "Exception ignored" not in out.stderr, out.stderr
     pids = [int(p) for p in out.stdout.split()]
     assert len(pids) == 2
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 60  # a bounded wait (they stop at once): room for a loaded machine
     while time.monotonic() < deadline:
         alive = []
         for pid in pids:

@@ -186,7 +186,8 @@ def test_stuck_env_raises_kills_worker_and_frees_shared_memory(call):
     finally:
         trainer.close()
     msg = str(info.value)
-    assert elapsed < 1.0 + 15, elapsed  # step_timeout=1.0, not the stuck env's 1e6 s (room for a loaded machine)
+    # step_timeout=1.0, not the stuck env's 1e6 s nor the default 60 s (room for a loaded machine)
+    assert elapsed < 1.0 + 40, elapsed
     assert f"env 1 did not finish {call}" in msg and "1.0 s" in msg and "step_timeout" in msg, msg
     pid = int(re.search(r"pid (\d+)", msg).group(1))
     assert info.value.env_indices == [1] and info.value.pids == [pid] and info.value.call == call

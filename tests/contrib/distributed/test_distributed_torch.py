@@ -285,9 +285,9 @@ def test_a_rank_that_raises_sends_back_its_traceback():
 
     start = time.monotonic()
     with pytest.raises(RankFailedError, match=r"(?s)rank 1 exited with code 1.*ValueError: bad input 3"):
-        launch(fail, 2, 3, timeout=60, grace=0.5)
+        launch(fail, 2, 3, timeout=110, grace=0.5)
     # rank 0 was not awaited: well under the launcher's timeout, with room for slow starts on a loaded machine
-    assert time.monotonic() - start < 50 and multiprocessing.active_children() == []
+    assert time.monotonic() - start < 90 and multiprocessing.active_children() == []
 
 
 def test_bad_arguments_are_refused_before_any_process_starts():

@@ -54,7 +54,7 @@ def failing_cartpole(parent, marker, failure, after):
     return Fail(env)
 
 
-def late_second_actor_tictactoe(folder, first_steps, extra_wait=0.5, timeout=20.0):
+def late_second_actor_tictactoe(folder, first_steps, extra_wait=0.5, timeout=120.0):
     """Tic-tac-toe whose envs start late in actor 1: actor 0's env writes its step count to
     ``folder/steps``, and actor 1 builds its env only once actor 0 has taken ``first_steps`` steps
     (or after ``timeout`` s), then ``extra_wait`` s more: a slow-starting actor, whatever the load.
