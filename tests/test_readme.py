@@ -117,11 +117,23 @@ def with_budget(block: Block, name: str) -> str:
     code = block.code
     for key, value in block.budget.items():
         if block.lang == "bash":  # a command-line option: --episodes 2000
-            code, n = re.subn(rf"(?<!\S){re.escape(key)}[ =]\S+", f"{key} {value}", code)
+            pattern, new = rf"(?<!\S){re.escape(key)}[ =](\S+)", f"{key} {value}"
         else:  # a keyword argument: episodes=2000
-            code, n = re.subn(rf"\b{re.escape(key)}=[^,)\s]+", f"{key}={value}", code)
-        assert n, f"{name}: the block at line {block.line} has no `{key}` for its stated budget to replace"
+            pattern, new = rf"\b{re.escape(key)}=([^,)\s]+)", f"{key}={value}"
+        written = re.findall(pattern, code)
+        assert written, f"{name}: the block at line {block.line} has no `{key}` for its stated budget to replace"
+        for old in written:  # a test budget only ever lowers what the page's reader runs
+            assert _number(value) <= _number(old), (f"{name}: the test budget {key}={value} after the block at "
+                                                    f"line {block.line} is above the written {old}")
+        code = re.sub(pattern, new, code)
     return code
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text.replace("_", ""))
+    except ValueError:
+        raise AssertionError(f"a budget must be a number, got {text!r}") from None
 
 
 def check_output(block: Block, name: str, output: str) -> None:
@@ -247,6 +259,14 @@ def test_the_stated_result_is_parsed_from_the_page():
 def test_a_budget_the_block_does_not_have_is_refused():
     (block,) = page_blocks("```python\nf(seed=0)\n```\nChecked by the tests at `episodes=5`: `x` at least 1.\n")
     with pytest.raises(AssertionError, match=r"no `episodes` for its stated budget"):
+        with_budget(block, "page.md")
+
+
+def test_a_budget_above_the_written_one_is_refused():
+    page = "```python\nf(episodes=1_000)\n```\nChecked by the tests at `episodes=5000`: `x` at least 1.\n"
+    (block,) = page_blocks(page)
+    with pytest.raises(AssertionError, match=r"test budget episodes=5000 after the block at line 1 is above the "
+                                             r"written 1_000"):
         with_budget(block, "page.md")
 
 
