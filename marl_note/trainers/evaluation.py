@@ -85,15 +85,20 @@ def evaluate_against(trainer: Any, agent: Any, opponents: Mapping[str, Any], epi
         block = res["rewards"]
         blocks.append(block)
         per_seat[seat] = seat_outcomes(block, k)
-        metrics.append(res["reward"])
+        if len(block):  # a budget can end a test before a seat's block finished a game
+            metrics.append(res["reward"])
+            lengths.append(res["mean_num_steps"] * len(block))
         steps += res["num_collected_steps"]
-        lengths.append(res["mean_num_steps"] * res["num_collected_episodes"])
     rewards = np.concatenate(blocks, axis=0)
     learner_seat = np.concatenate([np.full(len(b), k) for k, b in enumerate(blocks)])
     own = rewards[np.arange(len(rewards)), learner_seat]
-    reward = float(np.mean(metrics)) if trainer.reward_metric is not None else float(own.mean())
+    if not len(rewards):  # a budget ended the test before any game did: no figure, and no numpy warning
+        reward = std = mean_steps = float("nan")
+    else:
+        reward = float(np.mean(metrics)) if trainer.reward_metric is not None else float(own.mean())
+        std, mean_steps = float(own.std()), float(np.sum(lengths) / len(rewards))
     return {"reward": reward, "per_seat": per_seat, "rewards": rewards, "learner_seat": learner_seat,
-            "reward_std": float(own.std()), "mean_num_steps": float(np.sum(lengths) / len(rewards)),
+            "reward_std": std, "mean_num_steps": mean_steps,
             "num_collected_steps": steps, "num_collected_episodes": int(len(rewards))}
 
 

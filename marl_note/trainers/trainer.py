@@ -297,9 +297,11 @@ class DecentralizedTrainer:
         return self.spec.action_space(agent)
 
     def _metric(self, rewards: np.ndarray, learn: list[bool]) -> float:
+        if not len(rewards):  # a budget ended the test before any episode did
+            return float("nan")
         if self.reward_metric is not None:
             return metric_value(self.reward_metric(rewards))
-        return float(rewards[:, np.flatnonzero(learn)].mean()) if len(rewards) else float("nan")
+        return float(rewards[:, np.flatnonzero(learn)].mean())
 
     def train_envs(self, state: bool = False) -> Any:
         """The vector env of the train envs (built on first use, rebuilt if a failure closed it).

@@ -119,3 +119,31 @@ def test_seat_outcomes_and_constant_sum():
     assert is_constant_sum(r)
     assert not is_constant_sum(np.array([[-3.0, -3.0], [-5.0, -5.0]]))  # shared reward: cooperative
     assert not is_constant_sum(np.zeros((0, 2)))
+
+
+@pytest.mark.filterwarnings("error")
+@pytest.mark.parametrize("blocks", [0, 1], ids=["no_game", "first_seat_only"])
+def test_a_test_cut_short_by_the_budget_reports_only_the_games_it_finished(blocks):
+    # a wall-time budget can end a periodic test before any game (or before the second seat's first game):
+    # the metric is over the games that finished (nan if none), with no numpy warning on the terminal
+    from marl_note.trainers.evaluation import baseline_opponents, evaluate_against
+
+    trainer = small_trainer(num_test_envs=1, reward_metric=lambda rewards: rewards.max(axis=1).mean())
+    started = []  # the seats' blocks of games begun: the budget runs out once `blocks` of them were played
+    trainer.limit_collection(lambda kind, steps: len(started) > blocks)
+    real_test = trainer.test
+
+    def test(*args, **kwargs):
+        started.append(1)
+        return real_test(*args, **kwargs)
+
+    trainer.test = test
+    result = evaluate_against(trainer, FirstLegal(trainer.action_space("player_1")),
+                              baseline_opponents(trainer.spec, "random", seed=0), episodes=4)
+    assert [r["episodes"] for r in result["per_seat"].values()] == [2 * blocks, 0]
+    assert result["num_collected_episodes"] == 2 * blocks
+    if blocks:
+        assert result["reward"] == pytest.approx(result["rewards"].max(axis=1).mean())
+        assert result["mean_num_steps"] >= 5  # a tic-tac-toe game takes at least 5 moves
+    else:
+        assert np.isnan(result["reward"]) and np.isnan(result["mean_num_steps"])
