@@ -250,7 +250,6 @@ class DDPGCore(AgentCore):
         sigma = getattr(self.noise.process, "current_sigma", None)
         if sigma is not None:
             metrics["noise_sigma"] = float(sigma)
-        metrics["gradient_steps"] = steps
         return metrics
 
     # -- state -------------------------------------------------------------------------------------

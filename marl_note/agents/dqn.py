@@ -302,7 +302,6 @@ class DQNCore(AgentCore):
             self._target_block = self.agent_steps // period
             self.nets.sync("target_net", "q_net")
         metrics.update({k: float(v) for k, v in getattr(self.policy, "metrics", dict)().items()})
-        metrics["gradient_steps"] = steps
         return metrics
 
     # -- state -------------------------------------------------------------------------------------

@@ -360,7 +360,7 @@ class MADDPGCore(AgentCore):
         steps = gradient_steps(len(self.replay), new, self.learning_starts, self.update_steps, self.replay_ratio)
         if not steps:
             return {"gradient_steps": 0}
-        return {**mean_metrics(lambda: self.learn(self.replay.sample(batch_size)), steps), "gradient_steps": steps}
+        return mean_metrics(lambda: self.learn(self.replay.sample(batch_size)), steps)
 
     # -- state -------------------------------------------------------------------------------------
     def param_keys(self, state: Mapping[str, Any] | None = None) -> list[str]:

@@ -25,6 +25,7 @@ from marl_note.agents.exploration.masked import masked_argmax, masked_softmax, s
 from marl_note.agents.maddpg_seats import MADDPGSeat, check_agent_spaces
 from marl_note.agents.networks import mlp_weights
 from marl_note.agents.options import NetworkOptions
+from marl_note.agents.schedule import updates_cut_short
 from marl_note.agents.spaces import check_mask
 from marl_note.replay.rollout import compute_gae
 from marl_note.types import JointTransitions
@@ -435,14 +436,20 @@ class MAPPOCore(AgentCore):
         n = len(data["alive"])
         sums, steps = np.zeros(len(_METRICS)), 0
         for _ in range(cfg.n_epochs):
+            if updates_cut_short():  # the run's wall-time budget ran out
+                break
             perm = self.rng.permutation(n)
             for start in range(0, n, batch_size):
+                if updates_cut_short():
+                    break
                 batch = self.minibatch(data, perm[start:start + batch_size])
                 out = self.nets.train_step(batch, who=type(self).__name__, update=self.updates + 1)
                 self.updates += 1
                 steps += 1
                 sums += np.array([out[k] for k in _METRICS])
         self._rows = []
+        if not steps:
+            return {"gradient_steps": 0}
         metrics: dict[str, Any] = {k: float(v) / steps for k, v in zip(_METRICS, sums, strict=True)}
         metrics["value_mean"] = float(self.value_stats.mean)
         metrics["gradient_steps"] = steps

@@ -33,6 +33,7 @@ from marl_note.agents.dqn import DQNConfig, DQNCore
 from marl_note.agents.exploration.masked import masked_argmax, masked_softmax, sample_categorical
 from marl_note.agents.exploration.policies import EpsGreedyQPolicy
 from marl_note.agents.networks import mlp_weights
+from marl_note.agents.schedule import mean_metrics
 from marl_note.agents.spaces import check_mask
 from marl_note.replay.reservoir import ReservoirBuffer
 from marl_note.validation import positive_float, positive_int, unit_interval
@@ -281,8 +282,9 @@ class NFSPCore(DQNCore):
         metrics = super().update(batch_size)
         steps = int(metrics["gradient_steps"])
         if steps and len(self.reservoir) >= self.cfg.sl_learning_starts:
-            losses = [self.learn_average(batch_size)["sl_loss"] for _ in range(steps)]
-            metrics["sl_loss"] = float(np.mean(losses))
+            sl = mean_metrics(lambda: self.learn_average(batch_size), steps)  # as many, unless the budget ran out
+            if sl["gradient_steps"]:
+                metrics["sl_loss"] = sl["sl_loss"]
         return metrics
 
     def _config_knobs(self) -> tuple[str, ...]:

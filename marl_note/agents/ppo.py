@@ -21,6 +21,7 @@ from marl_note.agents.encoders import ObsEncoder
 from marl_note.agents.exploration.masked import masked_argmax, masked_softmax, sample_categorical
 from marl_note.agents.networks import mlp_weights, torso_weights
 from marl_note.agents.options import PriorityOptions, TorsoOptions
+from marl_note.agents.schedule import updates_cut_short
 from marl_note.agents.spaces import check_mask, check_transitions
 from marl_note.replay import PrioritizedReplayBuffer, RolloutBuffer, compute_gae
 from marl_note.types import Transitions
@@ -261,6 +262,8 @@ class PPOCore(AgentCore):
         for _ in range(cfg.n_epochs):
             epoch_kl = []
             for idx, w in self._minibatches(n, batch_size, per):
+                if updates_cut_short():  # the run's wall-time budget ran out
+                    break
                 a = adv[idx]
                 if cfg.normalize_advantage and len(idx) > 1:
                     a = (a - a.mean()) / (a.std(ddof=1) + np.float32(1e-8))
@@ -276,9 +279,11 @@ class PPOCore(AgentCore):
                 epoch_kl.append(kl)
                 sums += np.array([out["policy_loss"], out["value_loss"], out["entropy"], kl,
                                   np.mean(np.abs(ratio - 1.0) > cfg.clip_range)])
-            if cfg.target_kl is not None and np.mean(epoch_kl) > 1.5 * cfg.target_kl:
+            if updates_cut_short() or (cfg.target_kl is not None and np.mean(epoch_kl) > 1.5 * cfg.target_kl):
                 break
         self.rollout.clear()
+        if not steps:
+            return {"gradient_steps": 0}
         metrics: dict[str, Any] = {k: float(v) / steps for k, v in zip(_METRICS, sums, strict=True)}
         var = float(np.var(ret, ddof=1)) if n > 1 else float("nan")
         metrics["explained_variance"] = (float("nan") if not var or math.isnan(var)

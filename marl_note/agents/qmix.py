@@ -439,7 +439,7 @@ class QMIXCore(AgentCore):
         if not steps:
             return {"gradient_steps": 0}
         metrics: dict[str, Any] = mean_metrics(lambda: self.learn(self.replay.sample(batch_size)), steps)
-        return {**metrics, "eps": float(self.policy.eps), "gradient_steps": steps}
+        return {**metrics, "eps": float(self.policy.eps)}
 
     # -- state -------------------------------------------------------------------------------------
     def param_keys(self, state: Mapping[str, Any] | None = None) -> list[str]:

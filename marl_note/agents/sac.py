@@ -320,7 +320,7 @@ class SACCore(AgentCore):
         steps = gradient_steps(len(self._feed), new, cfg.learning_starts, cfg.update_steps, cfg.replay_ratio)
         if not steps:
             return {"gradient_steps": 0}
-        return {**mean_metrics(lambda: self.learn(self._feed.sample(int(batch_size))), steps), "gradient_steps": steps}
+        return mean_metrics(lambda: self.learn(self._feed.sample(int(batch_size))), steps)
 
     # -- state -------------------------------------------------------------------------------------
     def _extra_state(self) -> dict[str, np.ndarray]:

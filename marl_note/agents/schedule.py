@@ -5,6 +5,11 @@ transitions are stored, else ``update_steps`` or, when that is None, ``replay_ra
 transitions observed since the last call (at least one); :func:`mean_metrics` runs them and
 averages their metrics. DQN, DDPG, SAC, MADDPG and the ``RL`` base class all go through here.
 
+A run's wall-time budget reaches inside an update: the trainer calls ``update()`` within
+:func:`stop_updates_when`, and :func:`mean_metrics` (and PPO's and MAPPO's minibatch loops) end the
+call's gradient steps early once :func:`updates_cut_short` says so, so that one long update (PPO's
+epochs over a pixel rollout) cannot carry a run minutes past its budget.
+
 What "new" counts is :class:`NewSteps`' business: by default (``update_count="env_steps"``) the env
 steps in which the agent acted, as the trainer reports them, so that one agent shared by N seats does
 the gradient steps per env step a one-seat agent does, not N times as many; ``"transitions"`` counts
@@ -14,11 +19,14 @@ collection chunk for each learning agent however many seats it holds.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 __all__ = ["NewSteps", "UPDATE_COUNTS", "check_update_count", "gradient_steps", "mean_metrics",
-           "run_update_schedule"]
+           "run_update_schedule", "stop_updates_when", "updates_cut_short"]
+
+_STOPS: list[Callable[[], bool]] = []  # the innermost stop_updates_when block's condition last
 
 UPDATE_COUNTS = ("env_steps", "transitions")
 
@@ -84,19 +92,51 @@ def gradient_steps(stored: int, new: int, learning_starts: int, update_steps: in
     return update_steps if update_steps is not None else max(1, round(replay_ratio * new))
 
 
+@contextlib.contextmanager
+def stop_updates_when(stop: Callable[[], bool]) -> Iterator[None]:
+    """Within the block, an ``update()`` ends its gradient steps early once ``stop()`` is True.
+
+    The trainer wraps its updates in one when a run has a wall-time budget. ``stop`` is asked before
+    every gradient step (a PPO minibatch) by :func:`mean_metrics` and the on-policy loops; an update
+    it cuts reports the gradient steps it took.
+
+    Example:
+        >>> with stop_updates_when(lambda: True):
+        ...     mean_metrics(lambda: {"loss": 1.0}, 5)
+        {'gradient_steps': 0}
+        >>> updates_cut_short()
+        False
+    """
+    if not callable(stop):
+        raise TypeError(f"stop_updates_when(stop) takes a function stop() -> bool, got {stop!r}")
+    _STOPS.append(stop)
+    try:
+        yield
+    finally:
+        _STOPS.remove(stop)
+
+
+def updates_cut_short() -> bool:
+    """True when an enclosing :func:`stop_updates_when` says the current update must end now."""
+    return any(stop() for stop in _STOPS)
+
+
 def mean_metrics(step: Callable[[], Mapping[str, float]], steps: int) -> dict[str, float]:
-    """Call ``step()`` ``steps`` times; the mean of each metric it returns.
+    """Call ``step()`` ``steps`` times (fewer when :func:`updates_cut_short` ends the update first); the
+    mean of each metric it returns, and ``gradient_steps``: the calls made.
 
     Example:
         >>> losses = iter([1.0, 3.0])
         >>> mean_metrics(lambda: {"loss": next(losses)}, 2)
-        {'loss': 2.0}
+        {'loss': 2.0, 'gradient_steps': 2}
     """
     totals: dict[str, float] = {}
-    for _ in range(steps):
+    done = 0
+    while done < steps and not updates_cut_short():
         for k, v in step().items():
             totals[k] = totals.get(k, 0.0) + float(v)
-    return {k: v / steps for k, v in totals.items()} if steps else {}
+        done += 1
+    return {**{k: v / done for k, v in totals.items()}, "gradient_steps": done}
 
 
 def _mean_metrics(totals: dict[Any, float], steps: int) -> dict[str, Any]:
@@ -129,10 +169,12 @@ def run_update_schedule(agent, batch_size: int, step: Callable[[int], Mapping[An
     if not steps:
         return {"gradient_steps": 0}
     totals: dict[Any, float] = {}
-    for _ in range(steps):
+    done = 0
+    while done < steps and not updates_cut_short():
         for k, v in step(int(batch_size)).items():
             totals[k] = totals[k] + v if k in totals else v
-    metrics = summarise(totals, steps)
+        done += 1
+    metrics = summarise(totals, done)
     metrics.update(extra())
-    metrics["gradient_steps"] = steps
+    metrics["gradient_steps"] = done
     return metrics

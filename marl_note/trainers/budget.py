@@ -4,9 +4,11 @@
 a collection limit (:meth:`~marl_note.trainers.DecentralizedTrainer.limit_collection`), asked after
 every step of the envs, so a training chunk stops where the budget runs out instead of at its end,
 and the final test ends at the latest :data:`TEST_SLACK` of the wall-time budget after it, or after
-as many env steps as the env-step budget, with the episodes it finished: a run stops within 5% of
-its wall time (the update of the last chunk and the saving aside), and an env whose episodes never
-end under a poor policy still stops. The progress display counts against the same budget.
+as many env steps as the env-step budget, with the episodes it finished. The same limit is asked
+before every gradient step of an update (:func:`~marl_note.agents.schedule.stop_updates_when`), so
+a long update (PPO's epochs over a pixel rollout) ends with the wall-time budget too: a run stops
+within 5% of its wall time (the saving aside; one gradient step is the finest grain), and an env
+whose episodes never end under a poor policy still stops. The progress display counts against the same budget.
 
 Example:
     >>> from marl_note.agents.numpy import DQN
@@ -55,9 +57,12 @@ class Budget:
         trainer.limit_collection(self.limit, env_steps=self.env_steps, minutes=self.minutes)
 
     def limit(self, kind: str, env_steps: int) -> bool:
-        """The collection limit: True once a collection of ``kind`` (``"train"``/``"test"``) that has taken
-        ``env_steps`` env steps so far must end."""
+        """The run's limit: True once a collection of ``kind`` (``"train"``/``"test"``) that has taken
+        ``env_steps`` env steps so far must end, or (``"update"``) once an update must end its gradient
+        steps: the wall-time budget is spent (an env-step budget never cuts an update)."""
         elapsed = time.perf_counter() - self.started
+        if kind == "update":
+            return self.minutes is not None and elapsed >= 60 * self.minutes
         if kind == "train":
             return bool((self.env_steps is not None and self.steps + env_steps >= self.env_steps)
                         or (self.minutes is not None and elapsed >= 60 * self.minutes))

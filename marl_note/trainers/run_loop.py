@@ -5,6 +5,7 @@ The trainer owns the envs, the settings and the argument checks; :class:`RunLoop
 """
 from __future__ import annotations
 
+import contextlib
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -13,6 +14,7 @@ from typing import Any, cast
 import numpy as np
 
 from marl_note.agents.base import Agent, JointLearner, LearningAgent
+from marl_note.agents.schedule import stop_updates_when
 from marl_note.trainers.callbacks import CallbackList, stop_value
 from marl_note.trainers.collector import CollectStats
 from marl_note.trainers.evaluation import evaluate_against, use_baseline
@@ -84,7 +86,8 @@ class RunLoop:
                 clock = time.perf_counter()
                 self._collect_chunk()
                 clock = self._phase("collect", clock)
-                round_steps = self._update_learners()
+                with self._update_limit(limit):
+                    round_steps = self._update_learners()
                 clock = self._phase("update", clock)
                 due = run.episodes >= run.next_test or run.episodes >= t.episodes_per_train or t.stop_training
                 if due and dist.is_chief:
@@ -105,6 +108,14 @@ class RunLoop:
             bar.close()
             self.source_stats = self.source.close()
         run.training_time = time.perf_counter() - self.started
+
+    def _update_limit(self, limit: Any) -> Any:
+        """The run's limit asked inside the learners' updates too (``limit("update", 0)``: a wall-time budget
+        ends a long update between gradient steps). Not in a distributed run: its ranks must take the same
+        gradient steps, and each would see its own clock."""
+        if limit is None or self.trainer.distributed.distributed:
+            return contextlib.nullcontext()
+        return stop_updates_when(lambda: limit("update", 0))
 
     def _phase(self, name: str, since: float) -> float:
         now = time.perf_counter()

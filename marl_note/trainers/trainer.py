@@ -254,9 +254,11 @@ class DecentralizedTrainer:
 
         ``limit(kind, env_steps)`` is asked after every step of the envs in a training chunk (``kind``
         ``"train"``) and in a test (``"test"``), with the env steps of that collection so far, and True
-        ends that collection early (a test then reports the episodes it finished), so that a budget
-        holds inside a long chunk or test (an actor pool's learner asks it after every round report
-        and every 50 ms of its wait for one, with the env steps reported). ``env_steps`` / ``minutes``
+        ends that collection early (a test then reports the episodes it finished); it is also asked
+        before every gradient step of the learners' updates (``"update"``, ``env_steps`` 0; not in a
+        distributed run), and True ends that update. So a budget holds inside a long chunk, test or
+        update (an actor pool's learner asks it after every round report and every 50 ms of its wait
+        for one, with the env steps reported). ``env_steps`` / ``minutes``
         (either None) are what the progress display counts against: whichever is estimated to end the
         run first. Both are dropped when ``train()`` returns.
         """

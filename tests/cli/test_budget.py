@@ -83,3 +83,38 @@ def test_a_wall_time_budget_ends_the_actor_pools_wait_for_rounds(no_leftovers):
     assert stats["stopped_by_budget"] == "minutes"
     assert stats["num_collected_steps"] < 10**6 and len(stats["test_history"]) == 1
     assert took < 60, took  # the actors' start and stop aside, the run ends with its 3-second budget
+
+
+@pytest.mark.timeout(60)  # the unbounded update of a regression would otherwise run for hours
+@pytest.mark.parametrize("algo", ["ppo", "dqn", "mappo"])
+def test_a_wall_time_budget_ends_an_update_between_gradient_steps(algo, cpu_clock):
+    """Each update here would take hours (a million PPO epochs, ten million DQN gradient steps): the budget
+    is asked before every gradient step, so the run still ends within 5% of it (before, the update ran on)."""
+    from marl_note.agents import numpy as backend
+
+    env = "CartPole-v1" if algo != "mappo" else spread
+    trainer = DecentralizedTrainer(env, num_train_envs=2, num_test_envs=2, update_freq=64, test_freq=10**6,
+                                   episodes_per_test=2, seed=0)
+    try:
+        names = trainer.possible_agents
+        obs, act = trainer.observation_space(names[0]), trainer.action_space(names[0])
+        if algo == "ppo":
+            agents = [backend.PPO(obs, act, hidden_sizes=[8], n_steps=64, n_epochs=10**6, seed=0)]
+        elif algo == "dqn":
+            agents = [backend.DQN(obs, act, hidden_sizes=[8], learning_starts=64, update_steps=10**7, seed=0)]
+        else:
+            from marl_note.agents.torch import MAPPO  # (no numpy MAPPO)
+
+            mappo = MAPPO({n: trainer.observation_space(n) for n in names},
+                                  {n: trainer.action_space(n) for n in names}, hidden_sizes=[8], n_steps=64,
+                                  n_epochs=10**6, seed=0)
+            agents = list(mappo.seat_agents())
+        started = time.perf_counter()
+        stats = trainer.train(agents, learning_mask=[1] * len(agents), plot=False, progress=False,
+                              callbacks=[Budget(minutes=SECONDS / 60)])
+        took = time.perf_counter() - started
+    finally:
+        trainer.close()
+    assert stats["stopped_by_budget"] == "minutes"
+    assert 0 < stats["num_gradient_steps"] < 10**6  # the update began and was cut
+    assert SECONDS <= took < SECONDS * 1.05, took

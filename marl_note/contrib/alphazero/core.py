@@ -324,9 +324,7 @@ class AlphaZeroCore(AgentCore):
         steps = gradient_steps(len(self.replay), new, cfg.learning_starts, cfg.update_steps, cfg.replay_ratio)
         if not steps or (cfg.update_steps is None and not new):
             return {"gradient_steps": 0}
-        metrics: dict[str, Any] = mean_metrics(lambda: self.learn(self.replay.sample(batch_size, self.rng)), steps)
-        metrics["gradient_steps"] = steps
-        return metrics
+        return mean_metrics(lambda: self.learn(self.replay.sample(batch_size, self.rng)), steps)
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}({self.simulator.game.name}, simulations={self.cfg.num_simulations}, "
