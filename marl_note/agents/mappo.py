@@ -429,7 +429,7 @@ class MAPPOCore(AgentCore):
     def update(self, batch_size: int) -> dict[str, Any]:
         """Train on the stored rollout once it holds ``n_steps`` joint rows, then clear it."""
         cfg = self.cfg
-        if self.rollout_rows < cfg.n_steps:
+        if self.rollout_rows < cfg.n_steps or updates_cut_short():  # (the budget ran out: not even the GAE pass)
             return {"gradient_steps": 0}
         batch_size = positive_int("batch_size", batch_size)
         data = self.rollout()

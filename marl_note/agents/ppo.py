@@ -248,7 +248,7 @@ class PPOCore(AgentCore):
     def update(self, batch_size: int) -> dict[str, Any]:
         """Train on the stored rollout once it holds ``n_steps`` transitions, then clear it."""
         cfg = self.cfg
-        if len(self.rollout) < cfg.n_steps:
+        if len(self.rollout) < cfg.n_steps or updates_cut_short():  # (the budget ran out: not even the GAE pass)
             return {"gradient_steps": 0}
         batch_size = int(batch_size)
         if batch_size <= 0:
