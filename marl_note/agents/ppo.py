@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = ["PPOConfig", "PPOCore", "action_output"]
 
+EVAL_ROWS = 4096  # rollout rows per forward pass of the update's GAE pass
 _METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
 
 
@@ -255,7 +256,10 @@ class PPOCore(AgentCore):
             raise ValueError(f"batch_size must be positive, got {batch_size}")
         data = self.rollout.get()
         n = len(data)
-        x, act, mask, old_logp, adv, ret, values = self._rollout_arrays(data)
+        arrays = self._rollout_pass(data, stoppable=True)
+        if arrays is None:  # the run's wall-time budget ran out during the pass over the rollout
+            return {"gradient_steps": 0}
+        x, act, mask, old_logp, adv, ret, values = arrays
         sums = np.zeros(len(_METRICS))
         steps = 0
         per = self._prioritized_rollout(data) if cfg.prioritized else None
@@ -296,10 +300,24 @@ class PPOCore(AgentCore):
 
     def _rollout_arrays(self, data: Transitions) -> tuple[np.ndarray, ...]:
         """``(x, act, mask, old_logp, adv, ret, values)`` of a rollout under the current networks (GAE)."""
+        arrays = self._rollout_pass(data, stoppable=False)
+        assert arrays is not None  # only a stoppable pass stops
+        return arrays
+
+    def _rollout_pass(self, data: Transitions, stoppable: bool) -> tuple[np.ndarray, ...] | None:
+        """:meth:`_rollout_arrays`, the networks seeing the rollout :data:`EVAL_ROWS` rows at a time (a pixel
+        rollout in one pass can take tens of seconds and gigabytes); ``stoppable``: None if
+        :func:`updates_cut_short` between two of them."""
         x = self.encoder(data.obs)
+        next_x = self.encoder(data.next_obs, "next_obs")
         act, mask = self._act_array(data.act), self._mask_array(data.mask, len(x))
-        old_logp, values = self.nets.evaluate(x, act, mask)
-        next_values = self.nets.values(self.encoder(data.next_obs, "next_obs"))
+        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        for start in range(0, len(x), EVAL_ROWS):
+            if stoppable and updates_cut_short():
+                return None
+            rows = slice(start, start + EVAL_ROWS)
+            parts.append((*self.nets.evaluate(x[rows], act[rows], mask[rows]), self.nets.values(next_x[rows])))
+        old_logp, values, next_values = (np.concatenate(p) for p in zip(*parts))
         adv, ret = compute_gae(data.rew, values, next_values, data.terminated, data.truncated, data.stream,
                                self.cfg.gamma, self.cfg.gae_lambda)
         return x, act, mask, old_logp, adv, ret, values

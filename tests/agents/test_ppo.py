@@ -175,6 +175,21 @@ def test_update_waits_for_n_steps_then_trains_on_all_and_clears(PPO):
     assert agent.n_steps == 100 and agent.gamma == 0.99  # hyperparameters read as attributes
 
 
+def test_the_gae_pass_in_pieces_gives_the_update_of_one_pass(PPO, monkeypatch):
+    # the update's pass over the rollout runs EVAL_ROWS rows at a time (a budget can stop it between two)
+    import marl_note.agents.ppo as ppo
+
+    states = []
+    for rows in (10**6, 7):  # one pass; pieces of 7 rows (the last one shorter)
+        monkeypatch.setattr(ppo, "EVAL_ROWS", rows)
+        agent = PPO(OBS, ACT, seed=4, n_steps=60, n_epochs=2, **SMALL)
+        agent.observe(rollout(agent, 60, np.random.default_rng(4)))
+        assert agent.update(32)["gradient_steps"] == 4
+        states.append(agent.state_dict())
+    for k in states[0]:
+        np.testing.assert_allclose(states[1][k], states[0][k], rtol=1e-5, atol=1e-6, err_msg=k)
+
+
 def test_first_step_sees_behaviour_policy(PPO):
     """Old log-probs are those of the acting network: the first ratio is exactly 1."""
     agent = PPO(OBS, ACT, seed=5, n_steps=64, n_epochs=1, **SMALL)
