@@ -74,18 +74,22 @@ def check_actions(actions: Any, space: gym.Space, masks: np.ndarray | None, n: i
     if isinstance(space, gym.spaces.Discrete):
         if a.shape != (n,):
             raise ValueError(f"{who} returned actions of shape {a.shape}; expected ({n},) for {space}")
-        if not np.issubdtype(a.dtype, np.integer):
-            if not (np.issubdtype(a.dtype, np.floating) and np.all(a == np.round(a))):
+        kind = a.dtype.kind  # (cheaper than np.issubdtype, asked at every step)
+        if kind not in "iu":
+            if not (kind == "f" and np.all(a == np.round(a))):
                 raise ValueError(f"{who} returned non-integer actions {a[:5]} for {space}")
             a = a.astype(np.int64)
-        idx = a - space.start
-        bad = (idx < 0) | (idx >= space.n)
-        if bad.any():
-            raise ValueError(f"{who} returned action {a[bad][0]} outside {space}")
-        if masks is not None and not masks[np.arange(n), idx].all():
-            k = int(np.flatnonzero(~masks[np.arange(n), idx])[0])
-            raise ValueError(f"{who} returned illegal (masked) action {a[k]}; legal actions were "
-                             f"{(np.flatnonzero(masks[k]) + space.start).tolist()}")
+        # the bounds in Python: a collector's batch is small, and a numpy call costs more than the test
+        start, values = int(space.start), a.tolist()
+        if n and (min(values) < start or max(values) >= start + int(space.n)):
+            bad = next(v for v in values if not start <= v < start + int(space.n))
+            raise ValueError(f"{who} returned action {bad} outside {space}")
+        if masks is not None:
+            legal = masks[np.arange(n), a - start]
+            if not legal.all():
+                k = int(np.flatnonzero(~legal)[0])
+                raise ValueError(f"{who} returned illegal (masked) action {a[k]}; legal actions were "
+                                 f"{(np.flatnonzero(masks[k]) + space.start).tolist()}")
         return a, a
     if isinstance(space, gym.spaces.Box):
         if a.shape != (n, *space.shape):
@@ -135,6 +139,7 @@ class Collector:
         self.group_agent: list[Agent] = []
         self.group_explore: list[bool] = []
         self.group_env_ids: list[bool] = []  # accepts_env_ids of each group's agent, asked once
+        self._labels: dict[tuple[int, str], str] = {}  # (group, seat) -> how errors name the agent there
         self._joint_of: dict[int, Any] = {}  # id(agent) -> its joint learner or None, asked once
         self._learner_index: dict[int, int] = {}
         self.learners: list[LearningAgent | JointLearner] = []
@@ -267,9 +272,13 @@ class Collector:
             if self.step_check is not None:
                 self.step_check.step(results, self.ep_len, self.env_steps)
             # the step counters of every stepped env at once (one array operation, not two per env)
-            stepped = slice(None) if len(results) == self.num_envs else list(results)
-            self.ep_len[stepped] += 1
-            self.env_steps[stepped] += 1
+            if len(results) == self.num_envs:
+                self.ep_len += 1
+                self.env_steps += 1
+            else:
+                stepped = list(results)
+                self.ep_len[stepped] += 1
+                self.env_steps[stepped] += 1
             stats.env_steps += len(results)
             for i, res in results.items():
                 if self._absorb(i, res, stats) and done_eps is not None:
@@ -314,8 +323,7 @@ class Collector:
             # all seats of a group share one action space (checked by the trainer)
             first = who[g][0][1]
             space = spec.action_spaces[first]
-            stored, for_env = check_actions(raw, space, mask, len(who[g]),
-                                            f"agent {type(agent).__name__} in seat {first!r}")
+            stored, for_env = check_actions(raw, space, mask, len(who[g]), self._who(g, first))
             # Discrete actions reach the env as Python ints, as PettingZoo's own loops pass them (a
             # numpy integer takes the slow path of the space's contains() in every env step)
             rows = for_env.tolist() if isinstance(space, gym.spaces.Discrete) else for_env
@@ -324,6 +332,13 @@ class Collector:
                 for assembler in env_listeners[i][name]:
                     assembler.on_act(i, name, obs[g][k], stored[k], None if mask is None else mask[k])
         return actions
+
+    def _who(self, g: int, seat: str) -> str:
+        """How errors name group ``g``'s agent acting in ``seat`` (built once, not at every step)."""
+        key = (g, seat)
+        if key not in self._labels:
+            self._labels[key] = f"agent {type(self.group_agent[g]).__name__} in seat {seat!r}"
+        return self._labels[key]
 
     def _absorb(self, i: int, res: StepResult, stats: CollectStats) -> bool:
         """Fold one env's step result (its step already counted) into returns and transitions; True
