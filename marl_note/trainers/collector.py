@@ -157,9 +157,11 @@ class Collector:
         self.pending: dict[int, StepResult] = {}
         for i in range(self.num_envs):
             self.assign(i, agents, explore, learn)
-        self.ep_return = np.zeros((self.num_envs, self.num_agents))
-        self.ep_len = np.zeros(self.num_envs, dtype=np.int64)
-        self.env_steps = np.zeros(self.num_envs, dtype=np.int64)  # per env, over this collector's life
+        # per env: each seat's return and the length of the running episode, and the env steps over this
+        # collector's life; Python numbers, as they change at every step (a numpy update costs more there)
+        self.ep_return: list[list[float]] = [[0.0] * self.num_agents for _ in range(self.num_envs)]
+        self.ep_len: list[int] = [0] * self.num_envs
+        self.env_steps: list[int] = [0] * self.num_envs
 
     def assign(self, i: int, agents: Sequence[Agent], explore: Sequence[bool], learn: Sequence[bool],
                tag: Any = None) -> None:
@@ -236,8 +238,8 @@ class Collector:
             self._begin_episode(i)
         for assembler in self.assemblers:
             assembler.reset(pending)
-        self.ep_return[:] = 0
-        self.ep_len[:] = 0
+        self.ep_return = [[0.0] * self.num_agents for _ in range(self.num_envs)]
+        self.ep_len = [0] * self.num_envs
         if self.episode_begin is not None:
             for i in range(self.num_envs):
                 self.episode_begin(i)
@@ -271,14 +273,10 @@ class Collector:
             results = self.venv.step(actions)
             if self.step_check is not None:
                 self.step_check.step(results, self.ep_len, self.env_steps)
-            # the step counters of every stepped env at once (one array operation, not two per env)
-            if len(results) == self.num_envs:
-                self.ep_len += 1
-                self.env_steps += 1
-            else:
-                stepped = list(results)
-                self.ep_len[stepped] += 1
-                self.env_steps[stepped] += 1
+            ep_len, env_steps = self.ep_len, self.env_steps
+            for i in results:
+                ep_len[i] += 1
+                env_steps[i] += 1
             stats.env_steps += len(results)
             for i, res in results.items():
                 if self._absorb(i, res, stats) and done_eps is not None:
@@ -345,18 +343,18 @@ class Collector:
         if an episode ended."""
         for assembler in self.env_assemblers[i]:
             assembler.on_step(i, res)
-        seat_of = self.seat_of
+        seat_of, ep_return = self.seat_of, self.ep_return[i]
         for agent, r in res.rewards.items():
-            self.ep_return[i, seat_of[agent]] += r
+            ep_return[seat_of[agent]] += float(r)  # (float64 sums, as a numpy row of returns would add)
         ended = res.episode_over
         if ended:
             stats.episodes += 1
-            stats.returns.append(self.ep_return[i].copy())
-            stats.lengths.append(int(self.ep_len[i]))
+            stats.returns.append(np.array(ep_return, dtype=np.float64))
+            stats.lengths.append(self.ep_len[i])
             stats.tags.append(self.env_tag[i])
             if self.episode_end is not None:
                 self.episode_end(i, stats.returns[-1].copy(), stats.lengths[-1], self.env_tag[i])
-            self.ep_return[i] = 0
+            self.ep_return[i] = [0.0] * self.num_agents
             self.ep_len[i] = 0
             self._matchmake(i)
             self._begin_episode(i)

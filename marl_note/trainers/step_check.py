@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -293,7 +293,7 @@ class StepCheck:
             return False
         return leaf.lo <= low and high <= leaf.hi
 
-    def step(self, results: Mapping[int, Any], ep_len: np.ndarray, env_steps: np.ndarray) -> None:
+    def step(self, results: Mapping[int, Any], ep_len: Sequence[int], env_steps: Sequence[int]) -> None:
         """Check one vector step's results before they are absorbed."""
         values = results.values()
         ok = True
@@ -306,7 +306,7 @@ class StepCheck:
             for i in sorted(results):
                 self._search(i, results[i], int(ep_len[i]) + 1, int(env_steps[i]) + 1)
 
-    def reset(self, results: Mapping[int, Any], env_steps: np.ndarray) -> None:
+    def reset(self, results: Mapping[int, Any], env_steps: Sequence[int]) -> None:
         """Check the reset observations of ``{env index: StepResult}``."""
         if self.gathers and not self._observations_ok(results.values(), final=False):
             for i in sorted(results):
