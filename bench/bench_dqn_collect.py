@@ -52,7 +52,8 @@ def measure(steps: int, seed: int) -> dict[str, Any]:
     budget = 50_000  # the zoo's n_timesteps: the exploration schedule is a share of it
 
     def train_fn(episodes: int, env_steps: int) -> None:
-        if env_steps >= steps:
+        """Called before each chunk: the chunk that reaches ``steps`` is the last."""
+        if env_steps + TRAIN_FREQ >= steps:
             trainer.stop_training = True
 
     trainer = DecentralizedTrainer(ENV, num_train_envs=1, num_test_envs=1, update_freq=TRAIN_FREQ,
@@ -90,7 +91,7 @@ def run_tree(tree: Path, steps: int, seed: int) -> dict[str, Any]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--steps", type=int, default=20_480, help="env steps to collect")
+    p.add_argument("--steps", type=int, default=20_480, help="env steps to collect (rounded up to whole chunks of 256)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--against", type=Path, default=None, help="a tree to compare with (a worktree of another commit)")
     p.add_argument("--rounds", type=int, default=5, help="rounds of the comparison")
