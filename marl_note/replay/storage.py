@@ -139,6 +139,8 @@ class RingStorage:
         """Copies of the rows at ``indices`` (``take``: fancy indexing's rows at a third of its cost, never
         views into storage)."""
         indices = np.asarray(indices)
+        if indices.dtype == np.bool_:  # a mask of rows, as fancy indexing reads one
+            indices = np.flatnonzero(indices)
         names = self._arrays if names is None else names
         return {name: self._arrays[name].take(indices, axis=0) for name in names}
 

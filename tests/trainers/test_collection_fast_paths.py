@@ -17,6 +17,7 @@ from marl_note.agents import RandomAgent
 from marl_note.envs import SyncVectorEnv, adapt, make_spec
 from marl_note.envs.adapters import StepResult
 from marl_note.replay import ReplayBuffer
+from marl_note.replay.storage import RingStorage
 from marl_note.trainers import Collector, NonFiniteError
 from marl_note.trainers.step_check import StepCheck
 from marl_note.types import EnvSpec, Transitions, stack_obs
@@ -116,3 +117,16 @@ def test_a_replay_sample_is_the_rows_get_reads_and_a_copy():
     assert np.array_equal(batch.rew, batch.indices.astype(np.float32))  # row k holds reward k
     batch.obs[:] = 99  # a copy: the stored rows do not change
     assert not np.array_equal(buf.get(batch.indices).obs, batch.obs)
+
+
+@pytest.mark.parametrize("index", [[True, False, True, False], [3, -1, 0], [[1, 2], [0, 3]], []],
+                         ids=["bool mask", "negative", "2-d", "empty"])
+def test_storage_reads_the_rows_fancy_indexing_reads(index):
+    storage = RingStorage(4, {"x": ((2,), np.float32), "done": ((), np.bool_)})
+    storage.write({"x": np.arange(8, dtype=np.float32).reshape(4, 2), "done": np.array([True, False, False, True])})
+    index = np.array(index, dtype=None if index else np.int64)
+    for name, rows in storage.read(index).items():
+        want = storage.column(name)[index]
+        assert rows.dtype == want.dtype and rows.shape == want.shape and np.array_equal(rows, want), name
+    with pytest.raises(IndexError, match="out of bounds"):
+        storage.read(np.array([4]))
