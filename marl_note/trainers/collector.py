@@ -85,7 +85,7 @@ def check_actions(actions: Any, space: gym.Space, masks: np.ndarray | None, n: i
             bad = next(v for v in values if not start <= v < start + int(space.n))
             raise ValueError(f"{who} returned action {bad} outside {space}")
         if masks is not None:
-            legal = masks[np.arange(n), a - start]
+            legal = masks[np.arange(n), a - space.start]  # (numpy arithmetic: a uint batch minus any start)
             if not legal.all():
                 k = int(np.flatnonzero(~legal)[0])
                 raise ValueError(f"{who} returned illegal (masked) action {a[k]}; legal actions were "

@@ -18,7 +18,7 @@ from marl_note.envs import SyncVectorEnv, adapt, make_spec
 from marl_note.envs.adapters import StepResult
 from marl_note.replay import ReplayBuffer
 from marl_note.replay.storage import RingStorage
-from marl_note.trainers import Collector, NonFiniteError
+from marl_note.trainers import Collector, NonFiniteError, check_actions
 from marl_note.trainers.step_check import StepCheck
 from marl_note.types import EnvSpec, Transitions, stack_obs
 
@@ -130,3 +130,20 @@ def test_storage_reads_the_rows_fancy_indexing_reads(index):
         assert rows.dtype == want.dtype and rows.shape == want.shape and np.array_equal(rows, want), name
     with pytest.raises(IndexError, match="out of bounds"):
         storage.read(np.array([4]))
+
+
+def test_the_action_check_in_python_keeps_every_verdict():
+    space, legal = gym.spaces.Discrete(3, start=-2), np.array([[True, False, True]] * 2)
+    stored, for_env = check_actions(np.array([0, -2], np.int8), space, legal, 2, "agent A")
+    assert stored.tolist() == for_env.tolist() == [0, -2]
+    # a uint batch minus a negative start; whole floats pass as int64
+    assert check_actions(np.array([0], np.uint8), space, legal[:1], 1, "agent A")[0].tolist() == [0]
+    assert check_actions(np.array([-2.0]), space, None, 1, "agent A")[0].dtype == np.int64
+    refused = ((np.array([0, 1], np.uint8), "agent A returned action 1 outside Discrete\\(3, start=-2\\)"),
+               (np.array([-3, 0]), "agent A returned action -3 outside"),
+               (np.array([0, -1]), "illegal \\(masked\\) action -1; legal actions were \\[-2, 0\\]"),
+               (np.array([0.5, 0.0]), "non-integer actions"), (np.array([True, False]), "non-integer actions"))
+    for actions, message in refused:
+        with pytest.raises(ValueError, match=message):
+            check_actions(actions, space, legal, 2, "agent A")
+    assert check_actions(np.zeros(0, np.int64), space, None, 0, "agent A")[0].shape == (0,)
