@@ -222,7 +222,7 @@ class DQNCore(AgentCore):
         q = self.q_values(obs)
         legal = check_mask(mask, len(q), self.n_actions)
         a = self.policy.select(q, legal, self.rng) if explore else masked_argmax(q, legal)
-        return a + self.action_start
+        return a + self.action_start if self.action_start else a  # (a is a fresh array either way)
 
     def policy_probs(self, obs: Any, mask: np.ndarray | None = None) -> np.ndarray:
         """The greedy policy as probabilities ``[B, n]``: one-hot on ``act(obs, mask)``'s action (first on ties)."""
@@ -254,11 +254,14 @@ class DQNCore(AgentCore):
         next actions and importance weights (ones without prioritized replay)."""
         n = len(batch)
         legal = check_mask(batch.next_mask, n, self.n_actions, "next_mask")
-        if legal is None:
+        alive = ~np.asarray(batch.terminated, bool)
+        if legal is None:  # every next action legal: alive wherever the episode went on
             legal = np.ones((n, self.n_actions), bool)
-        alive = ~np.asarray(batch.terminated, bool) & legal.any(axis=1)
-        discount = np.full(n, self.cfg.gamma) if batch.discount is None else batch.discount
-        weights = np.ones(n) if batch.weights is None else batch.weights
+        else:
+            alive &= legal.any(axis=1)
+        # (float32 at once: the same rounding as a float64 array cast to float32)
+        discount = np.full(n, self.cfg.gamma, np.float32) if batch.discount is None else batch.discount
+        weights = np.ones(n, np.float32) if batch.weights is None else batch.weights
         return {"obs": self.encoder(batch.obs), "act": np.asarray(batch.act, np.int64) - self.action_start,
                 "next_obs": self.encoder(batch.next_obs, "next_obs"), "rew": np.asarray(batch.rew, np.float32),
                 "discount": np.asarray(discount, np.float32), "alive": alive.astype(np.float32),

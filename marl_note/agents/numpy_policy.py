@@ -71,6 +71,13 @@ def _layers(weights: Mapping[str, np.ndarray], prefix: str) -> _Layers:
     return out
 
 
+def _affine(h: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``h @ w + b`` with the bias added in place (the same float32 sums, one array fewer)."""
+    out = h @ w
+    out += b
+    return out
+
+
 class NumpyPolicy:
     """Versioned numpy weights of named acting networks and their forward pass (float32 in, float32 out).
 
@@ -128,16 +135,22 @@ class NumpyPolicy:
             prefix = self.conv_prefix or f"{self.nets[name][1]}.conv"
             h = conv_forward(self.weights, prefix.removesuffix(".conv"), h, self.conv, self.activation)
         for w, b in torso:
-            h = activate(h @ w + b, self.activation)
+            h = self._activate(_affine(h, w, b))
         for j, (w, b) in enumerate(mlp):
             if j:
-                h = activate(h, self.activation)
-            h = h @ w + b
+                h = self._activate(h)
+            h = _affine(h, w, b)
         if heads:
             (wv, bv), (wa, ba) = heads
             adv = h @ wa + ba
             h = (h @ wv + bv) + adv - adv.mean(axis=1, keepdims=True)
         return h
+
+    def _activate(self, h: np.ndarray) -> np.ndarray:
+        """The hidden activation of ``h``, a layer's fresh output (ReLU overwrites it: no new array)."""
+        if self.activation == "relu":
+            return np.maximum(h, 0.0, out=h)
+        return activate(h, self.activation)
 
     def state(self) -> dict[str, np.ndarray]:
         """The weights and the version, numpy arrays only."""

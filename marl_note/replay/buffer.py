@@ -191,7 +191,8 @@ class ReplayBuffer(SamplingWindow):
 
     def sample(self, batch_size: int) -> Transitions:
         """``batch_size`` transitions drawn uniformly with replacement (from the window, when one is set)."""
-        return self.get(self.sample_indices(batch_size))
+        indices = self.sample_indices(batch_size)  # valid by construction: not checked again as get() checks
+        return Transitions(**self._storage.read(indices), indices=indices)
 
     def column(self, name: str) -> np.ndarray:
         """Read-only view of one stored field over the valid items (storage order)."""

@@ -74,18 +74,22 @@ def check_actions(actions: Any, space: gym.Space, masks: np.ndarray | None, n: i
     if isinstance(space, gym.spaces.Discrete):
         if a.shape != (n,):
             raise ValueError(f"{who} returned actions of shape {a.shape}; expected ({n},) for {space}")
-        if not np.issubdtype(a.dtype, np.integer):
-            if not (np.issubdtype(a.dtype, np.floating) and np.all(a == np.round(a))):
+        kind = a.dtype.kind  # (cheaper than np.issubdtype, asked at every step)
+        if kind not in "iu":
+            if not (kind == "f" and np.all(a == np.round(a))):
                 raise ValueError(f"{who} returned non-integer actions {a[:5]} for {space}")
             a = a.astype(np.int64)
-        idx = a - space.start
-        bad = (idx < 0) | (idx >= space.n)
-        if bad.any():
-            raise ValueError(f"{who} returned action {a[bad][0]} outside {space}")
-        if masks is not None and not masks[np.arange(n), idx].all():
-            k = int(np.flatnonzero(~masks[np.arange(n), idx])[0])
-            raise ValueError(f"{who} returned illegal (masked) action {a[k]}; legal actions were "
-                             f"{(np.flatnonzero(masks[k]) + space.start).tolist()}")
+        # the bounds in Python: a collector's batch is small, and a numpy call costs more than the test
+        start, values = int(space.start), a.tolist()
+        if n and (min(values) < start or max(values) >= start + int(space.n)):
+            bad = next(v for v in values if not start <= v < start + int(space.n))
+            raise ValueError(f"{who} returned action {bad} outside {space}")
+        if masks is not None:
+            legal = masks[np.arange(n), a - space.start]  # (numpy arithmetic: a uint batch minus any start)
+            if not legal.all():
+                k = int(np.flatnonzero(~legal)[0])
+                raise ValueError(f"{who} returned illegal (masked) action {a[k]}; legal actions were "
+                                 f"{(np.flatnonzero(masks[k]) + space.start).tolist()}")
         return a, a
     if isinstance(space, gym.spaces.Box):
         if a.shape != (n, *space.shape):
@@ -135,6 +139,7 @@ class Collector:
         self.group_agent: list[Agent] = []
         self.group_explore: list[bool] = []
         self.group_env_ids: list[bool] = []  # accepts_env_ids of each group's agent, asked once
+        self._labels: dict[tuple[int, str], str] = {}  # (group, seat) -> how errors name the agent there
         self._joint_of: dict[int, Any] = {}  # id(agent) -> its joint learner or None, asked once
         self._learner_index: dict[int, int] = {}
         self.learners: list[LearningAgent | JointLearner] = []
@@ -152,9 +157,11 @@ class Collector:
         self.pending: dict[int, StepResult] = {}
         for i in range(self.num_envs):
             self.assign(i, agents, explore, learn)
-        self.ep_return = np.zeros((self.num_envs, self.num_agents))
-        self.ep_len = np.zeros(self.num_envs, dtype=np.int64)
-        self.env_steps = np.zeros(self.num_envs, dtype=np.int64)  # per env, over this collector's life
+        # per env: each seat's return and the length of the running episode, and the env steps over this
+        # collector's life; Python numbers, as they change at every step (a numpy update costs more there)
+        self.ep_return: list[list[float]] = [[0.0] * self.num_agents for _ in range(self.num_envs)]
+        self.ep_len: list[int] = [0] * self.num_envs
+        self.env_steps: list[int] = [0] * self.num_envs
 
     def assign(self, i: int, agents: Sequence[Agent], explore: Sequence[bool], learn: Sequence[bool],
                tag: Any = None) -> None:
@@ -231,8 +238,8 @@ class Collector:
             self._begin_episode(i)
         for assembler in self.assemblers:
             assembler.reset(pending)
-        self.ep_return[:] = 0
-        self.ep_len[:] = 0
+        self.ep_return = [[0.0] * self.num_agents for _ in range(self.num_envs)]
+        self.ep_len = [0] * self.num_envs
         if self.episode_begin is not None:
             for i in range(self.num_envs):
                 self.episode_begin(i)
@@ -266,10 +273,10 @@ class Collector:
             results = self.venv.step(actions)
             if self.step_check is not None:
                 self.step_check.step(results, self.ep_len, self.env_steps)
-            # the step counters of every stepped env at once (one array operation, not two per env)
-            stepped = slice(None) if len(results) == self.num_envs else list(results)
-            self.ep_len[stepped] += 1
-            self.env_steps[stepped] += 1
+            ep_len, env_steps = self.ep_len, self.env_steps
+            for i in results:
+                ep_len[i] += 1
+                env_steps[i] += 1
             stats.env_steps += len(results)
             for i, res in results.items():
                 if self._absorb(i, res, stats) and done_eps is not None:
@@ -314,8 +321,7 @@ class Collector:
             # all seats of a group share one action space (checked by the trainer)
             first = who[g][0][1]
             space = spec.action_spaces[first]
-            stored, for_env = check_actions(raw, space, mask, len(who[g]),
-                                            f"agent {type(agent).__name__} in seat {first!r}")
+            stored, for_env = check_actions(raw, space, mask, len(who[g]), self._who(g, first))
             # Discrete actions reach the env as Python ints, as PettingZoo's own loops pass them (a
             # numpy integer takes the slow path of the space's contains() in every env step)
             rows = for_env.tolist() if isinstance(space, gym.spaces.Discrete) else for_env
@@ -325,23 +331,30 @@ class Collector:
                     assembler.on_act(i, name, obs[g][k], stored[k], None if mask is None else mask[k])
         return actions
 
+    def _who(self, g: int, seat: str) -> str:
+        """How errors name group ``g``'s agent acting in ``seat`` (built once, not at every step)."""
+        key = (g, seat)
+        if key not in self._labels:
+            self._labels[key] = f"agent {type(self.group_agent[g]).__name__} in seat {seat!r}"
+        return self._labels[key]
+
     def _absorb(self, i: int, res: StepResult, stats: CollectStats) -> bool:
         """Fold one env's step result (its step already counted) into returns and transitions; True
         if an episode ended."""
         for assembler in self.env_assemblers[i]:
             assembler.on_step(i, res)
-        seat_of = self.seat_of
+        seat_of, ep_return = self.seat_of, self.ep_return[i]
         for agent, r in res.rewards.items():
-            self.ep_return[i, seat_of[agent]] += r
+            ep_return[seat_of[agent]] += float(r)  # (float64 sums, as a numpy row of returns would add)
         ended = res.episode_over
         if ended:
             stats.episodes += 1
-            stats.returns.append(self.ep_return[i].copy())
-            stats.lengths.append(int(self.ep_len[i]))
+            stats.returns.append(np.array(ep_return, dtype=np.float64))
+            stats.lengths.append(self.ep_len[i])
             stats.tags.append(self.env_tag[i])
             if self.episode_end is not None:
                 self.episode_end(i, stats.returns[-1].copy(), stats.lengths[-1], self.env_tag[i])
-            self.ep_return[i] = 0
+            self.ep_return[i] = [0.0] * self.num_agents
             self.ep_len[i] = 0
             self._matchmake(i)
             self._begin_episode(i)

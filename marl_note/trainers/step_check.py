@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -40,6 +40,9 @@ _HOW_TO_DISABLE = ("Fix or wrap the env, or turn this check off with check_finit
                   "(Collector or DecentralizedTrainer).")
 _FIX_SPACE = "Fix the env, or the observation space it declares."
 _CHECKED = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiBinary, gym.spaces.MultiDiscrete)
+# a float batch of at most this many values is checked in Python, where each numpy call would cost
+# more than comparing every value (one env of CartPole: 4 values)
+_FEW = 64
 # spaces already warned about for out-of-bounds values in this process (see StepCheck)
 _WARNED: set[tuple] = set()
 
@@ -130,7 +133,8 @@ def _first_bad(value: Any) -> str | None:
 class _Leaf:
     """One distinct checked leaf space: its shape, whether it holds integers, its bounds."""
 
-    __slots__ = ("space", "key", "shape", "integer", "float", "low", "high", "lo", "hi", "uniform", "bounded")
+    __slots__ = ("space", "key", "shape", "integer", "float", "low", "high", "lo", "hi", "uniform", "bounded",
+                 "finite_low", "finite_high", "finite_lows", "finite_highs")
 
     def __init__(self, space: gym.Space, key: tuple):
         self.space, self.key = space, key
@@ -159,6 +163,11 @@ class _Leaf:
                                          and (self.high == self.high.flat[0]).all())
         self.lo = float(self.low.flat[0]) if size else -math.inf
         self.hi = float(self.high.flat[0]) if size else math.inf
+        # the bounds with an infinite one made the largest double: a float value lies within them
+        # exactly when it is finite and within the space's bounds (NaN and inf fail a comparison)
+        big = np.finfo(np.float64).max
+        self.finite_low, self.finite_high = np.maximum(self.low, -big), np.minimum(self.high, big)
+        self.finite_lows, self.finite_highs = self.finite_low.ravel().tolist(), self.finite_high.ravel().tolist()
 
     @staticmethod
     def key_of(space: gym.Space) -> tuple:
@@ -269,9 +278,13 @@ class StepCheck:
         bounds = self.watch[g]
         if not bounds:
             return not want_finite or bool(np.isfinite(x).all())
+        if want_finite and x.size <= _FEW:  # finite and within the bounds, in one pass of Python comparisons
+            rows = len(x)
+            return all(lo <= v <= hi for v, lo, hi in zip(x.ravel().tolist(), leaf.finite_lows * rows,
+                                                          leaf.finite_highs * rows))
         if not leaf.uniform:
-            if want_finite and not np.isfinite(x).all():
-                return False
+            if want_finite:  # finite and within the bounds, in one pass
+                return bool(((x >= leaf.finite_low) & (x <= leaf.finite_high)).all())
             return not ((x < leaf.low).any() or (x > leaf.high).any())
         if kind in "bui":
             return _integers_within(x, leaf.lo, leaf.hi)
@@ -280,7 +293,7 @@ class StepCheck:
             return False
         return leaf.lo <= low and high <= leaf.hi
 
-    def step(self, results: Mapping[int, Any], ep_len: np.ndarray, env_steps: np.ndarray) -> None:
+    def step(self, results: Mapping[int, Any], ep_len: Sequence[int], env_steps: Sequence[int]) -> None:
         """Check one vector step's results before they are absorbed."""
         values = results.values()
         ok = True
@@ -293,7 +306,7 @@ class StepCheck:
             for i in sorted(results):
                 self._search(i, results[i], int(ep_len[i]) + 1, int(env_steps[i]) + 1)
 
-    def reset(self, results: Mapping[int, Any], env_steps: np.ndarray) -> None:
+    def reset(self, results: Mapping[int, Any], env_steps: Sequence[int]) -> None:
         """Check the reset observations of ``{env index: StepResult}``."""
         if self.gathers and not self._observations_ok(results.values(), final=False):
             for i in sorted(results):
