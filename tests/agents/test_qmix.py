@@ -395,3 +395,24 @@ def test_on_hanabi_masks_hold_in_acting_and_the_seat_not_on_turn_can_only_wait_i
     assert (waits[go_on] == 1).all()  # at every next step that is played, exactly one seat waits
     expected = batch.rew.sum(axis=1) + 0.5 * np.where(go_on, best, 0.0)
     np.testing.assert_allclose(v.td_target(batch), expected, atol=1e-4)
+
+
+def test_a_turn_based_env_is_refused_before_any_row_is_stored():
+    """On an AEC env only one seat acts per step: a joint row would hold the others as if dead (out of the
+    mixer) and the mover's next observation before its own next turn, so the trainer refuses VDN/QMIX
+    there (cooperative_parallel_env plays a turn-based cooperative game with every seat acting)."""
+    from pettingzoo.classic import rps_v2
+
+    from marl_note.trainers import DecentralizedTrainer
+
+    trainer = DecentralizedTrainer(rps_v2.env, num_train_envs=1, num_test_envs=1, episodes_per_train=2,
+                                   episodes_per_test=1, seed=0)
+    try:
+        assert trainer.spec.turn_based
+        q = qmix_class("torch").from_trainer(trainer, **SMALL, seed=0)
+        with pytest.raises(TypeError, match="learns from joint per-step data, which needs a Parallel env; this env "
+                                            "is turn-based"):
+            trainer.train(q.seat_agents(), learning_mask=[1, 1], plot=False, progress=False)
+    finally:
+        trainer.close()
+    assert len(q.replay) == 0
