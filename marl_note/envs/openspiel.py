@@ -2,10 +2,14 @@
 
 An optional part of the env layer (``pip install marl_note[openspiel]``): ``pyspiel`` and
 ``shimmy`` are imported inside the functions, so ``import marl_note.envs`` loads neither.
-Only two-player zero-sum games are accepted (the games whose exploitability
-:func:`marl_note.trainers.exploitability.exploitability` measures). The legal-action mask
-reaches the agents through ``info["action_mask"]`` (Shimmy's place for it), which the AEC
-adapter strips from the observation like any other mask.
+:func:`openspiel_env` accepts two-player zero-sum games (the games whose exploitability
+:func:`marl_note.trainers.exploitability.exploitability` measures) as turn-based (AEC) envs.
+:func:`cooperative_parallel_env` accepts fully cooperative games with turns (every player paid
+the same, ``Utility.IDENTICAL``: Hanabi) as Parallel envs in which every seat acts at every step,
+the seats not on turn with one legal action, "wait" (how JaxMARL plays Hanabi), so that joint
+learners (VDN, QMIX) get one row per step in which every agent acted. The legal-action mask
+reaches the agents through ``info["action_mask"]`` (Shimmy's place for it), which the adapters
+strip from the observation like any other mask.
 
 The observation the agent of seat ``p`` sees at a decision node ``state`` is
 :func:`observation_of` ``(state, p)``: OpenSpiel's observation tensor (Shimmy's default)
@@ -18,9 +22,11 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from pettingzoo import ParallelEnv
 
 __all__ = ["OBSERVATIONS", "openspiel_env", "load_game", "observation_of", "observation_shape",
-           "legal_mask", "is_two_player_zero_sum", "two_player_zero_sum_games"]
+           "legal_mask", "is_two_player_zero_sum", "two_player_zero_sum_games", "is_cooperative",
+           "load_cooperative_game", "cooperative_parallel_env", "CooperativeParallelEnv"]
 
 #: The observation tensors an OpenSpiel env can give its agents.
 OBSERVATIONS = ("observation", "information_state")
@@ -42,6 +48,15 @@ def is_two_player_zero_sum(game: Any) -> bool:
             and kind.dynamics == pyspiel.GameType.Dynamics.SEQUENTIAL)
 
 
+def is_cooperative(game: Any) -> bool:
+    """Whether a ``pyspiel.Game`` is fully cooperative (every player gets the same payoff) with turns."""
+    import pyspiel
+
+    kind = game.get_type()
+    return (kind.utility == pyspiel.GameType.Utility.IDENTICAL
+            and kind.dynamics == pyspiel.GameType.Dynamics.SEQUENTIAL)
+
+
 def two_player_zero_sum_games() -> list[str]:
     """The registered OpenSpiel games that can be two-player zero-sum with sequential moves and a tensor
     observation, read from their game types (no game is loaded; a game whose default is not two
@@ -55,6 +70,34 @@ def two_player_zero_sum_games() -> list[str]:
         and (kind.provides_observation_tensor or kind.provides_information_state_tensor))
 
 
+def _load(game: Any, game_params: dict[str, Any]) -> Any:
+    """The ``pyspiel.Game`` named ``game`` (with ``game_params``) or ``game`` itself, unchecked."""
+    import pyspiel
+
+    if isinstance(game, str):
+        name = game[len(GAME_PREFIX):] if game.startswith(GAME_PREFIX) else game
+        base = name.split("(", 1)[0]
+        if base not in pyspiel.registered_names():
+            raise ValueError(f"unknown OpenSpiel game {base!r}; pyspiel.registered_names() lists the games")
+        try:
+            return pyspiel.load_game(name, game_params) if game_params else pyspiel.load_game(name)
+        except pyspiel.SpielError as e:
+            raise ValueError(f"OpenSpiel game {name!r} could not be loaded: {e}") from None
+    if isinstance(game, pyspiel.Game):
+        if game_params:
+            raise ValueError("game parameters are only taken with a game name, not with a pyspiel.Game")
+        return game
+    raise TypeError(f"game must be an OpenSpiel game name or a pyspiel.Game, got {type(game).__name__}")
+
+
+def _check_tensor(loaded: Any, observation: str) -> None:
+    kind = loaded.get_type()
+    has = kind.provides_observation_tensor if observation == "observation" else kind.provides_information_state_tensor
+    if not has:
+        raise ValueError(f"OpenSpiel game {str(loaded)!r} has no {observation.replace('_', '-')} tensor; "
+                         f"choose observation={OBSERVATIONS[1 - OBSERVATIONS.index(observation)]!r}")
+
+
 def load_game(game: Any, observation: str = "observation", **game_params: Any) -> Any:
     """The ``pyspiel.Game`` named ``game`` (or ``game`` itself), refused unless it fits.
 
@@ -64,34 +107,34 @@ def load_game(game: Any, observation: str = "observation", **game_params: Any) -
     zero-sum game with sequential moves, or lacks the tensor ``observation`` asks for.
     """
     _check_observation(observation)
-    import pyspiel
-
-    if isinstance(game, str):
-        name = game[len(GAME_PREFIX):] if game.startswith(GAME_PREFIX) else game
-        base = name.split("(", 1)[0]
-        if base not in pyspiel.registered_names():
-            raise ValueError(f"unknown OpenSpiel game {base!r}; pyspiel.registered_names() lists the games")
-        try:
-            loaded = pyspiel.load_game(name, game_params) if game_params else pyspiel.load_game(name)
-        except pyspiel.SpielError as e:
-            raise ValueError(f"OpenSpiel game {name!r} could not be loaded: {e}") from None
-    elif isinstance(game, pyspiel.Game):
-        if game_params:
-            raise ValueError("game parameters are only taken with a game name, not with a pyspiel.Game")
-        loaded = game
-    else:
-        raise TypeError(f"game must be an OpenSpiel game name or a pyspiel.Game, got {type(game).__name__}")
-    label = str(loaded)
+    loaded = _load(game, game_params)
     if not is_two_player_zero_sum(loaded):
         kind = loaded.get_type()
-        raise ValueError(f"OpenSpiel game {label!r} is not a two-player zero-sum game with sequential moves "
+        hint = " (a cooperative game: cooperative_parallel_env plays it)" if is_cooperative(loaded) else ""
+        raise ValueError(f"OpenSpiel game {str(loaded)!r} is not a two-player zero-sum game with sequential moves "
                          f"({loaded.num_players()} players, {kind.utility}, {kind.dynamics}); "
-                         f"only those are supported")
-    kind = loaded.get_type()
-    has = kind.provides_observation_tensor if observation == "observation" else kind.provides_information_state_tensor
-    if not has:
-        raise ValueError(f"OpenSpiel game {label!r} has no {observation.replace('_', '-')} tensor; "
-                         f"choose observation={OBSERVATIONS[1 - OBSERVATIONS.index(observation)]!r}")
+                         f"only those are supported{hint}")
+    _check_tensor(loaded, observation)
+    return loaded
+
+
+def load_cooperative_game(game: Any, observation: str = "observation", **game_params: Any) -> Any:
+    """The ``pyspiel.Game`` named ``game`` (or ``game`` itself), refused with a ``ValueError`` naming
+    it unless it is fully cooperative (``Utility.IDENTICAL``) with sequential moves and has the
+    tensor ``observation`` asks for; ``game`` and ``game_params`` as in :func:`load_game`.
+
+    Example:
+        >>> load_cooperative_game("hanabi", players=2, colors=2, ranks=3, hand_size=2).num_players()
+        2
+    """
+    _check_observation(observation)
+    loaded = _load(game, game_params)
+    if not is_cooperative(loaded):
+        kind = loaded.get_type()
+        raise ValueError(f"OpenSpiel game {str(loaded)!r} is not a fully cooperative game with sequential moves "
+                         f"({kind.utility}, {kind.dynamics}); cooperative_parallel_env takes only those "
+                         f"(Utility.IDENTICAL: every player gets the same payoff)")
+    _check_tensor(loaded, observation)
     return loaded
 
 
@@ -279,3 +322,133 @@ def openspiel_env(game: Any, *, observation: str = "observation", render_mode: s
     loaded = load_game(game, observation, **game_params)
     # By name and parameters, not as the Game object: Shimmy's reset() reloads the game from these.
     return _env_class()(loaded.get_type().short_name, dict(loaded.get_parameters()), observation, render_mode)
+
+
+class CooperativeParallelEnv(ParallelEnv):
+    """A fully cooperative OpenSpiel game with turns as a PettingZoo Parallel env: every seat acts at
+    every step (build it with :func:`cooperative_parallel_env`).
+
+    Seats are ``player_0`` ... (OpenSpiel's player ids). Each seat's action space is
+    ``Discrete(game.num_distinct_actions() + 1)``: the game's actions, then ``wait``
+    (``num_distinct_actions()``), the one legal action of a seat that is not on turn and never
+    legal for the seat on turn. The mask is in ``info["action_mask"]`` (int8, 1 = legal); the
+    observation is seat ``p``'s tensor (:func:`observation_of`, float32). A step applies the action
+    of the seat on turn, then the chance moves that follow (drawn from the env's generator,
+    ``reset(seed=...)`` seeds it; ``reset()`` without a seed keeps it); every seat's reward is the
+    change of its return (so a game's rewards add up to its final returns, and every seat gets the
+    same). The episode ends, as terminated for every seat, when the game is over (the games end by
+    themselves: no truncation). An action that is not legal for its seat is refused with a
+    ``ValueError`` naming the seat before the game moves.
+
+    Example:
+        >>> env = cooperative_parallel_env("hanabi", players=2, colors=2, ranks=3, hand_size=2,
+        ...                                max_information_tokens=3, max_life_tokens=1)
+        >>> obs, infos = env.reset(seed=0)
+        >>> env.action_space("player_0"), env.wait
+        (Discrete(10), 9)
+        >>> [np.flatnonzero(infos[a]["action_mask"]).tolist() for a in env.agents]  # player_0 is on turn
+        [[2, 3, 4, 6], [9]]
+        >>> obs, rewards, terminated, truncated, infos = env.step({"player_0": 2, "player_1": env.wait})  # plays Y1
+        >>> rewards, [np.flatnonzero(infos[a]["action_mask"]).tolist() for a in env.agents]
+        ({'player_0': 1.0, 'player_1': 1.0}, [[9], [2, 3, 4, 5, 6, 7]])
+    """
+
+    metadata = {"name": "openspiel_cooperative_parallel", "render_modes": [], "is_parallelizable": True}
+
+    def __init__(self, game: Any, observation: str = "observation"):
+        import gymnasium as gym
+
+        self.game = game
+        self.observation_kind = observation
+        self.possible_agents = [f"player_{p}" for p in range(game.num_players())]
+        self.agents: list[str] = []
+        self.wait = int(game.num_distinct_actions())
+        self._shape = observation_shape(game, observation)
+        self.observation_spaces = {a: gym.spaces.Box(-np.inf, np.inf, self._shape, np.float32)
+                                   for a in self.possible_agents}
+        self.action_spaces = {a: gym.spaces.Discrete(self.wait + 1) for a in self.possible_agents}
+        self.np_random = np.random.default_rng()
+        self.game_state: Any = None
+
+    def observation_space(self, agent: str) -> Any:
+        return self.observation_spaces[agent]
+
+    def action_space(self, agent: str) -> Any:
+        return self.action_spaces[agent]
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        if seed is not None:
+            self.np_random = np.random.default_rng(seed)
+        self.game_state = self.game.new_initial_state()
+        self._chance()
+        self.agents = self.possible_agents[:]
+        return self._observe()
+
+    def _chance(self) -> None:
+        state = self.game_state
+        while state.is_chance_node():
+            state.apply_action(chance_outcome(state.chance_outcomes(), self.np_random.random()))
+
+    def _mask(self, player: int) -> np.ndarray:
+        mask = np.zeros(self.wait + 1, np.int8)
+        state = self.game_state
+        if not state.is_terminal() and state.current_player() == player:
+            mask[state.legal_actions(player)] = 1
+        else:
+            mask[self.wait] = 1
+        return mask
+
+    def _observe(self) -> tuple[dict, dict]:
+        obs = {a: observation_of(self.game_state, p, self.observation_kind, self._shape).astype(np.float32)
+               for p, a in enumerate(self.possible_agents)}
+        infos = {a: {"action_mask": self._mask(p)} for p, a in enumerate(self.possible_agents)}
+        return obs, infos
+
+    def step(self, actions: dict) -> tuple[dict, dict, dict, dict, dict]:
+        if not self.agents:
+            raise RuntimeError("step() after the episode ended: call reset() first")
+        missing = [a for a in self.agents if a not in actions]
+        if missing:
+            raise ValueError(f"every seat acts at every step; no action for {missing} (a seat not on turn "
+                             f"plays wait = {self.wait})")
+        state = self.game_state
+        mover = state.current_player()
+        for p, agent in enumerate(self.possible_agents):
+            action = int(actions[agent])
+            if not self._mask(p)[action] if 0 <= action <= self.wait else True:
+                turn = "on turn" if p == mover else f"not on turn: its only legal action is wait = {self.wait}"
+                raise ValueError(f"seat {agent!r} played {action}, which is not legal ({turn}; legal "
+                                 f"{np.flatnonzero(self._mask(p)).tolist()})")
+        before = np.asarray(state.returns(), np.float64)
+        state.apply_action(int(actions[self.possible_agents[mover]]))
+        self._chance()
+        gained = np.asarray(state.returns(), np.float64) - before
+        obs, infos = self._observe()
+        over = state.is_terminal()
+        rewards = {a: float(gained[p]) for p, a in enumerate(self.possible_agents)}
+        terminated = dict.fromkeys(self.possible_agents, over)
+        truncated = dict.fromkeys(self.possible_agents, False)
+        if over:
+            self.agents = []
+        return obs, rewards, terminated, truncated, infos
+
+    def __reduce__(self) -> tuple:  # a pyspiel state does not pickle: rebuild from the game
+        return (type(self), (self.game, self.observation_kind))
+
+
+def cooperative_parallel_env(game: Any, *, observation: str = "observation", **game_params: Any) -> Any:
+    """A fully cooperative OpenSpiel game with turns (``Utility.IDENTICAL``: Hanabi) as a Parallel env in
+    which every seat acts at every step, the seats not on turn with ``wait`` as their one legal action
+    (:class:`CooperativeParallelEnv`).
+
+    ``game``, ``observation`` and ``game_params`` as in :func:`openspiel_env`. A game that is not
+    fully cooperative with sequential moves, or that lacks the tensor asked for, is refused with a
+    ``ValueError`` naming it before anything is built.
+
+    Example:
+        >>> env = cooperative_parallel_env("hanabi", players=2, colors=2, ranks=3, hand_size=2,
+        ...                                max_information_tokens=3, max_life_tokens=1)
+        >>> env.possible_agents, env.observation_space("player_0").shape
+        (['player_0', 'player_1'], (113,))
+    """
+    return CooperativeParallelEnv(load_cooperative_game(game, observation, **game_params), observation)

@@ -354,3 +354,65 @@ def test_the_mixer_reads_the_envs_state_when_the_trainer_has_one():
     fallback = QMIX(q.observation_spaces, q.action_spaces, **SMALL, seed=0)
     assert fallback.state_dim == sum(q.obs_dim.values())
     np.testing.assert_allclose(fallback.q_tot(moved), fallback.q_tot(batch))
+
+
+# --------------------------------------------------------------------------- a cooperative env with action masks
+
+def test_on_hanabi_masks_hold_in_acting_and_the_seat_not_on_turn_can_only_wait_in_the_targets():
+    """Hanabi with every seat acting (cooperative_parallel_env): training explores and tests greedily without
+    an illegal action (the env refuses one); every stored row has both agents acting, and the target
+    takes the wait Q-value of the seat not on turn at the next step however large another of its
+    Q-values is, and the best legal one of the seat on turn (VDN: a sum, checked by hand)."""
+    pytest.importorskip("pyspiel")
+    from marl_note.envs.openspiel import cooperative_parallel_env
+    from marl_note.trainers import DecentralizedTrainer
+
+    params = dict(players=2, colors=2, ranks=3, hand_size=2, max_information_tokens=3, max_life_tokens=1)
+    VDN = qmix_class("torch", "VDN")
+    trainer = DecentralizedTrainer(lambda: cooperative_parallel_env("hanabi", **params), num_train_envs=2,
+                                   num_test_envs=2, batch_size=16, update_freq=20, test_freq=1000,
+                                   episodes_per_train=30, episodes_per_test=4, seed=0)
+    try:
+        v = VDN.from_trainer(trainer, **{**SMALL, "learning_starts": 32}, gamma=0.5, team_reward="sum", seed=0)
+        stats = trainer.train(v.seat_agents(), learning_mask=[1, 1], plot=False, progress=False, baseline=None)
+        assert stats["num_gradient_steps"] > 0
+        trainer.test(v.seat_agents(), episodes=4)
+    finally:
+        trainer.close()
+    batch = v.replay.sample(64)
+    assert batch.alive.all()
+    wait = 9
+    values = np.arange(1.0, 11.0, dtype=np.float32)
+    values[wait] = 1.0
+    values[0] = 50.0  # the highest Q-value: legal for the seat on turn at times, never for the one waiting
+    set_state(v, const_q(v, values))
+    go_on = ~batch.terminated.any(axis=1)
+    assert go_on.sum() > 10 and batch.terminated[~go_on].all()  # a game ends for both seats at once
+    best = np.zeros(64, np.float32)
+    for a in v.agents:
+        best += np.where(batch.next_mask[a], values, -np.inf).max(axis=1)
+    waits = sum((batch.next_mask[a].sum(axis=1) == 1) & batch.next_mask[a][:, wait] for a in v.agents)
+    assert (waits[go_on] == 1).all()  # at every next step that is played, exactly one seat waits
+    expected = batch.rew.sum(axis=1) + 0.5 * np.where(go_on, best, 0.0)
+    np.testing.assert_allclose(v.td_target(batch), expected, atol=1e-4)
+
+
+def test_a_turn_based_env_is_refused_before_any_row_is_stored():
+    """On an AEC env only one seat acts per step: a joint row would hold the others as if dead (out of the
+    mixer) and the mover's next observation before its own next turn, so the trainer refuses VDN/QMIX
+    there (cooperative_parallel_env plays a turn-based cooperative game with every seat acting)."""
+    from pettingzoo.classic import rps_v2
+
+    from marl_note.trainers import DecentralizedTrainer
+
+    trainer = DecentralizedTrainer(rps_v2.env, num_train_envs=1, num_test_envs=1, episodes_per_train=2,
+                                   episodes_per_test=1, seed=0)
+    try:
+        assert trainer.spec.turn_based
+        q = qmix_class("torch").from_trainer(trainer, **SMALL, seed=0)
+        with pytest.raises(TypeError, match="learns from joint per-step data, which needs a Parallel env; this env "
+                                            "is turn-based"):
+            trainer.train(q.seat_agents(), learning_mask=[1, 1], plot=False, progress=False)
+    finally:
+        trainer.close()
+    assert len(q.replay) == 0

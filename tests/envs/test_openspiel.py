@@ -154,3 +154,68 @@ def test_spaces_are_built_once_and_keep_the_game_shapes(observation):
         assert obs is None or obs.shape == spaces[0].shape
     assert (env.observation_space("player_1"), env.action_space("player_1")) == spaces
     assert env.observation_space("player_1") is spaces[0] and env.action_space("player_1") is spaces[1]
+
+
+# --------------------------------------------------------------------------- cooperative games, every seat acting
+
+HANABI = dict(players=2, colors=2, ranks=3, hand_size=2, max_information_tokens=3, max_life_tokens=1)
+
+
+def test_cooperative_hanabi_every_seat_acts_and_only_the_seat_on_turn_has_a_choice():
+    """Through the Parallel adapter: every step every seat acts; the seat on turn has exactly the game's
+    legal actions, the other one only wait; every seat is paid the same and the rewards add up to the
+    game's returns; games end as terminated, by themselves."""
+    from marl_note.envs.openspiel import cooperative_parallel_env
+
+    env = cooperative_parallel_env("hanabi", **HANABI)
+    adapter = adapt(env)
+    spec = make_spec(adapter)
+    game = pyspiel.load_game("hanabi", HANABI)
+    assert spec.possible_agents == ("player_0", "player_1") and not spec.turn_based and spec.has_action_mask
+    assert spec.action_spaces["player_0"].n == game.num_distinct_actions() + 1 == env.wait + 1
+    assert spec.observation_spaces["player_1"].shape == tuple(game.observation_tensor_shape())
+    rng, paid = np.random.default_rng(0), 0
+    for seed in range(20):
+        res, total = adapter.reset(seed=seed), np.zeros(2)
+        while not res.episode_over:
+            state = env.game_state
+            mover = state.current_player()
+            assert sorted(res.obs) == ["player_0", "player_1"]
+            for p, agent in enumerate(spec.possible_agents):
+                legal = np.flatnonzero(res.masks[agent]).tolist()
+                assert legal == (state.legal_actions(p) if p == mover else [env.wait])
+                np.testing.assert_array_equal(res.obs[agent], np.asarray(state.observation_tensor(p), np.float32))
+            res = adapter.step({a: int(rng.choice(np.flatnonzero(res.masks[a]))) for a in res.obs})
+            assert res.rewards["player_0"] == res.rewards["player_1"]
+            total += [res.rewards["player_0"], res.rewards["player_1"]]
+            paid += res.rewards["player_0"] != 0
+        assert all(res.terminated.values()) and not any(res.truncated.values())
+        np.testing.assert_allclose(total, env.game_state.returns())
+    assert paid > 0  # cards were played (and lost with the last life token): the rewards are not all zero
+
+
+def test_cooperative_env_refuses_illegal_actions_and_other_games():
+    import pickle
+
+    from marl_note.envs.openspiel import cooperative_parallel_env
+
+    env = cooperative_parallel_env("openspiel/hanabi", **HANABI)
+    _, infos = env.reset(seed=1)
+    legal = int(np.flatnonzero(infos["player_0"]["action_mask"])[0])
+    before = str(env.game_state)
+    with pytest.raises(ValueError, match=r"seat 'player_0' played 9, which is not legal \(on turn"):
+        env.step({"player_0": env.wait, "player_1": env.wait})
+    with pytest.raises(ValueError, match=r"seat 'player_1' played 0, which is not legal \(not on turn: its only "
+                                         r"legal action is wait = 9"):
+        env.step({"player_0": legal, "player_1": 0})
+    with pytest.raises(ValueError, match=r"no action for \['player_1'\]"):
+        env.step({"player_0": legal})
+    assert str(env.game_state) == before  # refused before the game moved
+    copy = pickle.loads(pickle.dumps(env))
+    assert copy.reset(seed=1)[0]["player_0"].shape == env.observation_space("player_0").shape
+    with pytest.raises(ValueError, match=r"'kuhn_poker\(\)' is not a fully cooperative game"):
+        cooperative_parallel_env("kuhn_poker")
+    with pytest.raises(ValueError, match="hanabi.*not a two-player zero-sum game.*cooperative_parallel_env plays it"):
+        openspiel_env("hanabi", **HANABI)
+    with pytest.raises(ValueError, match="could not be loaded"):
+        cooperative_parallel_env("hanabi", no_such_param=1)
