@@ -9,7 +9,8 @@ Shared PPO ("ppo") is the zoo recipe whose shared-PPO figure docs/benchmarks.md 
 its agent options, wrappers and trainer settings (``SHARED_PPO_RECIPE``: simple_spread's on
 simple_spread and simple_reference, simple_tag's padded seats on simple_speaker_listener, pursuit's
 on pursuit). It plays the arg-max action ("greedy") and, like MAPPO, its samples ("sampled").
-``--recipe NAME`` trains MAPPO/IPPO with a zoo recipe's ``[agent]`` options instead of the defaults.
+``--recipe NAME`` trains MAPPO/IPPO with a zoo recipe's ``[agent]`` options and its trainer's
+``num_envs``, ``batch_size`` and ``update_freq`` instead of the defaults.
 pursuit_v5 runs the zoo recipe's 200-step episodes (``--max-cycles`` changes it); periodic tests
 during training play ``--periodic-test-episodes`` episodes (default: ``--test-episodes``).
 
@@ -108,7 +109,9 @@ def run(algo: str, env_name: str, mod, env_steps: int, seed: int, test_episodes:
         agent.cfg = dataclasses.replace(agent.cfg, deterministic_eval=False)
         out["sampled"] = team(trainer.test(seats, episodes=test_episodes))
     else:
-        trainer = trainer_for(env, cycles, env_steps, seed, 400 if algo != "maddpg" else 200, periodic)
+        t = recipe(mappo_recipe).trainer if mappo_recipe else {}
+        trainer = trainer_for(env, cycles, env_steps, seed, t.get("update_freq", 400 if algo != "maddpg" else 200),
+                              periodic, num_envs=t.get("num_envs", N_ENVS), batch_size=t.get("batch_size", 1024))
         if algo == "maddpg":
             learner = mod.MADDPG.from_trainer(trainer, seed=seed)
         else:  # one actor shared by alike seats, one per seat otherwise
@@ -143,7 +146,8 @@ def main() -> None:
     parser.add_argument("--periodic-test-episodes", type=int, default=None,
                         help="episodes of each periodic test during training (default: --test-episodes)")
     parser.add_argument("--max-cycles", type=int, default=None, help="episode length (default: MAX_CYCLES)")
-    parser.add_argument("--recipe", default=None, help="a zoo recipe whose [agent] options MAPPO/IPPO train with")
+    parser.add_argument("--recipe", default=None,
+                        help="a zoo recipe whose agent and trainer settings MAPPO/IPPO train with")
     parser.add_argument("--json", default=None, help="append each row as a JSON line to this file")
     args = parser.parse_args()
     periodic = args.periodic_test_episodes or args.test_episodes
