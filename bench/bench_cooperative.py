@@ -27,14 +27,17 @@ import importlib
 import json
 import os
 import platform
+import sys
 import time
 
 import numpy as np
 
-from marl_note.agents import RandomAgent
-from marl_note.cli.zoo import recipe
-from marl_note.cli.zoo_run import WrappedEnv
-from marl_note.trainers import DecentralizedTrainer
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout's marl_note
+
+from marl_note.agents import RandomAgent  # noqa: E402
+from marl_note.cli.zoo import recipe  # noqa: E402
+from marl_note.cli.zoo_run import WrappedEnv  # noqa: E402
+from marl_note.trainers import DecentralizedTrainer  # noqa: E402
 
 N_ENVS = 8
 # the zoo recipe whose shared-PPO figure each env is compared with (docs/benchmarks.md: the zoo, and
