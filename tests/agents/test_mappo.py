@@ -181,3 +181,31 @@ def test_cli_tiny_run(tmp_path, algo, capsys):
     assert main(["train", "--env", "simple_spread_v3", "--algo", algo, "--env-steps", "200", "--out", os.fspath(out),
                  "--quiet"]) == 0, capsys.readouterr().err[-2000:]
     assert (out / "last").exists()
+
+
+def test_unlike_seats_train_one_actor_per_seat_over_the_env_state():
+    """simple_speaker_listener: the speaker sees 3 features and has 3 actions, the listener 11 and 5."""
+    from mpe2 import simple_speaker_listener_v4
+
+    from marl_note.trainers import DecentralizedTrainer
+
+    def env():
+        return simple_speaker_listener_v4.parallel_env(max_cycles=5)
+    trainer = DecentralizedTrainer(env, num_train_envs=2, num_test_envs=1, update_freq=20, episodes_per_train=8,
+                                   episodes_per_test=1, test_freq=8, batch_size=20, seed=0)
+    with pytest.raises(ValueError, match="share_actor=False"):
+        torch_mappo.MAPPO.from_trainer(trainer)
+    m = torch_mappo.MAPPO.from_trainer(trainer, share_actor=False, hidden_sizes=(8,), n_steps=20, n_epochs=1, seed=0)
+    assert m.groups == ("speaker_0", "listener_0") and m.critic_input_dim == m.state_space.shape[0] == 14
+    shapes = {name: value.shape for name, value in m.state_dict().items()}
+    assert shapes["speaker_0.actor.0.weight"] == (8, 3) and shapes["listener_0.actor.0.weight"] == (8, 11)
+    assert shapes["speaker_0.actor.2.weight"] == (3, 8) and shapes["listener_0.actor.2.weight"] == (5, 8)
+    assert shapes["speaker_0.critic.0.weight"] == shapes["listener_0.critic.0.weight"] == (8, 14)
+    stats = trainer.train(m.seat_agents(), learning_mask=[1, 1], plot=False, progress=False)
+    assert stats["num_gradient_steps"] >= 1
+    speaker, listener = m.seat_agents()
+    assert set(speaker.act(np.zeros((64, 3)), explore=True)) <= {0, 1, 2}
+    assert set(listener.act(np.zeros((64, 11)), explore=True)) == {0, 1, 2, 3, 4}
+    result = trainer.test(m.seat_agents(), episodes=2)
+    trainer.close()
+    assert np.isfinite(result["rewards"]).all()
