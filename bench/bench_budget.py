@@ -18,13 +18,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import multiprocessing as mp
 import os
 import platform
 import tempfile
 import time
 
-from bench_threads import busy_loop
+from bench_threads import busy_loops
 
 ENVS = {
     "cartpole": ["--env", "CartPole-v1"],  # the zoo's recipe (DQN)
@@ -96,17 +95,8 @@ def main() -> None:
         run_once(env, 0.05)
     worst = {"idle": max(measure(envs, args.minutes, "idle"))}
     if not args.idle_only:
-        ctx = mp.get_context("spawn")
-        hogs = [ctx.Process(target=busy_loop, daemon=True) for _ in range(2)]
-        for hog in hogs:
-            hog.start()
-        try:
+        with busy_loops(2):
             worst["loaded"] = max(measure(envs, args.minutes, "loaded"))
-        finally:
-            for hog in hogs:
-                hog.terminate()
-            for hog in hogs:
-                hog.join()
     for label, value in worst.items():
         print(f"{label}: the largest overshoot {value:+.1%} (target: under +5%)")
 

@@ -28,6 +28,7 @@ import platform
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
 
 TASKS = {
     "frozenlake": (["--env", "FrozenLake-v1", "--env-arg", "map_name=8x8", "--algo", "dqn"], 3000),
@@ -40,6 +41,21 @@ def busy_loop() -> None:
     """A CPU-bound process: what another job on a shared machine looks like to this one."""
     while True:
         pass
+
+
+@contextlib.contextmanager
+def busy_loops(n: int = 2) -> Iterator[None]:
+    """``n`` busy-loop processes (:func:`busy_loop`) running beside the block: a loaded machine."""
+    hogs = [mp.get_context("spawn").Process(target=busy_loop, daemon=True) for _ in range(n)]
+    for hog in hogs:
+        hog.start()
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            hog.terminate()
+        for hog in hogs:
+            hog.join()
 
 
 def run_once(task: str, threads: int, scale: float) -> float:
@@ -105,17 +121,8 @@ def main() -> None:
         run_once(task, 1, 0.01)
     results = {"idle": measure(tasks, args.repeats, args.scale, old, "idle")}
     if not args.idle_only:
-        ctx = mp.get_context("spawn")
-        hogs = [ctx.Process(target=busy_loop, daemon=True) for _ in range(2)]
-        for hog in hogs:
-            hog.start()
-        try:
+        with busy_loops(2):
             results["loaded"] = measure(tasks, args.repeats, args.scale, old, "loaded")
-        finally:
-            for hog in hogs:
-                hog.terminate()
-            for hog in hogs:
-                hog.join()
     print(f"load at the end {os.getloadavg()[0]:.1f}")
     for label, rates in results.items():
         summary(rates, tasks, label)
