@@ -81,7 +81,8 @@ def run(game: str, seed: int, minutes: float, args: argparse.Namespace, rows: li
     return last
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
+    """The options (also read by ``bench_exploitability.py --methods psro``, which runs PSRO with these defaults)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--game", default="kuhn_poker")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -106,7 +107,11 @@ def main() -> None:
     p.add_argument("--best-response", default="trained", choices=["trained", "exact"],
                    help="exact: OpenSpiel's best response as each new member (a comparison, not RL)")
     p.add_argument("--csv", default=None)
-    args = p.parse_args()
+    return p
+
+
+def main() -> None:
+    args = parser().parse_args()
     floor, floor_minutes = FLOORS.get(args.game, (float("nan"), 2.0))
     minutes = args.minutes if args.minutes is not None else floor_minutes
     print(f"machine load: {os.getloadavg()}; {minutes} CPU minutes per seed, one thread", flush=True)
