@@ -19,7 +19,7 @@ medians are compared as numpy/torch ratios (the machine's load moves both alike)
   of the commit before), both trees' ``marl_note`` loaded in this one process, their rounds interleaved, thread
   CPU time (``time.thread_time``); printed: each tree's median microseconds per call, the ratio this / ``DIR``,
   whether both agents' weights and optimiser state are bit for bit the same after the same calls (they start
-  from the same seed and replay, so a change that keeps the arithmetic keeps them equal), and this tree's
+  from the same seed and replay, so a change that keeps the arithmetic keeps them equal), and both trees'
   ``learn()`` cut into phases (replay sampling, the batch's arrays, the network step and its parts);
 - ``budget``: CartPole-v1 DQN through ``DecentralizedTrainer`` for a fixed budget of env steps
   (the same env steps and, through ``replay_ratio``, the same gradient steps in both backends),
@@ -270,9 +270,13 @@ def bench_against(tree: Path, rounds: int, calls: int) -> None:
           f"base ({trees['base']}) {med['base'] * 1e6:.1f} us, this {med['this'] * 1e6:.1f} us per call, "
           f"this/base {med['this'] / med['base']:.3f}x; the same weights and optimiser state after "
           f"{(rounds + 1) * calls} calls each: {same}", flush=True)
-    sys.modules.update(mods["this"])
-    for name, us in learn_phases(agents["this"], max(100, calls)).items():
-        print(f"  {name:28s} {us:8.1f} us", flush=True)
+    phases = {}
+    for name in ("base", "this"):  # each phase timed alone (warm caches: the parts add up to less than learn())
+        sys.modules.update(mods[name])
+        phases[name] = learn_phases(agents[name], max(100, calls))
+    print(f"  {'phase, us per call':28s} {'base':>8s} {'this':>8s}", flush=True)
+    for phase in phases["this"]:
+        print(f"  {phase:28s} {phases['base'][phase]:8.1f} {phases['this'][phase]:8.1f}", flush=True)
 
 
 def cartpole_run(backend: str, env_steps: int, seed: int = 0) -> dict:
