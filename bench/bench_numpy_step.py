@@ -15,6 +15,12 @@ medians are compared as numpy/torch ratios (the machine's load moves both alike)
   and prioritized replay;
 - ``zoo``: the same ``learn`` for ``bench/bench_sb3_dqn.py``'s DQN (RL Zoo's CartPole-v1 settings: 256-256,
   batch 64, Huber, no double Q, max_grad_norm 10), 20,000 transitions in the replay;
+- ``against``: the ``zoo`` agent's ``learn()`` in this tree against another tree (``--against DIR``, e.g. a worktree
+  of the commit before), both trees' ``marl_note`` loaded in this one process, their rounds interleaved, thread
+  CPU time (``time.thread_time``); printed: each tree's median microseconds per call, the ratio this / ``DIR``,
+  whether both agents' weights and optimiser state are bit for bit the same after the same calls (they start
+  from the same seed and replay, so a change that keeps the arithmetic keeps them equal), and both trees'
+  ``learn()`` cut into phases (replay sampling, the batch's arrays, the network step and its parts);
 - ``budget``: CartPole-v1 DQN through ``DecentralizedTrainer`` for a fixed budget of env steps
   (the same env steps and, through ``replay_ratio``, the same gradient steps in both backends),
   the wall time of the training loop, tests off.
@@ -28,6 +34,7 @@ picks OpenBLAS's AVX kernels instead of the Haswell ones it detects (the header 
 
 Run:  python bench/bench_numpy_step.py [--only step,learn,zoo,ppo,sac,budget] [--reps 15] [--calls 200]
       [--hidden 128,128]
+      python bench/bench_numpy_step.py --only against --against DIR [--rounds 30] [--calls 200]
       python bench/bench_numpy_step.py --cold         (without the BLAS warm-up)
       python bench/bench_numpy_step.py --quick        (a smoke run: small counts)
 """
@@ -40,8 +47,11 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import argparse  # noqa: E402
 import platform  # noqa: E402
 import statistics  # noqa: E402
+import sys  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
 
 import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
@@ -94,8 +104,8 @@ def report(title: str, medians: dict[str, float], unit: float = 1e3, unit_name: 
     return ratio
 
 
-def cartpole_batch(n: int, rng: np.random.Generator) -> Transitions:
-    return Transitions(obs=rng.normal(size=(n, 4)).astype(np.float32), act=rng.integers(0, 2, n),
+def cartpole_batch(n: int, rng: np.random.Generator, cls: Any = Transitions) -> Transitions:
+    return cls(obs=rng.normal(size=(n, 4)).astype(np.float32), act=rng.integers(0, 2, n),
                        rew=np.ones(n, np.float32), next_obs=rng.normal(size=(n, 4)).astype(np.float32),
                        terminated=rng.random(n) < 0.05, truncated=np.zeros(n, bool))
 
@@ -165,20 +175,108 @@ def bench_learn(reps: int, calls: int) -> None:
         report(f"DQN learn(), 64-64, batch 64, {label} replay", interleaved(fns, reps))
 
 
+ZOO = dict(hidden_sizes=(256, 256), activation="relu", lr=2.3e-3, gamma=0.99, buffer_size=100_000,
+           learning_starts=1000, update_steps=128, target_update_agent_steps=10, double=False, criterion="huber",
+           max_grad_norm=10.0)
+
+
+def zoo_agent(mod: Any, cls: Any = Transitions) -> Any:
+    """The DQN of ``bench/bench_sb3_dqn.py`` from backend module ``mod``, seed 0, 20,000 transitions stored
+    (``cls``: the ``Transitions`` class of ``mod``'s tree)."""
+    agent = mod.DQN(OBS, ACT, seed=0, **ZOO)
+    rng = np.random.default_rng(2)
+    for _ in range(40):
+        agent.observe(cartpole_batch(500, rng, cls))
+    return agent
+
+
 def bench_zoo(reps: int, calls: int) -> None:
     """``learn()`` of the DQN of ``bench/bench_sb3_dqn.py`` (RL Zoo's CartPole-v1 settings: 256-256 ReLU, batch 64,
     Huber, no double Q, max_grad_norm 10, lr 2.3e-3): replay sampling, arrays, the step, the target bookkeeping."""
-    zoo = dict(hidden_sizes=(256, 256), activation="relu", lr=2.3e-3, gamma=0.99, buffer_size=100_000,
-               learning_starts=1000, update_steps=128, target_update_agent_steps=10, double=False, criterion="huber",
-               max_grad_norm=10.0)
     fns = {}
     for name, mod in BACKENDS.items():
-        agent = mod.DQN(OBS, ACT, seed=0, **zoo)
-        rng = np.random.default_rng(2)
-        for _ in range(40):
-            agent.observe(cartpole_batch(500, rng))
+        agent = zoo_agent(mod)
         fns[name] = per_call(lambda a=agent: a.learn(a.replay.sample(64)), calls)
     report("DQN learn(), RL Zoo CartPole-v1 (256-256, batch 64, Huber, no double)", interleaved(fns, reps))
+
+
+def load_tree(tree: Path) -> dict[str, Any]:
+    """Import ``tree``'s ``marl_note`` (its numpy backend) afresh; returns its modules (the ``sys.modules`` entries
+    to put back before running its code, for imports made at call time)."""
+    for name in [n for n in sys.modules if n == "marl_note" or n.startswith("marl_note.")]:
+        del sys.modules[name]
+    sys.path.insert(0, str(tree))
+    try:
+        import marl_note.agents.numpy  # noqa: F401
+        import marl_note.types  # noqa: F401
+    finally:
+        sys.path.remove(str(tree))
+    mods = {n: m for n, m in sys.modules.items() if n == "marl_note" or n.startswith("marl_note.")}
+    assert str(Path(mods["marl_note"].__file__).resolve()).startswith(str(tree.resolve())), mods["marl_note"].__file__
+    return mods
+
+
+def thread_timed(fn: Callable[[], object], calls: int) -> float:
+    """Thread CPU seconds per call of ``calls`` calls of ``fn``."""
+    start = time.thread_time()
+    for _ in range(calls):
+        fn()
+    return (time.thread_time() - start) / calls
+
+
+def learn_phases(agent: Any, calls: int) -> dict[str, float]:
+    """Thread CPU microseconds per call of each phase of ``agent.learn`` (the numpy DQN at RL Zoo's settings),
+    each phase timed alone over ``calls`` calls on one sampled batch (the step's parts on that batch's arrays)."""
+    batch = agent.replay.sample(64)
+    arrays = agent._arrays(batch)
+    nets = agent.nets
+    obs, next_obs = arrays["obs"], arrays["next_obs"]
+    forward = nets.q_net.forward(obs)
+    target = nets.td_target(arrays)
+    fns: dict[str, Callable[[], object]] = {
+        "learn()": lambda: agent.learn(agent.replay.sample(64)),
+        "replay sample": lambda: agent.replay.sample(64),
+        "batch arrays (_arrays)": lambda: agent._arrays(batch),
+        "network step (train_step)": lambda: nets.train_step(arrays, "DQN", 1),
+        "  online forward": lambda: nets.q_net.forward(obs),
+        "  target network pass": lambda: nets.target_net(next_obs),
+        "  TD target (pass + argmax)": lambda: nets.td_target(arrays),
+        "  loss + backward": lambda: nets._loss(arrays, target, forward, nets.grads("optimizer")),
+    }
+    return {name: 1e6 * thread_timed(fn, calls) for name, fn in fns.items()}
+
+
+def bench_against(tree: Path, rounds: int, calls: int) -> None:
+    """The zoo agent's ``learn()`` in ``tree`` and in this repository, in this process, interleaved rounds."""
+    here = Path(__file__).resolve().parents[1]
+    trees = {"base": tree.resolve(), "this": here}
+    agents, mods = {}, {}
+    for name, path in trees.items():
+        mods[name] = load_tree(path)
+        agents[name] = zoo_agent(mods[name]["marl_note.agents.numpy"], mods[name]["marl_note.types"].Transitions)
+    times: dict[str, list[float]] = {name: [] for name in trees}
+    for k in range(rounds + 1):
+        for name in (("base", "this") if k % 2 == 0 else ("this", "base")):
+            sys.modules.update(mods[name])
+            agent = agents[name]
+            t = thread_timed(lambda a=agent: a.learn(a.replay.sample(64)), calls)
+            if k:  # round 0 warms both up
+                times[name].append(t)
+    med = {name: statistics.median(ts) for name, ts in times.items()}
+    states = {name: a.state_dict() for name, a in agents.items()}
+    same = states["base"].keys() == states["this"].keys() and all(
+        np.array_equal(np.asarray(states["base"][k]), np.asarray(states["this"][k])) for k in states["base"])
+    print(f"DQN learn(), RL Zoo CartPole-v1 (256-256, batch 64), {rounds} rounds x {calls} calls, thread CPU: "
+          f"base ({trees['base']}) {med['base'] * 1e6:.1f} us, this {med['this'] * 1e6:.1f} us per call, "
+          f"this/base {med['this'] / med['base']:.3f}x; the same weights and optimiser state after "
+          f"{(rounds + 1) * calls} calls each: {same}", flush=True)
+    phases = {}
+    for name in ("base", "this"):  # each phase timed alone (warm caches: the parts add up to less than learn())
+        sys.modules.update(mods[name])
+        phases[name] = learn_phases(agents[name], max(100, calls))
+    print(f"  {'phase, us per call':28s} {'base':>8s} {'this':>8s}", flush=True)
+    for phase in phases["this"]:
+        print(f"  {phase:28s} {phases['base'][phase]:8.1f} {phases['this'][phase]:8.1f}", flush=True)
 
 
 def cartpole_run(backend: str, env_steps: int, seed: int = 0) -> dict:
@@ -228,7 +326,10 @@ def sgemm_ms(calls: int = 100) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", default="step,learn,zoo,ppo,sac",
-                        help="comma-separated: step, learn, zoo, ppo, sac, budget")
+                        help="comma-separated: step, learn, zoo, ppo, sac, budget, against")
+    parser.add_argument("--against", type=Path, default=None,
+                        help="with --only against: the tree to compare with (a worktree of another commit)")
+    parser.add_argument("--rounds", type=int, default=30, help="rounds of --only against")
     parser.add_argument("--reps", type=int, default=15)
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--env-steps", type=int, default=10_000)
@@ -239,7 +340,7 @@ def main() -> None:
                         help="hidden sizes of the DQN, PPO and budget networks (default 64,64)")
     args = parser.parse_args()
     if args.quick:
-        args.reps, args.calls, args.env_steps, args.budget_reps = 3, 20, 1500, 1
+        args.reps, args.calls, args.env_steps, args.budget_reps, args.rounds = 3, 20, 1500, 1, 3
     NET["hidden_sizes"] = tuple(int(h) for h in args.hidden.split(","))
     torch.set_num_threads(1)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
@@ -268,6 +369,10 @@ def main() -> None:
         bench_sac(args.reps, max(1, args.calls // 10))
     if "budget" in only:
         bench_budget(args.env_steps, args.budget_reps)
+    if "against" in only:
+        if args.against is None:
+            raise SystemExit("--only against needs --against DIR (a tree to compare with)")
+        bench_against(args.against, args.rounds, args.calls)
     if hasattr(os, "getloadavg"):
         print(f"load at the end {os.getloadavg()[0]:.1f}")
 

@@ -185,8 +185,11 @@ class ReplayBuffer(SamplingWindow):
 
     def sample_indices(self, batch_size: int) -> np.ndarray:
         batch_size = check_batch_size(batch_size)
-        if len(self) == 0:
+        filled = len(self._storage)
+        if filled == 0:
             raise ValueError("cannot sample from an empty buffer")
+        if self._window is None:  # every written position: the same draws as through the window's methods
+            return self._rng.integers(0, filled, size=batch_size, dtype=np.int64)
         return self._in_window(self._rng.integers(0, self.window_span, size=batch_size, dtype=np.int64))
 
     def sample(self, batch_size: int) -> Transitions:

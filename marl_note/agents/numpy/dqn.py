@@ -96,6 +96,8 @@ class DQNNetworks(NumpyNetworks):
         self.q_net = self.q_network("q_net", weights)
         self.target_net = self.q_network("target_net", weights)
         self.adam("optimizer", ["q_net"], lr=config.lr)
+        self._arange: np.ndarray | None = None
+        self._abs_diff: np.ndarray | None = None  # |q - target| of the last Huber loss (its |TD|)
 
     def q_network(self, name: str, weights: Mapping[str, np.ndarray]) -> MLP | DuelingQNet:
         if not self.config.dueling:
@@ -112,9 +114,16 @@ class DQNNetworks(NumpyNetworks):
         q_next = self.target_net(next_obs)
         if chooser is None:
             chooser = self.q_net(next_obs) if self.config.double else q_next
-        best = np.where(b["legal"], chooser, -np.inf).argmax(axis=1)
-        rows = np.arange(len(best))
-        return b["rew"] + b["discount"] * b["alive"] * q_next[rows, best]
+        legal = b["legal"]
+        best = (chooser if legal.all() else np.where(legal, chooser, -np.inf)).argmax(axis=1)
+        return b["rew"] + b["discount"] * b["alive"] * q_next[self._rows(len(best)), best]
+
+    def _rows(self, n: int) -> np.ndarray:
+        """``np.arange(n)``, kept for the batch size (read only: the row index of a gather)."""
+        rows = self._arange
+        if rows is None or len(rows) != n:
+            rows = self._arange = np.arange(n)
+        return rows
 
     def td_target(self, arrays: Mapping[str, np.ndarray]) -> np.ndarray:
         return self._target(arrays)
@@ -125,22 +134,30 @@ class DQNNetworks(NumpyNetworks):
         network's ``(output, cache)`` at ``obs`` when already computed; ``grads``: where the gradients go
         (:meth:`~marl_note.agents.numpy.networks.NumpyNetworks.grads` for a step; a new dict without)."""
         q_all, cache = forward if forward is not None else self.q_net.forward(np.asarray(b["obs"], np.float32))
-        rows = np.arange(len(q_all))
+        rows = self._rows(len(q_all))
         act = np.asarray(b["act"], np.int64)
         q = q_all[rows, act]
         diff = q - target
         weights = np.asarray(b["weights"], q_all.dtype)
+        self._abs_diff = None
         if self.config.criterion == "huber":  # smooth_l1 with beta 1
-            abs_diff = np.abs(diff)
+            abs_diff = self._abs_diff = np.abs(diff)
             small = abs_diff < 1.0
-            losses = np.where(small, 0.5 * diff * diff, abs_diff - 0.5)
-            dloss = np.where(small, diff, np.sign(diff))
+            losses = abs_diff - 0.5
+            half_sq = 0.5 * diff
+            half_sq *= diff  # 0.5 * diff * diff
+            np.copyto(losses, half_sq, where=small)  # np.where(small, 0.5 * diff * diff, |diff| - 0.5)
+            dloss = np.sign(diff)
+            np.copyto(dloss, diff, where=small)  # np.where(small, diff, sign(diff))
         else:
             losses, dloss = diff * diff, 2.0 * diff
         n = len(q)
-        loss = float((weights * losses).sum() / n)
+        losses *= weights
+        loss = float(np.add.reduce(losses) / n)  # (weights * losses).sum() / n
         grad_q = np.zeros_like(q_all)
-        grad_q[rows, act] = weights * dloss / n
+        dloss *= weights
+        dloss /= n
+        grad_q[rows, act] = dloss  # weights * dloss / n
         grads = {} if grads is None else grads
         self.q_net.backward(grad_q, cache, grads)
         return loss, q, grads
@@ -163,7 +180,7 @@ class DQNNetworks(NumpyNetworks):
         target = self._target(arrays, chooser)
         loss, q, grads = self._loss(arrays, target, forward, self.grads("optimizer"))
         self.step("optimizer", loss, grads, self.config.max_grad_norm, who, update)
-        td_abs = np.abs(target - q)
+        td_abs = self._abs_diff if self._abs_diff is not None else np.abs(target - q)  # |q - target| = |target - q|
         return {"loss": loss, "q_mean": float(q.sum() / len(q)), "td_abs": float(td_abs.sum() / len(q))}, td_abs
 
 

@@ -20,6 +20,7 @@ Example:
 """
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -168,7 +169,7 @@ class NumpyNetworks:
         else:
             flat = np.concatenate([np.ravel(grads[k]) for k in keys]).astype(np.float32, copy=False)
         norm = clip_grad_norm([flat], max_grad_norm)
-        if not (np.isfinite(loss) and np.isfinite(norm)):
+        if not (math.isfinite(loss) and math.isfinite(norm)):
             raise_if_nonfinite_update(who, update, {name: float(loss), f"{name} gradient norm": norm})
         self.optimizers[optimizer].step_flat(flat)
         return norm
