@@ -62,6 +62,16 @@ def _report(results: Mapping[str, Any], spec: Any, ours: Any, against: str) -> N
         _say(f"  {seat}{'' if seat in ours else ' (opponent)'}: {r['mean_return']:.3f}")
 
 
+def _report_team(choice: EnvChoice, results: Mapping[str, Any]) -> None:
+    """A fully cooperative OpenSpiel game: print the team's score (every seat gets the same return)."""
+    from marl_note.cli.envs import OPENSPIEL_COOPERATIVE
+
+    if choice.family == OPENSPIEL_COOPERATIVE and results:
+        scores = [r["mean_return"] for r in results.values()]
+        _say(f"team score: {sum(scores) / len(scores):.3f} (mean game score of {choice.name}, a fully cooperative "
+             f"game: every seat's return)")
+
+
 def _openspiel_game(choice: EnvChoice) -> tuple[Any, str] | None:
     """``(pyspiel game, observation)`` of an OpenSpiel env choice (unwrapped), else None."""
     if choice.family != "openspiel":
@@ -361,6 +371,7 @@ def evaluate(args: Any) -> int:
         _say_weights(source)
         results = seat_results(trainer, ours, theirs, args.episodes)
         _report(results, trainer.spec, ours, "a random player" if opponent_source is None else args.opponent)
+        _report_team(choice, results)
         with setup_errors():
             _report_exploitability(choice, {s: ours.get(s, theirs.get(s)) for s in trainer.possible_agents}, ours)
     finally:

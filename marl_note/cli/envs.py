@@ -1,5 +1,7 @@
 """Env names on the command line: PettingZoo (classic, butterfly, sisl, atari), MPE (mpe2), Gymnasium ids and
-OpenSpiel games (``openspiel/kuhn_poker``: the two-player zero-sum ones, through Shimmy; ``--env-arg
+OpenSpiel games (``openspiel/kuhn_poker``: the two-player zero-sum ones, through Shimmy, turn-based;
+``openspiel/hanabi``: the fully cooperative ones, as Parallel envs in which every seat acts at every
+step, :func:`marl_note.envs.openspiel.cooperative_parallel_env`; ``--env-arg
 observation=information_state`` picks the information-state tensor, other ``--env-arg`` are game parameters).
 
 A PettingZoo or MPE name is the module name (``tictactoe_v3``, ``simple_spread_v3``), optionally
@@ -61,6 +63,7 @@ OPTIONAL_PACKAGES: dict[str, str] = {
 }
 # OpenSpiel games (marl_note.envs.openspiel): --env openspiel/<game>, listed while pyspiel and shimmy are installed
 OPENSPIEL_PREFIX = "openspiel/"
+OPENSPIEL_COOPERATIVE = "openspiel-cooperative"  # the family of the fully cooperative games (Parallel envs)
 OPENSPIEL_INSTALL = "pip install 'marl_note[openspiel]' (or pip install 'shimmy[openspiel]' open_spiel)"
 # what installs a module that some installed env needs and no marl_note extra declares
 _OTHER_PACKAGES: dict[str, str] = {
@@ -112,10 +115,12 @@ def known_envs() -> dict[str, str]:
     for env_id in gym.envs.registry:
         names.setdefault(env_id, "gymnasium")
     if _openspiel_missing() is None:
-        from marl_note.envs.openspiel import two_player_zero_sum_games
+        from marl_note.envs.openspiel import cooperative_games, two_player_zero_sum_games
 
         for game in two_player_zero_sum_games():
             names.setdefault(OPENSPIEL_PREFIX + game, "openspiel")
+        for game in cooperative_games():
+            names.setdefault(OPENSPIEL_PREFIX + game, OPENSPIEL_COOPERATIVE)
     return names
 
 
@@ -131,19 +136,37 @@ def _openspiel_missing() -> str | None:
 
 
 def _resolve_openspiel(name: str, kwargs: dict[str, Any]) -> EnvChoice:
-    """``openspiel/<game>``: the game loaded and checked now (two-player zero-sum, the tensor asked for)."""
+    """``openspiel/<game>``: the game loaded and checked now, the tensor asked for; a two-player zero-sum
+    game plays turn-based (family ``openspiel``), a fully cooperative one as a Parallel env (family
+    ``openspiel-cooperative``), any other game is refused."""
     missing = _openspiel_missing()
     if missing is not None:
         raise CLIError(f"env {name} needs the package {missing!r}, which is not installed: {OPENSPIEL_INSTALL}")
-    from marl_note.envs.openspiel import load_game, openspiel_env
+    from marl_note.envs.openspiel import (
+        cooperative_games,
+        cooperative_parallel_env,
+        load_cooperative_game,
+        load_game,
+        openspiel_env,
+    )
 
     game = name[len(OPENSPIEL_PREFIX):]
+    cooperative = game.partition("(")[0].strip() in cooperative_games()
     options = {k: kwargs[k] for k in ("observation", "render_mode") if k in kwargs}
     params = {k: v for k, v in kwargs.items() if k not in options}
+    if cooperative and "render_mode" in options:
+        raise CLIError(f"env {name}: --env-arg render_mode is not taken by a cooperative OpenSpiel game "
+                       f"(cooperative_parallel_env does not render)")
     try:
-        load_game(game, options.get("observation", "observation"), **params)
+        (load_cooperative_game if cooperative else load_game)(game, options.get("observation", "observation"),
+                                                              **params)
     except (ValueError, TypeError) as exc:
-        raise CLIError(f"env {name}: {exc}") from None
+        also = "" if cooperative else (f"; the fully cooperative games play too (as Parallel envs): "
+                                       f"{', '.join(OPENSPIEL_PREFIX + g for g in cooperative_games())}")
+        raise CLIError(f"env {name}: {exc}{also}") from None
+    if cooperative:
+        return EnvChoice(name, OPENSPIEL_COOPERATIVE, functools.partial(cooperative_parallel_env, game, **kwargs),
+                         kwargs)
     return EnvChoice(name, "openspiel", functools.partial(openspiel_env, game, **kwargs), kwargs)
 
 

@@ -91,7 +91,8 @@ def _env_options(p: argparse.ArgumentParser, required: bool) -> None:
     p.add_argument("--env", required=required, metavar="NAME",
                    help="env name: a PettingZoo/MPE module name (tictactoe_v3, simple_spread_v3) or registry id "
                         "(butterfly/pistonball-v6), a Gymnasium id, or a two-player zero-sum OpenSpiel game "
-                        "(openspiel/kuhn_poker; train and evaluate print its exact exploitability)"
+                        "(openspiel/kuhn_poker; train and evaluate print its exact exploitability) or a fully "
+                        "cooperative one (openspiel/hanabi: a Parallel env, every seat acting each step)"
                         + ("" if required else "; default: the env the checkpoint's run was trained on"))
     p.add_argument("--env-arg", action="append", metavar="KEY=VALUE",
                    help="an argument of the env's factory, e.g. max_cycles=25; for OpenSpiel games "

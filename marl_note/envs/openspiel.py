@@ -26,7 +26,7 @@ from pettingzoo import ParallelEnv
 
 __all__ = ["OBSERVATIONS", "openspiel_env", "load_game", "observation_of", "observation_shape",
            "legal_mask", "is_two_player_zero_sum", "two_player_zero_sum_games", "is_cooperative",
-           "load_cooperative_game", "cooperative_parallel_env", "CooperativeParallelEnv"]
+           "cooperative_games", "load_cooperative_game", "cooperative_parallel_env", "CooperativeParallelEnv"]
 
 #: The observation tensors an OpenSpiel env can give its agents.
 OBSERVATIONS = ("observation", "information_state")
@@ -67,6 +67,19 @@ def two_player_zero_sum_games() -> list[str]:
         kind.short_name for kind in pyspiel.registered_games()
         if kind.min_num_players <= 2 <= kind.max_num_players and kind.default_loadable
         and kind.utility == pyspiel.GameType.Utility.ZERO_SUM and kind.dynamics == pyspiel.GameType.Dynamics.SEQUENTIAL
+        and (kind.provides_observation_tensor or kind.provides_information_state_tensor))
+
+
+def cooperative_games() -> list[str]:
+    """The registered OpenSpiel games that are fully cooperative (``Utility.IDENTICAL``) with sequential
+    moves and a tensor observation (``hanabi``, ``tiny_hanabi``, ...), read from their game types (no
+    game is loaded); :func:`cooperative_parallel_env` plays them."""
+    import pyspiel
+
+    return sorted(
+        kind.short_name for kind in pyspiel.registered_games()
+        if kind.default_loadable and kind.utility == pyspiel.GameType.Utility.IDENTICAL
+        and kind.dynamics == pyspiel.GameType.Dynamics.SEQUENTIAL
         and (kind.provides_observation_tensor or kind.provides_information_state_tensor))
 
 

@@ -37,7 +37,8 @@ NEEDS = {
 }
 ATARI_NEEDS = "multi_agent_ale_py"  # every atari env (and its ROMs)
 PIXELS = ("cooperative_pong_v", "pistonball_v", "CarRacing-v")  # image observations: shrunk to keep the test fast
-OPENSPIEL_TRAINED = {"openspiel/kuhn_poker", "openspiel/leduc_poker"}  # of the ~50 listed two-player zero-sum games
+OPENSPIEL_TRAINED = {"openspiel/kuhn_poker", "openspiel/leduc_poker",  # of the ~50 listed two-player zero-sum games
+                     "openspiel/tiny_hanabi"}  # and of the 4 fully cooperative ones (Parallel envs)
 ENV_ARGS = {"go_v5": ["board_size=3"], "pistonball_v6": ["n_pistons=4"],
             "pursuit_v5": ["n_pursuers=2", "n_evaders=2"]}
 
@@ -56,14 +57,14 @@ def _missing(module: str) -> bool:
 
 
 @pytest.mark.parametrize("name", sorted(n for n in known_envs()
-                                         if known_envs()[n] != "openspiel" or n in OPENSPIEL_TRAINED))
+                                         if not known_envs()[n].startswith("openspiel") or n in OPENSPIEL_TRAINED))
 def test_every_listed_env_trains_a_few_steps_from_the_command_line(name, tmp_path, capsys):
     family = known_envs()[name]
     module = _needs(name, family)
     if module is not None and _missing(module):
         pytest.skip(f"{name} needs the optional package {module!r}, which is not installed")
-    episode = (["max_episode_steps=8"] if family == "gymnasium" else [] if family in ("classic", "openspiel")
-               else ["max_cycles=8"])
+    episode = (["max_episode_steps=8"] if family == "gymnasium"
+               else [] if family == "classic" or family.startswith("openspiel") else ["max_cycles=8"])
     args = ["train", "--env", name, "--algo", "ppo", "--env-steps", "16", "--update-freq", "16", "--batch-size", "4",
             "--num-envs", "1", "--test-episodes", "1", "--eval-episodes", "0", "--quiet",
             "--out", str(tmp_path / "run"), "--agent-arg", "n_steps=4", "--agent-arg", "n_epochs=1",
