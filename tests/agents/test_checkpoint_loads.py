@@ -100,7 +100,8 @@ def test_restore_param_refuses_weights_saved_for_other_spaces(tmp_path, name):
             assert all(line in message for line in lines) and message.endswith("pass strict=False to load the "
                                                                                "weights anyway"), message
         live.restore_param(weights, strict=False)  # the caller's choice: the weights fit, so they load
-        assert all(np.array_equal(live.state_dict()[k], source.state_dict()[k]) for k in source.param_keys())
+        ours, theirs = live.state_dict(), source.state_dict()
+        assert all(np.array_equal(ours[k], theirs[k]) for k in source.param_keys())
     with pytest.raises(TypeError, match="strict must be True or False"):
         live.restore_param(weights, strict="no")
     same = mod.DQN(gym.spaces.Box(-1, 1, (4,), np.float32), gym.spaces.Discrete(3), hidden_sizes=(8,), seed=3)
@@ -208,7 +209,8 @@ def test_flipped_bytes_give_checkpoint_errors_or_identical_content(tmp_path, fmt
         except CheckpointError:
             assert snapshot(live) == before
         else:
-            assert all(np.array_equal(live.state_dict()[k], arrays0[k]) for k in live.param_keys())
+            ours = live.state_dict()
+            assert all(np.array_equal(ours[k], arrays0[k]) for k in live.param_keys())
     assert outcomes["refused"] > 0
 
 

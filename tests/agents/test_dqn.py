@@ -261,7 +261,8 @@ def test_state_dict_round_trip_reproduces_actions(DQN):
     b = DQN(OBS, ACT, seed=99, learning_starts=10, policy=policy(), **SMALL)
     b.load_state_dict({**{k: v.copy() for k, v in state.items()}, "torch_rng": np.zeros(5, np.uint8)})
     assert (b.agent_steps, b.updates, b.policy.eps) == (a.agent_steps, a.updates, a.policy.eps)
-    assert all(np.array_equal(v, b.state_dict()[k]) for k, v in state.items())
+    loaded = b.state_dict()
+    assert all(np.array_equal(v, loaded[k]) for k, v in state.items())
     obs = np.random.default_rng(2).normal(size=(64, 4)).astype(np.float32)
     mask = random_masks(64, 5, np.random.default_rng(3))
     for _ in range(3):

@@ -272,8 +272,9 @@ def test_save_param_restore_param(tmp_path):
     keys = m.param_keys()
     assert "a.actor.0.weight" in keys and "b.critic_target.2.bias" in keys
     assert not any("optimizer" in k or "policy" in k or "noise" in k for k in keys)
+    theirs, ours = other.state_dict(), m.state_dict()
     for k in keys:
-        np.testing.assert_array_equal(other.state_dict()[k], m.state_dict()[k], err_msg=k)
+        np.testing.assert_array_equal(theirs[k], ours[k], err_msg=k)
     assert other.updates == 0
     for x, y in zip(_greedy_seat_actions(m), _greedy_seat_actions(other)):
         np.testing.assert_array_equal(x, y)
@@ -292,8 +293,9 @@ def test_save_restore_across_backends(tmp_path, source):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # both backends take the same arguments: nothing is dropped
         back = Source.restore(moved.save(tmp_path / "back.zip"))
+    theirs = back.state_dict()
     for k, v in m.state_dict().items():
-        np.testing.assert_array_equal(back.state_dict()[k], v, err_msg=k)
+        np.testing.assert_array_equal(theirs[k], v, err_msg=k)
 
 
 def test_compile_is_for_tf_and_a_warning_in_torch(MADDPG, backend):

@@ -113,9 +113,10 @@ def test_action_masks_are_honoured_in_acting_and_in_the_probabilities():
 def test_torch_and_tf_take_the_same_update_from_the_same_weights(kw):
     pytest.importorskip("tensorflow")
     t, f = make("torch", n_steps=8, n_epochs=2, **kw), make("tf", n_steps=8, n_epochs=2, **kw)
+    theirs = f.state_dict()
     for name, value in t.state_dict().items():
         if ".weight" in name or ".bias" in name:
-            np.testing.assert_array_equal(value, f.state_dict()[name])
+            np.testing.assert_array_equal(value, theirs[name])
     batch = joint(state="state_space" in kw)
     for agent in (t, f):
         agent.observe_joint(batch)
@@ -141,8 +142,9 @@ def test_checkpoint_round_trip_torch_to_tf_and_back(tmp_path):
     np.testing.assert_array_equal(back.act_agent("b", obs), m.act_agent("b", obs))
     assert float(back.value_stats.mean) == float(m.value_stats.mean)
     again = torch_mappo.MAPPO.restore(back.save(os.fspath(tmp_path / "t")))
+    theirs = again.state_dict()
     for k, v in m.state_dict().items():
-        np.testing.assert_allclose(again.state_dict()[k], v, rtol=1e-6, err_msg=k)
+        np.testing.assert_allclose(theirs[k], v, rtol=1e-6, err_msg=k)
     ippo = torch_mappo.IPPO.restore(torch_mappo.IPPO(OBS, ACTS, hidden_sizes=(4,), seed=0).save(
         os.fspath(tmp_path / "i")))
     assert ippo.cfg.critic == "local"

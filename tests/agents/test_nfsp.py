@@ -183,8 +183,9 @@ def test_checkpoints_keep_both_buffers_across_numpy_torch_and_tf(tmp_path):
         assert_same_state(restored, agent, atol=0)
         assert len(restored.replay) == len(agent.replay) == 32
         assert restored.reservoir.added == agent.reservoir.added == 40
+        theirs = restored.replay.state_dict()
         for k, v in agent.replay.state_dict().items():
-            np.testing.assert_array_equal(restored.replay.state_dict()[k], v, err_msg=k)
+            np.testing.assert_array_equal(theirs[k], v, err_msg=k)
     rng = np.random.default_rng(9)
     more = transitions(8, rng)
     for a in (agent, back):

@@ -98,7 +98,8 @@ def test_bad_input_raises_before_anything_changes(args, error, match):
     before = est.state_dict()
     with pytest.raises(error, match=match):
         est.update(*args)
-    assert all(np.array_equal(v, est.state_dict()[k]) for k, v in before.items())
+    after = est.state_dict()
+    assert all(np.array_equal(v, after[k]) for k, v in before.items())
 
 
 @pytest.mark.parametrize("smooth", [-0.1, 1.0, float("nan")])

@@ -174,8 +174,9 @@ def test_dead_agents_are_out_of_the_mixer_and_the_loss(backend):
         np.testing.assert_allclose(one.q_tot(garbage), one.q_tot(batch), atol=1e-6)
         np.testing.assert_allclose(one.td_target(garbage), one.td_target(batch), atol=1e-6)
         one.learn(batch), two.learn(garbage)
+        theirs = two.state_dict()
         for k, v in one.state_dict().items():
-            np.testing.assert_allclose(two.state_dict()[k], v, atol=1e-6, err_msg=k)
+            np.testing.assert_allclose(theirs[k], v, atol=1e-6, err_msg=k)
     # and the dead rows do matter when the agent is marked alive there (the test could fail)
     alive = JointTransitions(**{**garbage.__dict__, "alive": np.ones_like(batch.alive)})
     q = QMIX(OBS, ACT, **SMALL, mixer="vdn", seed=6)

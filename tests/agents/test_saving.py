@@ -132,7 +132,8 @@ def test_interrupted_save_keeps_old_checkpoint(tmp_path, monkeypatch, fmt, fail)
             agent.save(path)
     old = torch_agents.DQN.restore(path)
     assert int(old.updates) == int(before["updates"]) == 3
-    assert all(np.array_equal(old.state_dict()[k], before[k]) for k in before)
+    restored = old.state_dict()
+    assert all(np.array_equal(restored[k], before[k]) for k in before)
     assert sorted(os.listdir(tmp_path)) == [fmt]  # no temporary leftovers
 
 

@@ -100,6 +100,10 @@ class Adam(keras.optimizers.Adam):
         [0.9, -0.9]
     """
 
+    # the step's bias corrections, shared by its variables: {dtype: (step size, sqrt(1 - b2^t))} while
+    # one graph step (outside a strategy) updates its variables, else None
+    _corrections: dict | None = None
+
     def _backend_update_step(self, grads, trainable_variables, learning_rate):
         if tf.distribute.has_strategy() and tf.distribute.in_cross_replica_context():
             # a step taken once for all replicas (a strategy's summed gradients): Keras's path
@@ -108,20 +112,37 @@ class Adam(keras.optimizers.Adam):
             self._distributed_tf_update_step(tf.distribute.get_strategy(), list(zip(grads, variables)),
                                              learning_rate)
             return
-        super()._backend_update_step(grads, trainable_variables, learning_rate)
+        # Traced outside a strategy, the variables of this step share one step count: its bias
+        # corrections are built once, not once per variable (fewer ops to trace and to run, same values)
+        share = not tf.executing_eagerly() and not tf.distribute.has_strategy()
+        self._corrections = {} if share else None
+        try:
+            super()._backend_update_step(grads, trainable_variables, learning_rate)
+        finally:
+            self._corrections = None
+
+    def _bias_corrections(self, learning_rate, dtype):
+        """``(lr / (1 - b1^t), sqrt(1 - b2^t))`` in ``dtype`` for this step's ``t = iterations + 1``."""
+        shared = self._corrections
+        if shared is not None and dtype in shared:
+            return shared[dtype]
+        step = tf.cast(self.iterations + 1, tf.float64)
+        bc1 = 1.0 - tf.pow(tf.constant(float(self.beta_1), tf.float64), step)
+        bc2_sqrt = tf.sqrt(1.0 - tf.pow(tf.constant(float(self.beta_2), tf.float64), step))
+        out = tf.cast(tf.cast(learning_rate, tf.float64) / bc1, dtype), tf.cast(bc2_sqrt, dtype)
+        if shared is not None:
+            shared[dtype] = out
+        return out
 
     def update_step(self, gradient, variable, learning_rate):
         dtype = variable.dtype
         gradient = tf.cast(gradient, dtype)
-        step = tf.cast(self.iterations + 1, tf.float64)
-        bc1 = 1.0 - tf.pow(tf.constant(float(self.beta_1), tf.float64), step)
-        bc2_sqrt = tf.sqrt(1.0 - tf.pow(tf.constant(float(self.beta_2), tf.float64), step))
-        step_size = tf.cast(tf.cast(learning_rate, tf.float64) / bc1, dtype)
+        step_size, bc2_sqrt = self._bias_corrections(learning_rate, dtype)
         index = self._get_variable_index(variable)
         m, v = self._momentums[index], self._velocities[index]
         self.assign_add(m, (gradient - m) * (1.0 - self.beta_1))
         self.assign(v, v * self.beta_2 + (1.0 - self.beta_2) * tf.square(gradient))
-        denom = tf.sqrt(v) / tf.cast(bc2_sqrt, dtype) + self.epsilon
+        denom = tf.sqrt(v) / bc2_sqrt + self.epsilon
         self.assign_sub(variable, step_size * m / denom)
 
 

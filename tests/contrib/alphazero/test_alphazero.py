@@ -144,7 +144,8 @@ def test_one_train_step_is_the_same_in_both_backends():
               "z": rng.choice([-1.0, 0.0, 1.0], 32).astype(np.float32)}
     agents = [cls(TTT_OBS, TTT_ACT, seed=7, **SMALL) for cls in (TorchAZ, TFAZ)]
     first, second = agents
-    assert all(np.array_equal(v, second.state_dict()[k]) for k, v in first.state_dict().items()
+    theirs = second.state_dict()
+    assert all(np.array_equal(v, theirs[k]) for k, v in first.state_dict().items()
                if k.startswith("net."))
     metrics = [a.learn(arrays) for a in agents]
     for key in ("loss", "policy_loss", "value_loss"):
@@ -170,9 +171,10 @@ def test_a_conv_torso_trains_at_parity_and_acts_like_the_framework():
               "z": rng.choice([-1.0, 1.0], 8).astype(np.float32)}
     losses = [a.learn(arrays)["loss"] for a in agents]
     assert losses[0] == pytest.approx(losses[1], rel=1e-5)
+    theirs = agents[1].state_dict()
     for k, v in agents[0].state_dict().items():
         if k.startswith("net."):
-            np.testing.assert_allclose(v, agents[1].state_dict()[k], atol=1e-5, err_msg=k)
+            np.testing.assert_allclose(v, theirs[k], atol=1e-5, err_msg=k)
     boards = np.zeros((2, 6, 7, 2), np.int8)
     boards[0, 5, :3, 0] = 1
     numpy_out = agents[1].predict(boards)  # TF acts through the numpy copy, conv included

@@ -255,8 +255,9 @@ def test_two_rank_training_stays_in_lockstep_and_rank_0_checkpoints_restore_in_o
     restored = _dqn(5)
     run = load_run(str(tmp / "run_rank0"), [restored])
     assert run.updates == r0["updates"] == restored.updates
+    weights = restored.nets.state_dict()
     for key, value in r0["weights"].items():
-        np.testing.assert_array_equal(restored.nets.state_dict()[key], value, err_msg=key)
+        np.testing.assert_array_equal(weights[key], value, err_msg=key)
 
 
 def test_adaptive_batch_applies_rank_0s_values_on_every_rank(two_ranks):

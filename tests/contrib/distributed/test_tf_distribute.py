@@ -190,8 +190,9 @@ def test_two_worker_trainer_stays_in_lockstep_and_rank_0_checkpoint_restores_in_
     restored = DQN(gym.make("CartPole-v1").observation_space, gym.spaces.Discrete(2), hidden_sizes=(16,), seed=9)
     run = load_run(str(tmp / "run_rank0"), [restored])
     assert run.updates == r0["updates"] == restored.updates
+    weights = restored.nets.state_dict()
     for key, value in w0.items():
-        np.testing.assert_array_equal(restored.nets.state_dict()[key], value, err_msg=key)
+        np.testing.assert_array_equal(weights[key], value, err_msg=key)
 
 
 def test_the_example_runs_tf_in_one_process_under_a_mirrored_strategy(monkeypatch):

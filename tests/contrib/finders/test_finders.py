@@ -99,7 +99,8 @@ def test_the_agent_is_put_back_exactly(backend, algo):
                                                                        if not np.array_equal(after[k], before[k])]
     assert agent.learning_rates() == lrs
     if replay is not None:
-        assert all(np.array_equal(replay.state_dict()[k], v) for k, v in replay_before.items())
+        replay_after = replay.state_dict()
+        assert all(np.array_equal(replay_after[k], v) for k, v in replay_before.items())
     a, b = continue_training(agent), continue_training(twin)
     assert all(np.allclose(a[k], b[k], rtol=0, atol=1e-6) for k in b)
 
@@ -122,7 +123,8 @@ def test_the_agent_is_put_back_when_the_search_fails(backend):
     before = agent.state_dict()
     with pytest.raises(KeyError, match="no loss 'td'"):
         LRFinder(agent).find("CartPole-v1", start_lr=1e-3, end_lr=1.0, num=4, loss_key="td", **FAST)
-    assert all(np.array_equal(agent.state_dict()[k], v) for k, v in before.items())
+    after = agent.state_dict()
+    assert all(np.array_equal(after[k], v) for k, v in before.items())
 
 
 def test_a_diverging_loss_stops_the_search(backend):
@@ -142,7 +144,8 @@ def test_a_refused_non_finite_step_stops_the_search(backend):
     result = LRFinder(agent).find("CartPole-v1", start_lr=1e-3, end_lr=1e36, num=14, diverge=1e300, **FAST)
     assert result.stop_reason == "non-finite" and 2 <= len(result) < 14
     assert math.isnan(result.values[-1]) and np.isfinite(result.values[:-1]).all()
-    assert all(np.array_equal(agent.state_dict()[k], v) for k, v in before.items())
+    after = agent.state_dict()
+    assert all(np.array_equal(after[k], v) for k, v in before.items())
 
 
 def test_reward_metric_one_point_per_episode(backend):
