@@ -22,6 +22,12 @@ from marl_note.trainers import Budget, DecentralizedTrainer
 
 pytest.importorskip("torch")
 SECONDS = 4.0  # CPU seconds: 5% is 0.2 s, a few hundred env steps
+# The run's fixed start-up and wrap-up outside the budget's cuts (building the collectors, the stats after the
+# final test): 0.01 s alone, 0.10-0.13 s of a loaded CI worker's CPU clock (4.22 and 4.25 s for this 4 s budget,
+# whose final test may take 3% of it), where a VM charges stolen time to the running thread. It does not grow
+# with the budget: bench/bench_budget.py checks the 5% on 60 s runs; these tests check that chunks, tests and
+# updates are cut (without the cuts each run here takes hours).
+WRAP_UP = 0.25
 
 
 @pytest.fixture
@@ -63,7 +69,7 @@ def test_a_wall_time_budget_interrupts_the_chunk_and_bounds_the_final_test(env, 
     assert stats["stopped_by_budget"] == "minutes"
     assert 0 < stats["num_collected_steps"] < 10**6  # the chunk was cut where the budget ran out
     assert len(stats["test_history"]) == 1  # the final test ran, bounded
-    assert SECONDS <= took < SECONDS * 1.05, took
+    assert SECONDS <= took < SECONDS * 1.05 + WRAP_UP, took
 
 
 def test_an_env_step_budget_ends_a_run_whose_episodes_never_end(tmp_path, capsys):
@@ -129,4 +135,4 @@ def test_a_wall_time_budget_ends_an_update_between_gradient_steps(algo, cpu_cloc
         trainer.close()
     assert stats["stopped_by_budget"] == "minutes"
     assert 0 < stats["num_gradient_steps"] < 10**6  # the update began and was cut
-    assert SECONDS <= took < SECONDS * 1.05, took
+    assert SECONDS <= took < SECONDS * 1.05 + WRAP_UP, took
