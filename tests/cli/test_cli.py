@@ -9,6 +9,7 @@ import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -134,8 +135,9 @@ def test_play_finishes_games_with_greedy_replies(run_dir, monkeypatch, capsys):
     assert f"player_2 (O, the agent) plays {greedy}\n" in text.split("game 2")[0]
 
 
-def test_evaluate_a_single_checkpoint_against_a_run_and_train_again_into_the_run(run_dir, capsys):
-    out, _ = run_dir
+def test_evaluate_a_single_checkpoint_against_a_run_and_train_again_into_the_run(run_dir, capsys, tmp_path):
+    out = str(tmp_path / "ttt")  # a copy: training again changes the run, and other tests read the shared one
+    shutil.copytree(run_dir[0], out)
     agent = os.path.join(out, "last", "agent")
     assert main(["evaluate", "--env", "tictactoe_v3", "--checkpoint", agent, "--opponent", out,
                  "--episodes", "2"]) == 0
