@@ -14,10 +14,31 @@ from marl_note.agents.registry import RegistryError
 torch_agents = pytest.importorskip("marl_note.agents.torch")
 
 
-@pytest.mark.parametrize("name", registry.names())
-def test_every_registered_algorithm_passes_check_agent_in_both_backends(name):
+@pytest.fixture
+def autographed(monkeypatch):
+    """The names of marl_note's functions that a ``tf.function`` hands to AutoGraph while the test runs.
+
+    marl_note's graph code goes through ``graph_function`` (no AutoGraph: its source rewrite was half of
+    a TF agent's first update); a plain ``tf.function`` would show up here."""
     pytest.importorskip("tensorflow")
+    from tensorflow.python.eager.polymorphic_function import autograph_util
+
+    seen: list[str] = []
+    convert = autograph_util.py_func_from_autograph
+
+    def spy(fn, *args, **kwargs):
+        if getattr(fn, "__module__", "").startswith("marl_note"):
+            seen.append(f"{fn.__module__}.{fn.__qualname__}")
+        return convert(fn, *args, **kwargs)
+
+    monkeypatch.setattr(autograph_util, "py_func_from_autograph", spy)
+    return seen
+
+
+@pytest.mark.parametrize("name", registry.names())
+def test_every_registered_algorithm_passes_check_agent_in_both_backends(name, autographed):
     report = check_agent(name)
+    assert not autographed, autographed  # the TF graphs are traced without AutoGraph
     entry = registry.get(name)
     assert report.backends == entry.backends and report.backends[:2] == ("torch", "tf")
     assert report.cases == (("tictactoe", "connect_four") if name == "alphazero" else

@@ -12,7 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 from marl_note.agents.ddpg import DDPGBatch, DDPGConfig, DDPGCore
-from marl_note.agents.tf.common import step_names
+from marl_note.agents.tf.common import graph_function, step_names
 from marl_note.agents.tf.critics import register_critic
 from marl_note.agents.tf.distribute import UNSAVED_PARAMS, strategy_init
 from marl_note.agents.tf.networks import TFNetworks
@@ -39,9 +39,8 @@ class DDPGNetworks(TFNetworks):
         x, a, v = (self.obs_spec(weights, "actor", conv),
                    tf.TensorSpec([None, int(self.params["actor"][-1][1].shape[0])], tf.float32),
                    tf.TensorSpec([None], tf.float32))
-        self._actions = tf.function(lambda s: tf.tanh(self.actor(s)), input_signature=[x], reduce_retracing=True)
-        self._q_values = tf.function(lambda s, u: self.q(self.critic, s, u), input_signature=[x, a],
-                                     reduce_retracing=True)
+        self._actions = graph_function(lambda s: tf.tanh(self.actor(s)), input_signature=[x])
+        self._q_values = graph_function(lambda s, u: self.q(self.critic, s, u), input_signature=[x, a])
         self._target = self.function(self.target, [x, v, v, v])
         self._train = self.function(self.gradient_step, [x, a, x, v, v, v, v])
         self._follow = self.function(self.follow, [])

@@ -34,6 +34,8 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import tensorflow as tf
 
+from marl_note.agents.tf.common import graph_function
+
 __all__ = ["DistributedStepError", "check_strategy", "active_strategy", "strategy_init", "replicated_function",
            "reduced_apply", "reduced_then", "apply_across_replicas", "replica_noise_variable", "read_replica_noise",
            "in_replica_step", "UNSAVED_PARAMS", "StrategyNetworks"]
@@ -145,7 +147,7 @@ def replicated_function(strategy: tf.distribute.Strategy, fn, signature, jit_com
         def unbatched(*args):
             with strategy.scope():
                 return fn(*args)
-        return tf.function(unbatched, input_signature=signature, reduce_retracing=True)
+        return graph_function(unbatched, input_signature=signature)
 
     def replica(*args):
         ctx = tf.distribute.get_replica_context()
@@ -183,7 +185,7 @@ def replicated_function(strategy: tf.distribute.Strategy, fn, signature, jit_com
                 combined.append(first)
         return tf.nest.pack_sequence_as(parts[0], combined)
 
-    traced = tf.function(step, input_signature=signature, jit_compile=jit_compile, reduce_retracing=True)
+    traced = graph_function(step, input_signature=signature, jit_compile=jit_compile)
 
     run = traced
     if isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy):

@@ -13,7 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from marl_note.agents.dqn import DQNConfig, DQNCore
-from marl_note.agents.tf.common import step_names
+from marl_note.agents.tf.common import graph_function, step_names
 from marl_note.agents.tf.distribute import UNSAVED_PARAMS, strategy_init
 from marl_note.agents.tf.networks import ConvTorso, TFNetworks, keras_mlp
 
@@ -99,7 +99,7 @@ class DQNNetworks(TFNetworks):
                else tf.TensorSpec([None, *user[1]], tf.float32))
         vec = tf.TensorSpec([None], tf.float32)
         legal = tf.TensorSpec([None, n], tf.bool)
-        self._forward = tf.function(lambda x: self.q_net(x), input_signature=[obs], reduce_retracing=True)
+        self._forward = graph_function(lambda x: self.q_net(x), input_signature=[obs])
         self._target_fn = self.function(self._target, [obs, vec, vec, vec, legal])
         step_signature = [obs, tf.TensorSpec([None], tf.int32), obs, vec, vec, vec, legal, vec]
         self._packed = self.strategy is None  # a strategy splits every batch input by rows: keep them apart

@@ -13,7 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from marl_note.agents.maddpg import MADDPGConfig, MADDPGCore
-from marl_note.agents.tf.common import apply_if, step_names
+from marl_note.agents.tf.common import apply_if, graph_function, step_names
 from marl_note.agents.tf.distribute import UNSAVED_PARAMS, strategy_init
 from marl_note.agents.tf.networks import TFNetworks
 
@@ -59,7 +59,7 @@ class MADDPGNetworks(TFNetworks):
                            joint, act, act]
         self._steps: dict[tuple[str, ...], Any] = {}
         self._grad_sq_fn = self.function(self._graph_grad_sq, self._signature)
-        self._forward = {a: tf.function(self.models[f"{a}.actor"].__call__, input_signature=spec, reduce_retracing=True)
+        self._forward = {a: graph_function(self.models[f"{a}.actor"].__call__, input_signature=spec)
                          for a, spec in zip(self.agents, ([s] for s in obs))}
 
     def set_hyperparameter(self, name: str, value: float) -> None:

@@ -29,6 +29,7 @@ from marl_note.agents.numpy_policy import named_by
 from marl_note.agents.tf.common import (
     Adam,
     check_finite_update,
+    graph_function,
     guarded_apply,
     optimizer_from_numpy,
     optimizer_slot_shapes,
@@ -227,8 +228,7 @@ class TFNetworks:
         worker, so that ``|G_B|^2`` is that of the batch, as in one process."""
         if self.strategy is not None and "grad_sq" not in getattr(fn, "__name__", ""):
             return replicated_function(self.strategy, fn, signature)
-        return tf.function(fn, input_signature=signature, jit_compile=True if self.compile else None,
-                           reduce_retracing=True)
+        return graph_function(fn, input_signature=signature, jit_compile=True if self.compile else None)
 
     @property
     def weight_names(self) -> tuple[str, ...]:
@@ -278,7 +278,7 @@ class TFNetworks:
                 self._sync_graphs[key] = graph + 1
             return
         if isinstance(graph, int):
-            graph = tf.function(lambda t: self._sync(target, source, None if key[2] else t),
+            graph = graph_function(lambda t: self._sync(target, source, None if key[2] else t),
                                 input_signature=[tf.TensorSpec([], tf.float32)]).get_concrete_function()
             self._sync_graphs[key] = graph
         graph(tf.constant(1.0 if tau is None else tau, tf.float32))

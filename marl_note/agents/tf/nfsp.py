@@ -8,7 +8,7 @@ import numpy as np
 import tensorflow as tf
 
 from marl_note.agents.nfsp import NFSPCore
-from marl_note.agents.tf.common import step_names
+from marl_note.agents.tf.common import graph_function, step_names
 from marl_note.agents.tf.dqn import DQNNetworks
 
 __all__ = ["NFSP", "NFSPNetworks"]
@@ -23,7 +23,7 @@ class NFSPNetworks(DQNNetworks):
         self.adam("avg_optimizer", ["avg_net"], lr=lr)
         obs = self.obs_spec(weights, "avg_net")
         n = self.params["avg_net"][-1][1].shape[0]
-        self._avg_forward = tf.function(lambda x: self.avg_net(x), input_signature=[obs], reduce_retracing=True)
+        self._avg_forward = graph_function(lambda x: self.avg_net(x), input_signature=[obs])
         self._sl_fn = self.function(self._sl_step, [obs, tf.TensorSpec([None], tf.int32),
                                                     tf.TensorSpec([None, n], tf.bool)])
 

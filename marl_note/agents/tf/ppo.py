@@ -14,7 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from marl_note.agents.ppo import PPOConfig, PPOCore
-from marl_note.agents.tf.common import step_names
+from marl_note.agents.tf.common import graph_function, step_names
 from marl_note.agents.tf.distribute import UNSAVED_PARAMS, strategy_init
 from marl_note.agents.tf.networks import ConvTorso, TFNetworks, keras_mlp
 
@@ -66,9 +66,9 @@ class PPONetworks(TFNetworks):
              else self.obs_spec(weights, "net", cfg.conv_layers))
         act = tf.TensorSpec([None, n_out], tf.float32) if continuous else tf.TensorSpec([None], tf.int64)
         mask, vec = tf.TensorSpec([None, n_out], tf.bool), tf.TensorSpec([None], tf.float32)
-        self._policy_fn = tf.function(self._policy_out, input_signature=[x], reduce_retracing=True)
-        self._values_fn = tf.function(lambda x: self._forward(x)[1], input_signature=[x], reduce_retracing=True)
-        self._evaluate_fn = tf.function(self._evaluate, input_signature=[x, act, mask], reduce_retracing=True)
+        self._policy_fn = graph_function(self._policy_out, input_signature=[x])
+        self._values_fn = graph_function(lambda x: self._forward(x)[1], input_signature=[x])
+        self._evaluate_fn = graph_function(self._evaluate, input_signature=[x, act, mask])
         self._train_fn = self.function(self._step, [x, act, mask, vec, vec, vec, vec])
         self._grad_sq_fn = self.function(self._grad_sq, [x, act, mask, vec, vec, vec, vec])
 

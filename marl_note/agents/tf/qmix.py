@@ -15,7 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from marl_note.agents.qmix import MIXER_PARTS, QMIXConfig, QMIXCore, VDNCore
-from marl_note.agents.tf.common import step_names
+from marl_note.agents.tf.common import graph_function, step_names
 from marl_note.agents.tf.distribute import UNSAVED_PARAMS, strategy_init
 from marl_note.agents.tf.networks import TFNetworks
 
@@ -68,9 +68,9 @@ class QMIXNetworks(TFNetworks):
                            states, states, row, row, row]
         self._step = self.function(self._graph_step, self._signature)
         self._grad_sq_fn = self.function(self._graph_grad_sq, self._signature)
-        self._target_fn = tf.function(self._graph_target, input_signature=self._signature, reduce_retracing=True)
-        self._q_tot_fn = tf.function(self._graph_q_tot, input_signature=self._signature, reduce_retracing=True)
-        self._forward = {name: tf.function(self.models[name].__call__, reduce_retracing=True,
+        self._target_fn = graph_function(self._graph_target, input_signature=self._signature)
+        self._q_tot_fn = graph_function(self._graph_q_tot, input_signature=self._signature)
+        self._forward = {name: graph_function(self.models[name].__call__,
                                            input_signature=[tf.TensorSpec([None, d], tf.float32)])
                          for name, d in zip(self.online, in_dims)}
 

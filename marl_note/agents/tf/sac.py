@@ -13,7 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from marl_note.agents.sac import HALF_LOG_2PI, LOG_2, LOG_STD_MAX, LOG_STD_MIN, MASKED_LOGIT, TRAIN_INPUTS, SACCore
-from marl_note.agents.tf.common import step_names
+from marl_note.agents.tf.common import graph_function, step_names
 from marl_note.agents.tf.critics import register_critic
 from marl_note.agents.tf.distribute import UNSAVED_PARAMS, strategy_init
 from marl_note.agents.tf.networks import TFNetworks
@@ -56,9 +56,9 @@ class SACNetworks(TFNetworks):
             act = aux = tf.TensorSpec([None, out_dim // 2], tf.float32)
         specs = {"obs": obs, "act": act, "next_obs": obs, "aux": aux, "next_aux": aux}
         self._step_fn = self.function(self._graph_step, [specs.get(k, vec) for k in TRAIN_INPUTS])
-        self._policy_fn = tf.function(lambda x: self.actor(x), input_signature=[obs], reduce_retracing=True)
+        self._policy_fn = graph_function(lambda x: self.actor(x), input_signature=[obs])
         self._grad_sq_fn = self.function(self._graph_grad_sq, [specs.get(k, vec) for k in TRAIN_INPUTS])
-        self._polyak_fn = tf.function(self._graph_polyak, input_signature=[])
+        self._polyak_fn = graph_function(self._graph_polyak, input_signature=[])
 
     def set_hyperparameter(self, name: str, value: float) -> None:
         if name == "tau":

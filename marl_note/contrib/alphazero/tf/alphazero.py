@@ -12,7 +12,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from marl_note.agents.tf.common import step_names
+from marl_note.agents.tf.common import graph_function, step_names
 from marl_note.agents.tf.distribute import UNSAVED_PARAMS, strategy_init
 from marl_note.agents.tf.networks import TFNetworks
 from marl_note.contrib.alphazero.core import AlphaZeroConfig, AlphaZeroCore
@@ -37,7 +37,7 @@ class AlphaZeroNetworks(TFNetworks):
         self.adam("optimizer", ["net.trunk", "net.pi"], lr=config.lr)
         n = self.params["net.pi"][-1][1].shape[0] - 1
         obs = self.obs_spec(weights, "net.trunk", conv)
-        self._forward = tf.function(self.forward, input_signature=[obs], reduce_retracing=True)
+        self._forward = graph_function(self.forward, input_signature=[obs])
         step_signature = [obs, tf.TensorSpec([None, n], tf.float32), tf.TensorSpec([None, n], tf.bool),
                           tf.TensorSpec([None], tf.float32)]
         self._step_fn = self.function(self._step, step_signature)

@@ -31,6 +31,7 @@ import numpy as np
 import tensorflow as tf
 
 from marl_note.agents.base import DistributedTrainable
+from marl_note.agents.tf.common import graph_function
 from marl_note.agents.tf.distribute import _PEER_ERRORS, StrategyNetworks, _peer_detail
 from marl_note.distributed import DistributedContext, RankLostError
 
@@ -93,7 +94,7 @@ def _all_sum(strategy: tf.distribute.Strategy, value: np.ndarray, first_only: bo
                 v = tf.where(tf.equal(tf.cast(ctx.replica_id_in_sync_group, tf.int32), 0), v, tf.zeros_like(v))
             return ctx.all_reduce(tf.distribute.ReduceOp.SUM, v)
 
-        entry = _ALL_SUMS[key] = (strategy, tf.function(lambda v: strategy.run(replica, args=(v,))))
+        entry = _ALL_SUMS[key] = (strategy, graph_function(lambda v: strategy.run(replica, args=(v,))))
     out = entry[1](tf.constant(value))
     return np.asarray(strategy.experimental_local_results(out)[0])
 
