@@ -120,10 +120,11 @@ def test_dqn_loss_and_target_equal_the_plain_formulas_bit_for_bit(masked, double
     np.testing.assert_array_equal(bits(target), bits(old_target(nets, arrays)))
     diff = np.abs(target - nets.q_values(arrays["obs"])[np.arange(n), arrays["act"]])
     assert (diff < 1).any() and (diff >= 1).any()
-    loss, q, grads = nets._loss(arrays, target)
+    loss, q, td_abs, grads = nets._loss(arrays, target)
     want_loss, want_q, want_grads = old_loss_grads(nets, arrays, target)
     assert loss == want_loss
     np.testing.assert_array_equal(bits(q), bits(want_q))
+    np.testing.assert_array_equal(bits(td_abs), bits(np.abs(target - want_q)))
     for k in want_grads:
         np.testing.assert_array_equal(bits(grads[k]), bits(want_grads[k]), err_msg=k)
     metrics, td_abs = nets.train_step(arrays, "DQN", 1)  # |TD| of the step: |target - q| before the update
@@ -142,7 +143,7 @@ def test_dueling_dqn_step_matches_the_plain_loss():
                         terminated=np.zeros(8, bool), truncated=np.zeros(8, bool))
     arrays = agent._arrays(batch)
     target = agent.nets.td_target(arrays)
-    loss, _, grads = agent.nets._loss(arrays, target)
+    loss, *_, grads = agent.nets._loss(arrays, target)
     want_loss, _, want_grads = old_loss_grads(agent.nets, arrays, target)
     assert loss == want_loss
     for k in want_grads:

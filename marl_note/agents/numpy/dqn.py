@@ -97,7 +97,6 @@ class DQNNetworks(NumpyNetworks):
         self.target_net = self.q_network("target_net", weights)
         self.adam("optimizer", ["q_net"], lr=config.lr)
         self._arange: np.ndarray | None = None
-        self._abs_diff: np.ndarray | None = None  # |q - target| of the last Huber loss (its |TD|)
 
     def q_network(self, name: str, weights: Mapping[str, np.ndarray]) -> MLP | DuelingQNet:
         if not self.config.dueling:
@@ -129,9 +128,10 @@ class DQNNetworks(NumpyNetworks):
         return self._target(arrays)
 
     def _loss(self, b: Mapping[str, np.ndarray], target: np.ndarray, forward: tuple[np.ndarray, Any] | None = None,
-              grads: dict[str, np.ndarray] | None = None) -> tuple[float, np.ndarray, dict[str, np.ndarray]]:
-        """``(mean weighted loss, q of the taken actions, gradients by array name)``; ``forward``: the online
-        network's ``(output, cache)`` at ``obs`` when already computed; ``grads``: where the gradients go
+              grads: dict[str, np.ndarray] | None = None
+              ) -> tuple[float, np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+        """``(mean weighted loss, q of the taken actions, |q - target|, gradients by array name)``; ``forward``:
+        the online network's ``(output, cache)`` at ``obs`` when already computed; ``grads``: where the gradients go
         (:meth:`~marl_note.agents.numpy.networks.NumpyNetworks.grads` for a step; a new dict without)."""
         q_all, cache = forward if forward is not None else self.q_net.forward(np.asarray(b["obs"], np.float32))
         rows = self._rows(len(q_all))
@@ -139,9 +139,8 @@ class DQNNetworks(NumpyNetworks):
         q = q_all[rows, act]
         diff = q - target
         weights = np.asarray(b["weights"], q_all.dtype)
-        self._abs_diff = None
+        abs_diff = np.abs(diff)  # |TD|, and the Huber loss's |diff|
         if self.config.criterion == "huber":  # smooth_l1 with beta 1
-            abs_diff = self._abs_diff = np.abs(diff)
             small = abs_diff < 1.0
             losses = abs_diff - 0.5
             half_sq = 0.5 * diff
@@ -160,12 +159,12 @@ class DQNNetworks(NumpyNetworks):
         grad_q[rows, act] = dloss  # weights * dloss / n
         grads = {} if grads is None else grads
         self.q_net.backward(grad_q, cache, grads)
-        return loss, q, grads
+        return loss, q, abs_diff, grads
 
     def grad_sq_norm(self, arrays: Mapping[str, np.ndarray]) -> float:
         """``|G_B|^2``: the squared norm of the gradient of the batch's mean loss over the online
         network's parameters, unclipped, in float64; nothing is written."""
-        _, _, grads = self._loss(arrays, self._target(arrays))
+        *_, grads = self._loss(arrays, self._target(arrays))
         return float(sum(np.square(g, dtype=np.float64).sum() for g in grads.values()))
 
     def train_step(self, arrays: Mapping[str, np.ndarray], who: str, update: int
@@ -178,9 +177,8 @@ class DQNNetworks(NumpyNetworks):
             n = len(obs)
             forward, chooser = (both[:n], first_rows(cache, n)), both[n:]
         target = self._target(arrays, chooser)
-        loss, q, grads = self._loss(arrays, target, forward, self.grads("optimizer"))
+        loss, q, td_abs, grads = self._loss(arrays, target, forward, self.grads("optimizer"))
         self.step("optimizer", loss, grads, self.config.max_grad_norm, who, update)
-        td_abs = self._abs_diff if self._abs_diff is not None else np.abs(target - q)  # |q - target| = |target - q|
         return {"loss": loss, "q_mean": float(q.sum() / len(q)), "td_abs": float(td_abs.sum() / len(q))}, td_abs
 
 
