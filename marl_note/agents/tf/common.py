@@ -39,9 +39,9 @@ def graph_function(fn, **options: Any):
     """``tf.function(fn, **options)`` for marl_note's own graph code: without AutoGraph, retraces shared.
 
     The graph code here is written in TensorFlow ops (``tf.cond``, ``tf.where``), never Python
-    control flow on tensors, so AutoGraph's rewrite of its source (about half of a TF agent's first
-    update: 1.4 of 3.2 CPU s for SAC) buys nothing. A Python ``if`` on a tensor in such a function
-    raises at its first trace rather than being rewritten.
+    control flow on tensors, so AutoGraph's rewrite of its source (once per process: half of a fresh
+    process's first DQN update, a quarter of SAC's; ``bench/bench_tf_first_update.py``) buys nothing.
+    A Python ``if`` on a tensor in such a function raises at its first trace rather than being rewritten.
 
     Example:
         >>> double = graph_function(lambda x: 2.0 * x, input_signature=[tf.TensorSpec([None], tf.float32)])
