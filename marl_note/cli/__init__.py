@@ -7,8 +7,8 @@ one backend it needs, after its arguments are checked. The modules named in ``MA
 are imported first (:func:`~marl_note.cli.plugins.load_plugins`): the algorithms they register are
 ``--algo`` choices. Unless ``--verbose`` is given, a command
 runs with the frameworks' start-up logs silenced (TensorFlow's C++ INFO and WARNING lines, absl's
-and TensorFlow's Python warnings), so that the first line printed is the command's own; a
-``TF_CPP_MIN_LOG_LEVEL`` set by the user is kept.
+and TensorFlow's Python warnings; :mod:`marl_note.cli.quiet`), so that the first line printed is the
+command's own; a ``TF_CPP_MIN_LOG_LEVEL`` set by the user is kept.
 
 Example:
     >>> import contextlib, io
@@ -22,15 +22,13 @@ Example:
 """
 from __future__ import annotations
 
-import contextlib
-import logging
-import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 from marl_note.cli.common import CLIError
 from marl_note.cli.parser import build_parser
 from marl_note.cli.plugins import load_plugins
+from marl_note.cli.quiet import quiet_frameworks
 
 __all__ = ["CLIError", "build_parser", "main"]
 
@@ -50,7 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     run = {"train": commands.train, "evaluate": commands.evaluate, "play": commands.play, "zoo": zoo,
            "psro": psro}[args.command]
     try:
-        with _quiet_frameworks(not getattr(args, "verbose", False)):
+        with quiet_frameworks(not getattr(args, "verbose", False)):
             return run(args)
     except CLIError as exc:
         print(f"marl_note {args.command}: error: {exc}", file=sys.stderr)
@@ -58,27 +56,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"\nmarl_note {args.command}: interrupted", file=sys.stderr)
         return 130
-
-
-@contextlib.contextmanager
-def _quiet_frameworks(quiet: bool = True) -> Iterator[None]:
-    """Within the block, a TensorFlow imported for the first time prints no C++ INFO/WARNING start-up
-    lines (``TF_CPP_MIN_LOG_LEVEL=2`` unless the user set it), and the ``absl`` and ``tensorflow``
-    Python loggers only errors; the environment and the loggers are restored afterwards."""
-    if not quiet:
-        yield
-        return
-    set_level = "TF_CPP_MIN_LOG_LEVEL" not in os.environ
-    if set_level:
-        os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"  # read by TensorFlow's C++ runtime when it loads
-    loggers = [logging.getLogger(name) for name in ("absl", "tensorflow")]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        for lg, level in zip(loggers, levels):
-            lg.setLevel(level)
-        if set_level:
-            os.environ.pop("TF_CPP_MIN_LOG_LEVEL", None)

@@ -92,3 +92,42 @@ def test_ctrl_c_saves_the_learners_and_the_run_checkpoint_and_exits_130(tmp_path
     agent = restore(os.path.join(out, "last", "agent_0"), backend="torch")
     run = load_run(os.path.join(out, "run_checkpoint"), [agent])
     assert run.env_steps == record["env_steps"] and run.episodes == record["episodes"] > 0
+
+
+QUIET_IMPORT = r"""
+import sys
+from marl_note.cli.quiet import quiet_frameworks
+with quiet_frameworks(modules=("noisy_start",)):
+    import noisy_start
+    import noisy_start  # a second import runs nothing again
+print("after", noisy_start.VALUE, file=sys.stderr, flush=True)
+"""
+
+NOISY_START = r'''
+import os, sys, warnings
+os.write(2, b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n")
+os.write(2, b"I0000 00:00:1795911187.700748    4095 port.cc:153] oneDNN custom operations are on.\n")
+os.write(2, b"W0000 00:00:1795911187.800748    4095 gpu.cc:12] no GPU found\n")
+os.write(2, b"E0000 00:00:1795911187.900748    4095 io.cc:7] a real error\n")
+print("a line of the module's own", file=sys.stderr, flush=True)
+warnings.warn("a Python warning", UserWarning)
+VALUE = 7
+'''
+
+
+@pytest.mark.parametrize("level, hidden", [(None, "IW"), ("1", "I"), ("0", "")])
+def test_a_quiet_import_drops_only_the_start_up_lines_its_log_level_hides(tmp_path, level, hidden):
+    """What any CPU shows: the C++ lines that TensorFlow 2.21 logs before it reads TF_CPP_MIN_LOG_LEVEL
+    (oneDNN's notice on CPUs where oneDNN is on by default) are taken out of the first import's standard
+    error by the level in force (2 unless the user set one); errors and everything else pass, in order."""
+    (tmp_path / "noisy_start.py").write_text(NOISY_START)
+    env = {**ENV, "PYTHONPATH": os.pathsep.join((str(tmp_path), ENV["PYTHONPATH"]))}
+    if level is not None:
+        env["TF_CPP_MIN_LOG_LEVEL"] = level
+    proc = subprocess.run([sys.executable, "-c", QUIET_IMPORT], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert [line[0] for line in lines if line[:1] in "IWE" and "] " in line] == [c for c in "IWE" if c not in hidden]
+    assert ("absl::InitializeLog" in proc.stderr) == (hidden == "")
+    own = [i for i, line in enumerate(lines) if "own" in line or "UserWarning: a Python" in line or line.startswith("after")]
+    assert len(own) == 3 and own == sorted(own) and lines[own[-1]] == "after 7", proc.stderr
