@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from operator import attrgetter
 from typing import Any
 
 import gymnasium as gym
@@ -136,6 +137,27 @@ def stack_obs(items: list) -> Any:
         return tuple(stack_obs([o[i] for o in items]) for i in range(len(items[0])))
     if len(items) == 1 and isinstance(items[0], np.ndarray):  # one env: np.stack's result, at a fifth of its cost
         return items[0][None].copy()
+    return stack_rows(items)
+
+
+def stack_rows(items: list) -> np.ndarray:
+    """``np.stack(items)``, at a fraction of its cost where the items are arrays of one shape or numpy
+    scalars of one type.
+
+    A collection chunk hands its rows over as one batch: tens of thousands of small arrays, where
+    ``np.stack``'s per-array views cost more than the copy. Anything else (scalars, shapes that differ,
+    which ``np.stack`` refuses) goes to ``np.stack``.
+
+    Example:
+        >>> stack_rows([np.zeros(2, np.float32), np.ones(2, np.float32)]).tolist()
+        [[0.0, 0.0], [1.0, 1.0]]
+    """
+    first = items[0] if items else None
+    if type(first) is np.ndarray and first.ndim:
+        if set(map(type, items)) == {np.ndarray} and set(map(attrgetter("shape"), items)) == {first.shape}:
+            return np.concatenate(items).reshape(len(items), *first.shape)
+    elif isinstance(first, np.generic) and set(map(type, items)) == {type(first)}:  # numpy scalars of one type
+        return np.array(items, dtype=first.dtype)
     return np.stack(items)
 
 

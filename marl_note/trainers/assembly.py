@@ -43,7 +43,7 @@ import numpy as np
 
 from marl_note.agents.base import CountsEnvSteps, Learner
 from marl_note.envs.adapters import StepResult
-from marl_note.types import EnvSpec, JointTransitions, Transitions, space_shape_dtype, stack_obs
+from marl_note.types import EnvSpec, JointTransitions, Transitions, space_shape_dtype, stack_obs, stack_rows
 
 __all__ = ["Assembler", "JointAssembler", "OpenTransition", "SeatAssembler"]
 
@@ -183,11 +183,11 @@ class SeatAssembler:
         # a goal env's observations stack to a dict of arrays
         obs: Any = stack_obs(self.obs)
         next_obs: Any = stack_obs(self.next_obs)
-        t = Transitions(obs=obs, act=np.stack(self.act), rew=np.asarray(self.rew, np.float32),
+        t = Transitions(obs=obs, act=stack_rows(self.act), rew=np.asarray(self.rew, np.float32),
                         next_obs=next_obs, terminated=np.asarray(self.term, bool),
                         truncated=np.asarray(self.trunc, bool),
-                        mask=np.stack(self.mask) if self.has_mask else None,
-                        next_mask=np.stack(self.next_mask) if self.has_mask else None,
+                        mask=stack_rows(self.mask) if self.has_mask else None,
+                        next_mask=stack_rows(self.next_mask) if self.has_mask else None,
                         stream=np.asarray(self.stream, np.int64))
         self._clear()
         return t
@@ -309,7 +309,7 @@ class JointAssembler:
                  if s is not None]
         if len(before) < len(self.rows) or len(after) < len(self.rows):
             return None, None
-        return np.stack(before), np.stack(after)
+        return stack_rows(before), stack_rows(after)
 
     def deliver(self, learner: Any) -> None:
         learner.observe_joint(self.take())

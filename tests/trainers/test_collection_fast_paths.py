@@ -3,8 +3,9 @@
 The step check compares a few float values in Python (one env of CartPole) and a larger batch in
 numpy, both against bounds whose infinities became the largest double; a non-finite value must still
 fail where a bound is infinite. The collector keeps each seat's running return as a Python float: a
-float32 reward must still be summed in float64. One row stacks to a copy, as ``np.stack`` gives, and a
-replay sample is the same rows as ``get`` of its indices.
+float32 reward must still be summed in float64. One row stacks to a copy, as ``np.stack`` gives, a
+chunk's rows stack to ``np.stack``'s array (and what it refuses is still refused), and a replay sample
+is the same rows as ``get`` of its indices.
 """
 import warnings
 
@@ -20,7 +21,7 @@ from marl_note.replay import ReplayBuffer
 from marl_note.replay.storage import RingStorage
 from marl_note.trainers import Collector, NonFiniteError, check_actions
 from marl_note.trainers.step_check import StepCheck
-from marl_note.types import EnvSpec, Transitions, stack_obs
+from marl_note.types import EnvSpec, Transitions, stack_obs, stack_rows
 
 # one bounded and one unbounded coordinate (CartPole's kind of space: bounds not uniform)
 SPACE = gym.spaces.Box(np.array([-1.0, -np.inf], np.float32), np.array([1.0, np.inf], np.float32))
@@ -101,6 +102,30 @@ def test_one_row_stacks_to_a_copy_like_np_stack(row):
     expected = np.stack([row])
     assert batch.shape == expected.shape and batch.dtype == expected.dtype and np.array_equal(batch, expected)
     assert batch.flags.c_contiguous and not np.shares_memory(batch, row)
+
+
+@pytest.mark.parametrize("rows", [
+    [np.arange(4, dtype=np.float32) + i for i in range(5)],  # observations
+    [np.ones((2, 3), np.uint8) * i for i in range(4)],  # images, any rank
+    [np.int64(i % 3) for i in range(6)],  # Discrete actions
+    [np.float32(0.5), np.float32(-1.0)],
+    [np.array([True, False]), np.array([False, True])],  # action masks
+    [np.zeros(2, np.float32), np.ones(2)],  # dtypes that differ: promoted as np.stack does
+    [np.int32(1), np.int64(2)], [1, 2, 3], [np.array(1.0), np.array(2.0)],  # mixed, Python, 0-d: np.stack's path
+], ids=["float32", "images", "int64-scalars", "float32-scalars", "masks", "mixed-dtypes", "mixed-scalars", "python",
+        "0-d"])
+def test_a_chunks_rows_stack_to_np_stacks_array(rows):
+    out, expected = stack_rows(rows), np.stack(rows)
+    assert out.dtype == expected.dtype and out.shape == expected.shape and out.flags.c_contiguous
+    assert out.tobytes() == expected.tobytes()
+    assert not np.shares_memory(out, rows[0])
+
+
+@pytest.mark.parametrize("rows", [[np.zeros(2), np.zeros(3)], [np.zeros(2), np.zeros(4), np.zeros(3), np.zeros(3)],
+                                  [np.zeros(2), [0.0, 0.0, 0.0]]])
+def test_rows_of_different_shapes_are_still_refused(rows):
+    with pytest.raises(ValueError):
+        stack_rows(rows)  # (2 + 4 + 3 + 3 values would reshape to 4 x 3 if only the sizes were checked)
 
 
 def test_a_replay_sample_is_the_rows_get_reads_and_a_copy():
