@@ -47,7 +47,7 @@ def start_up_noise(line: str, level: int) -> bool:
     if _ABSL_NOTICE in line or _CPU_GUARD_TAIL in line:
         return True
     found = _LOG_LINE.match(line)
-    return bool(found) and _SEVERITY[found.group(1)] < level
+    return found is not None and _SEVERITY[found.group(1)] < level
 
 
 def _level() -> int:

@@ -129,5 +129,6 @@ def test_a_quiet_import_drops_only_the_start_up_lines_its_log_level_hides(tmp_pa
     lines = proc.stderr.splitlines()
     assert [line[0] for line in lines if line[:1] in "IWE" and "] " in line] == [c for c in "IWE" if c not in hidden]
     assert ("absl::InitializeLog" in proc.stderr) == (hidden == "")
-    own = [i for i, line in enumerate(lines) if "own" in line or "UserWarning: a Python" in line or line.startswith("after")]
+    own = [i for i, line in enumerate(lines)
+           if "own" in line or "UserWarning: a Python" in line or line.startswith("after")]
     assert len(own) == 3 and own == sorted(own) and lines[own[-1]] == "after 7", proc.stderr
