@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SUITE = ["CartPole-v1", "Acrobot-v1", "MountainCar-v0", "LunarLander-v3", "Pendulum-v1", "tictactoe_v3",
          "connect_four_v3", "texas_holdem_v4", "pistonball_v6", "knights_archers_zombies_v11", "pursuit_v5",
          "simple_spread_v3", "simple_tag_v3", "simple_spread_v3-vdn", "simple_spread_v3-qmix",
-         "openspiel_kuhn_poker", "simple_reference_v3-mappo", "simple_speaker_listener_v4-mappo", "openspiel_hanabi"]
+         "openspiel_kuhn_poker", "simple_reference_v3-mappo", "simple_speaker_listener_v4-mappo", "openspiel_hanabi",
+         "pursuit_v5-mappo"]
 # optional packages an env needs: (module, what installs it)
 NEEDS = {"LunarLander-v3": ("Box2D", "marl_note[zoo]"), "texas_holdem_v4": ("rlcard", "marl_note[zoo]"),
          "pistonball_v6": ("pymunk", "pettingzoo[butterfly]"),
