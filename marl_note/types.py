@@ -145,8 +145,8 @@ def stack_rows(items: list) -> np.ndarray:
     scalars of one type.
 
     A collection chunk hands its rows over as one batch: tens of thousands of small arrays, where
-    ``np.stack``'s per-array views cost more than the copy. Anything else (scalars, shapes that differ,
-    which ``np.stack`` refuses) goes to ``np.stack``.
+    ``np.stack``'s per-array views cost more than the copy. Anything else (Python numbers, mixed types,
+    0-d arrays, shapes that differ, which ``np.stack`` refuses) goes to ``np.stack``.
 
     Example:
         >>> stack_rows([np.zeros(2, np.float32), np.ones(2, np.float32)]).tolist()
