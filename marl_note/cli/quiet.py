@@ -63,6 +63,9 @@ class _QuietLoader(importlib.abc.Loader):
     def __init__(self, loader: Any):
         self.loader = loader
 
+    def __getattr__(self, name: str) -> Any:  # the rest of the interface (resources, source): the wrapped loader's
+        return getattr(self.loader, name)
+
     def create_module(self, spec):
         return self.loader.create_module(spec)
 

@@ -100,6 +100,7 @@ from marl_note.cli.quiet import quiet_frameworks
 with quiet_frameworks(modules=("noisy_start",)):
     import noisy_start
     import noisy_start  # a second import runs nothing again
+assert "VALUE = 7" in noisy_start.__loader__.get_source("noisy_start")  # the rest of the loader: the wrapped one's
 print("after", noisy_start.VALUE, file=sys.stderr, flush=True)
 """
 
