@@ -24,6 +24,7 @@ NOT_AGENTS = {
     "env", "venv", "_venv",               # envs and vector envs
     "exc", "err", "cause",                # exceptions
     "module", "supersuit", "policies",    # modules (registry readers, wrappers, exploration policies)
+    "loader",                             # an import loader (the command line's quiet import of TensorFlow)
     "forkserver", "executor",             # multiprocessing internals
     "factory",                            # a user's factory function
     "simulator",                          # a search player's game simulator
