@@ -37,8 +37,12 @@ MIRRORED = ("DQN", "PPO") + (("MADDPG", "DDPG", "SAC") if os.environ.get("MARL_N
 
 
 def launch(mode, out, *args, env=None):
+    """Start a strategy subprocess. Its temporary files go to ``out``'s folder (``TMPDIR``): the processes
+    that leave with ``os._exit`` (in-process servers cannot be joined) skip the exit handlers with which
+    TensorFlow's AutoGraph deletes the source files it writes for the functions it converts."""
     command = [sys.executable, "-m", "tests.contrib.distributed.tf_distribute_worker", mode, str(out), *map(str, args)]
-    return subprocess.Popen(command, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(Path(out).parent), **(env or {})}
+    return subprocess.Popen(command, cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -163,6 +167,9 @@ def test_parameter_server_steps_scheduled_on_workers_equal_single_process_steps(
     assert result["ppo_steps"][0] == result["ppo_steps"][1] > 0 and result["ppo_diff"] < TOL
     assert result["restored_plain"] == 0.0
     assert "RL subclasses do not run under a ParameterServerStrategy" in result["rl_refused"], result["rl_refused"]
+    # the RL subclass's step was converted by AutoGraph, whose source files this process (leaving with os._exit)
+    # cannot delete: they are in the test's folder, not the machine's temporary folder
+    assert list(runs[0].glob("__autograph_generated_file*.py"))
 
 
 @pytest.mark.timeout(LIMIT + 30)
