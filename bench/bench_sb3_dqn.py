@@ -126,12 +126,16 @@ def run_sb3(seed: int, budget: int, eval_every: int, evaluator: Evaluator) -> di
     import torch
     from stable_baselines3 import DQN
     from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.logger import Logger
 
     torch.set_num_threads(1)
     zoo = dict(ZOO)
     net_arch = zoo.pop("net_arch")
     model = DQN("MlpPolicy", gym.make(ENV), policy_kwargs=dict(net_arch=net_arch), seed=seed, device="cpu",
                 verbose=0, **zoo)
+    # SB3's own logger (what learn() configures otherwise) writes nowhere at verbose=0 but makes an empty
+    # folder in the machine's temporary directory on every learn(): the same logger, without the folder
+    model.set_logger(Logger(folder=None, output_formats=[]))
     q_net = model.policy.q_net
 
     def greedy(obs: np.ndarray) -> int:

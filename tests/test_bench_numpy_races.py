@@ -13,11 +13,12 @@ ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 
 
-def test_bench_sb3_dqn_smoke_runs_both_libraries_to_the_same_counts():
+def test_bench_sb3_dqn_smoke_runs_both_libraries_to_the_same_counts(tmp_path):
     pytest.importorskip("stable_baselines3")
     proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_sb3_dqn.py"), "--smoke", "--seeds", "0"],
-                          capture_output=True, text=True, timeout=300, env=ENV)
+                          capture_output=True, text=True, timeout=300, env={**ENV, "TMPDIR": str(tmp_path)})
     assert proc.returncode == 0, proc.stderr
+    assert not list(tmp_path.glob("SB3-*"))  # SB3's logger, given to the model, leaves no folder behind
     rows = re.findall(r"seed 0 (sb3|marl_note numpy) +target NOT reached at (\d+) env steps \((\d+) gradient steps",
                       proc.stdout)
     # the mapped schedule: the first 128 gradient steps after the rollout that ends at env step 1024, in both
