@@ -341,7 +341,7 @@ class _StopAt:
 
 def _describe(plan: Any, opponent: str | None) -> str:
     return {"self-play": "one agent in every seat (self-play)", "independent": "one agent per seat",
-            "joint": "one joint learner, an actor per seat",
+            "joint": "one joint learner of every seat",
             "opponent": f"a learner as {plan.learners[0]} against {opponent}"}[plan.mode]
 
 

@@ -26,7 +26,7 @@ def test_hanabi_trains_with_vdn_and_evaluates_to_a_team_score(tmp_path, capsys):
                    "--agent-arg", "hidden_sizes=[8]", "--agent-arg", "learning_starts=16"])
     captured = capsys.readouterr()
     assert status == 0, captured.err[-2000:]
-    assert "one joint learner, an actor per seat" in captured.out
+    assert "one joint learner of every seat" in captured.out
     assert int(re.search(r"([0-9]+) gradient steps", captured.out).group(1)) > 0  # it learned, not just acted
     assert "exploitability" not in captured.out
     record = json.loads((tmp_path / "run" / "marl_note_run.json").read_text())
