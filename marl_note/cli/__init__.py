@@ -2,8 +2,10 @@
 
 ``main(argv)`` parses the arguments, runs the command and returns its exit status: 0 on success,
 2 for a bad argument (printed as one line naming the problem, before any work starts), 130 when
-interrupted. Importing this package imports neither torch nor TensorFlow: a command imports the
-one backend it needs, after its arguments are checked. The modules named in ``MARL_NOTE_PLUGINS``
+interrupted, 1 when training meets a non-finite reward, observation or update (printed as one line;
+``train`` saves the learners' finite weights and the run checkpoint first, as on Ctrl-C). Importing
+this package imports neither torch nor TensorFlow: a command imports the one backend it needs, after
+its arguments are checked. The modules named in ``MARL_NOTE_PLUGINS``
 are imported first (:func:`~marl_note.cli.plugins.load_plugins`): the algorithms they register are
 ``--algo`` choices. Unless ``--verbose`` is given, a command
 runs with the frameworks' start-up logs silenced (TensorFlow's C++ INFO and WARNING lines, absl's
@@ -29,6 +31,7 @@ from marl_note.cli.common import CLIError
 from marl_note.cli.parser import build_parser
 from marl_note.cli.plugins import load_plugins
 from marl_note.cli.quiet import quiet_frameworks
+from marl_note.types import NonFiniteError
 
 __all__ = ["CLIError", "build_parser", "main"]
 
@@ -56,3 +59,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"\nmarl_note {args.command}: interrupted", file=sys.stderr)
         return 130
+    except NonFiniteError as exc:  # a diverged update or a NaN from the env; ``train`` saved the learners first
+        print(f"marl_note {args.command}: error: {exc}", file=sys.stderr)
+        return 1

@@ -40,6 +40,7 @@ from marl_note.cli.runs import (
     write_run,
 )
 from marl_note.cli.wrappers import parse_wrappers
+from marl_note.types import NonFiniteError
 
 __all__ = ["evaluate", "play", "train"]
 
@@ -250,12 +251,14 @@ def train(args: Any) -> int:
         try:
             stats = trainer.train(seats, learning_mask=[s in plan.learners for s in trainer.possible_agents],
                                   plot=False, progress=not args.quiet, callbacks=budget + measure)
-        except KeyboardInterrupt:  # Ctrl-C: keep what was learned, then exit with 130 (marl_note.cli.main)
-            _save_interrupted(trainer, out, learners, {
+        except (KeyboardInterrupt, NonFiniteError) as exc:
+            # Ctrl-C (exit 130), or a non-finite reward, observation or update (exit 1, marl_note.cli.main): the
+            # weights are finite (a refused update writes none), so keep what was learned before leaving
+            _save_unfinished(trainer, out, learners, {
                 "env": choice.name, "env_kwargs": dict(choice.kwargs), "algo": args.algo, "backend": args.backend,
                 "mode": plan.mode, "seats": plan.seat_map, "opponent": args.opponent, "seed": args.seed,
                 "recipe": recipe.label if recipe else None, "wrappers": [dict(w) for w in wrappers]},
-                best=save_best.saved is not None)
+                best=save_best.saved is not None, stopped=str(exc) if isinstance(exc, NonFiniteError) else None)
             raise
         telling = telling and bool(stats["test_history"])
         _say(f"trained {stats['num_collected_episodes']} episodes, {stats['num_collected_steps']} env steps, "
@@ -296,14 +299,15 @@ def train(args: Any) -> int:
     return 0
 
 
-RUN_CHECKPOINT = "run_checkpoint"  # the trainer's run checkpoint under --out, written when a run is interrupted
+RUN_CHECKPOINT = "run_checkpoint"  # the trainer's run checkpoint under --out, written when a run ends early
 
 
-def _save_interrupted(trainer: Any, out: str, learners: Mapping[str, Any], record: dict[str, Any],
-                      best: bool = False) -> None:
-    """After Ctrl-C during training: save the learners (as a finished run saves them, the run record
-    marked ``interrupted``) and the trainer's run checkpoint under ``out``, say where; a second Ctrl-C
-    while saving is ignored so that the files are whole."""
+def _save_unfinished(trainer: Any, out: str, learners: Mapping[str, Any], record: dict[str, Any],
+                     best: bool = False, stopped: str | None = None) -> None:
+    """After Ctrl-C, or a :class:`~marl_note.types.NonFiniteError` (``stopped``: its message), during training:
+    save the learners (as a finished run saves them, the run record marked ``interrupted`` or with the
+    ``stopped`` message) and the trainer's run checkpoint under ``out``, say where; a Ctrl-C while saving is
+    ignored so that the files are whole."""
     run = trainer.run_state
     if run is None:  # interrupted before the first chunk: nothing learned yet
         return
@@ -313,16 +317,19 @@ def _save_interrupted(trainer: Any, out: str, learners: Mapping[str, Any], recor
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main_thread else None
     try:
+        ended = {"interrupted": True} if stopped is None else {"stopped": stopped}
         write_run(out, {**record, "episodes": run.episodes, "env_steps": run.env_steps, "gradient_steps": run.updates,
-                        "best_test_metric": run.best if run.history else None, "vs_random": None,
-                        "interrupted": True}, learners, best=best)
+                        "best_test_metric": run.best if run.history else None, "vs_random": None, **ended},
+                  learners, best=best)
         saved = f"saved {', '.join(sorted(learners))} under {out}"
         try:
             path = trainer.save_checkpoint(os.path.join(out, RUN_CHECKPOINT))
             saved += f" and the run checkpoint in {path} (DecentralizedTrainer.train(..., resume_from=...))"
         except Exception as exc:  # the learners are saved; say why the run checkpoint is not
             saved += f"; the run checkpoint could not be saved: {exc}"
-        _say(f"interrupted after {run.episodes} episodes, {run.env_steps} env steps: {saved} "
+        how = ("interrupted" if stopped is None
+               else "stopped by a non-finite value (the error below; the weights from before it)")
+        _say(f"{how} after {run.episodes} episodes, {run.env_steps} env steps: {saved} "
              f"(evaluate: python -m marl_note evaluate --checkpoint {out})")
     finally:
         if main_thread:

@@ -1,7 +1,8 @@
-"""The terminal of the command line: no framework start-up logs before a command's first line, and
-Ctrl-C during training keeps the learners and the run checkpoint (exit status 130).
+"""The terminal of the command line: no framework start-up logs before a command's first line;
+Ctrl-C during training keeps the learners and the run checkpoint (exit status 130), and so does a run
+stopped by a non-finite update (exit status 1, the error as one line).
 
-Both run the real entry point in subprocesses (``python -m marl_note``), as a user would.
+The first two run the real entry point in subprocesses (``python -m marl_note``), as a user would.
 """
 import json
 import os
@@ -92,6 +93,36 @@ def test_ctrl_c_saves_the_learners_and_the_run_checkpoint_and_exits_130(tmp_path
     agent = restore(os.path.join(out, "last", "agent_0"), backend="torch")
     run = load_run(os.path.join(out, "run_checkpoint"), [agent])
     assert run.env_steps == record["env_steps"] and run.episodes == record["episodes"] > 0
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # the diverging weights, on purpose
+def test_a_non_finite_update_saves_the_learners_and_the_run_checkpoint_and_exits_1(tmp_path, capsys):
+    """A learning rate that makes the second update's loss overflow (as a diverging learner's does, hours into a
+    run): the refused update writes no weight, so the run keeps the last finite weights and its checkpoint, says
+    where, and prints the error as one line (no traceback) with exit status 1."""
+    import numpy as np
+
+    from marl_note.agents.checkpoints import restore
+    from marl_note.trainers.run_state import load_run
+
+    out = str(tmp_path / "diverged")
+    status = main(["train", "--env", "CartPole-v1", "--algo", "dqn", "--backend", "numpy", "--agent-arg", "lr=1e30",
+                   "--agent-arg", "learning_starts=64", "--agent-arg", "hidden_sizes=[16]", "--env-steps", "3000",
+                   "--num-envs", "2", "--update-freq", "32", "--eval-episodes", "0", "--quiet", "--out", out])
+    captured = capsys.readouterr()
+    assert status == 1, captured.err[-2000:]
+    assert "Traceback" not in captured.err
+    error = [line for line in captured.err.splitlines() if line.startswith("marl_note train: error: ")]
+    assert error and "DQN update 2: loss is inf" in error[0], captured.err[-2000:]
+    said = [line for line in captured.out.splitlines() if line.startswith("stopped by a non-finite value")]
+    assert said and out in said[0] and "run_checkpoint" in said[0], captured.out
+    record = json.loads(open(os.path.join(out, "marl_note_run.json")).read())
+    assert record["stopped"] == error[0][len("marl_note train: error: "):] and "interrupted" not in record
+    agent = restore(os.path.join(out, "last", "agent_0"), backend="numpy")
+    assert agent.updates == 1  # the first update's weights: the second was refused
+    assert all(np.isfinite(np.asarray(v, np.float64)).all() for v in agent.state_dict().values())
+    run = load_run(os.path.join(out, "run_checkpoint"), [agent])
+    assert run.env_steps == record["env_steps"] > 0
 
 
 QUIET_IMPORT = r"""
