@@ -39,7 +39,6 @@ class Trace:
         self.values: dict[str, list[float]] = defaultdict(list)
         self.next = every
         self.start = time.process_time()
-        self.lines: list[dict[str, Any]] = []
 
     def on_update_end(self, trainer: Any, metrics: dict[str, Any], episodes: int) -> None:
         for key, value in metrics.items():
@@ -53,7 +52,6 @@ class Trace:
                 line[key] = round(sum(seen) / len(seen), 4)
                 line[f"{key}_max"] = round(max(seen), 4)
             self.values.clear()
-            self.lines.append(line)
             print(json.dumps(line), file=self.out, flush=True)
 
 
