@@ -40,11 +40,11 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 import gymnasium as gym
 import numpy as np
 
-from marl_note.types import JointTransitions, Transitions, obs_batch_size
+from marl_note.types import EnvSpec, JointTransitions, Transitions, obs_batch_size
 
 __all__ = ["Acting", "Agent", "PerEnvAgent", "EpisodeAware", "HasObservationSpace", "Learner", "Stateful",
-           "LearningAgent", "CountsEnvSteps", "HasReplay", "JointLearner", "JointSeat", "Saveable", "Cloneable",
-           "Tunable",
+           "LearningAgent", "CountsEnvSteps", "HasReplay", "JointLearner", "JointLearnerClass", "JointSeat", "Saveable",
+           "Cloneable", "Tunable",
            "RemotePort", "RemoteActing", "DistributedTrainable", "ActionProbabilities", "RandomAgent",
            "is_learning_agent"]
 
@@ -219,6 +219,23 @@ class JointLearner(Protocol):
     def update(self, batch_size: int) -> dict[str, Any]: ...
 
     def seat_agents(self) -> Sequence[Any]: ...
+
+
+@runtime_checkable
+class JointLearnerClass(Protocol):
+    """The class of a :class:`JointLearner`: it builds one over an env's seats from the env's
+    :class:`~marl_note.types.EnvSpec` (its spaces, and its global state where the learner uses it).
+
+    Example:
+        >>> import gymnasium as gym
+        >>> from marl_note.agents.torch import MADDPG
+        >>> spec = EnvSpec(("a", "b"), dict.fromkeys("ab", gym.spaces.Box(-1, 1, (3,))),
+        ...                dict.fromkeys("ab", gym.spaces.Discrete(2)), turn_based=False, has_action_mask=False)
+        >>> isinstance(MADDPG, JointLearnerClass), len(MADDPG.from_spec(spec, hidden_sizes=(4,)).seat_agents())
+        (True, 2)
+    """
+
+    def from_spec(self, spec: EnvSpec, **hyperparameters: Any) -> JointLearner: ...
 
 
 @runtime_checkable

@@ -25,7 +25,7 @@ from marl_note.agents.options import BufferOptions, NetworkOptions, ScheduleOpti
 from marl_note.agents.schedule import gradient_steps, mean_metrics
 from marl_note.agents.spaces import ActionScaler, ObsEncoder, check_mask
 from marl_note.replay.joint import JointReplayBuffer
-from marl_note.types import JointTransitions
+from marl_note.types import EnvSpec, JointTransitions
 from marl_note.validation import (
     check_callable,
     non_negative_float,
@@ -126,7 +126,7 @@ class MADDPGCore(AgentCore):
     Example:
         >>> import gymnasium as gym, numpy as np
         >>> from marl_note.agents.torch import MADDPG
-        >>> from marl_note.types import JointTransitions
+        >>> from marl_note.types import EnvSpec, JointTransitions
         >>> obs = {"a": gym.spaces.Box(-1, 1, (2,)), "b": gym.spaces.Box(-1, 1, (3,))}
         >>> acts = {"a": gym.spaces.Discrete(3), "b": gym.spaces.Box(-1, 1, (2,))}
         >>> m = MADDPG(obs, acts, learning_starts=4, seed=0)
@@ -198,11 +198,17 @@ class MADDPGCore(AgentCore):
         return PerEnvNoise(process, self.act_dim[agent], seed)
 
     @classmethod
+    def from_spec(cls, spec: EnvSpec, **hyperparameters):
+        """An instance over ``spec.possible_agents`` with the env's spaces (``spec``: an env's
+        :class:`~marl_note.types.EnvSpec`, as ``trainer.spec``)."""
+        agents = list(spec.possible_agents)
+        return cls({a: spec.observation_space(a) for a in agents},
+                   {a: spec.action_space(a) for a in agents}, **hyperparameters)
+
+    @classmethod
     def from_trainer(cls, trainer: Any, **hyperparameters):
-        """An instance over ``trainer.possible_agents`` with the trainer's spaces."""
-        agents = list(trainer.possible_agents)
-        return cls({a: trainer.observation_space(a) for a in agents},
-                   {a: trainer.action_space(a) for a in agents}, **hyperparameters)
+        """:meth:`from_spec` of ``trainer.spec``."""
+        return cls.from_spec(trainer.spec, **hyperparameters)
 
     def seat_agents(self) -> list[MADDPGSeat]:
         """One actor per agent, in ``possible_agents`` order: ``trainer.train(m.seat_agents(), ...)``."""

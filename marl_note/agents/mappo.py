@@ -28,7 +28,7 @@ from marl_note.agents.options import NetworkOptions
 from marl_note.agents.schedule import updates_cut_short
 from marl_note.agents.spaces import check_mask
 from marl_note.replay.rollout import compute_gae
-from marl_note.types import JointTransitions
+from marl_note.types import EnvSpec, JointTransitions
 from marl_note.validation import non_negative_float, optional, positive_float, positive_int, unit_interval
 
 __all__ = ["IPPOConfig", "IPPOCore", "MAPPOConfig", "MAPPOCore", "MAPPOSeat", "RunningMeanStd"]
@@ -248,11 +248,18 @@ class MAPPOCore(AgentCore):
         return f"{group}.{net}" if group else net
 
     @classmethod
+    def from_spec(cls, spec: EnvSpec, **hyperparameters):
+        """An instance over ``spec.possible_agents`` with the env's spaces and global state space
+        (``spec``: an env's :class:`~marl_note.types.EnvSpec`, as ``trainer.spec``)."""
+        agents = list(spec.possible_agents)
+        hyperparameters.setdefault("state_space", spec.state_space)
+        return cls({a: spec.observation_space(a) for a in agents}, {a: spec.action_space(a) for a in agents},
+                   **hyperparameters)
+
+    @classmethod
     def from_trainer(cls, trainer: Any, **hyperparameters):
-        """An instance over ``trainer.possible_agents`` with the trainer's spaces and global state space."""
-        agents = list(trainer.possible_agents)
-        return cls({a: trainer.observation_space(a) for a in agents}, {a: trainer.action_space(a) for a in agents},
-                   state_space=trainer.spec.state_space, **hyperparameters)
+        """:meth:`from_spec` of ``trainer.spec``."""
+        return cls.from_spec(trainer.spec, **hyperparameters)
 
     def seat_agents(self) -> list[MAPPOSeat]:
         """One actor per agent, in ``possible_agents`` order: ``trainer.train(m.seat_agents(), ...)``."""

@@ -28,7 +28,7 @@ from marl_note.agents.options import BufferOptions, NetworkOptions, ScheduleOpti
 from marl_note.agents.schedule import gradient_steps, mean_metrics
 from marl_note.agents.spaces import ObsEncoder, check_mask
 from marl_note.replay.joint import JointReplayBuffer
-from marl_note.types import JointTransitions
+from marl_note.types import EnvSpec, JointTransitions
 from marl_note.validation import open_unit_interval, optional, positive_float, positive_int, unit_interval
 
 __all__ = ["MIXERS", "MIXER_PARTS", "TEAM_REWARDS", "QMIXConfig", "QMIXCore", "QMIXSeat", "VDNConfig", "VDNCore"]
@@ -197,7 +197,7 @@ class QMIXCore(AgentCore):
     Example:
         >>> import gymnasium as gym, numpy as np
         >>> from marl_note.agents.torch import QMIX
-        >>> from marl_note.types import JointTransitions
+        >>> from marl_note.types import EnvSpec, JointTransitions
         >>> obs = {"a": gym.spaces.Box(-1, 1, (2,)), "b": gym.spaces.Box(-1, 1, (3,))}
         >>> acts = {"a": gym.spaces.Discrete(3), "b": gym.spaces.Discrete(2)}
         >>> q = QMIX(obs, acts, learning_starts=4, hidden_sizes=(8,), seed=0)
@@ -291,15 +291,20 @@ class QMIXCore(AgentCore):
         return out
 
     @classmethod
+    def from_spec(cls, spec: EnvSpec, **hyperparameters):
+        """An instance over ``spec.possible_agents`` with the env's spaces (``spec``: an env's
+        :class:`~marl_note.types.EnvSpec`, as ``trainer.spec``); the mixer reads the env's global
+        state when its ``state_space`` is a Box (``state_shape``, unless given)."""
+        agents = list(spec.possible_agents)
+        if isinstance(spec.state_space, gym.spaces.Box) and "config" not in hyperparameters:
+            hyperparameters.setdefault("state_shape", tuple(spec.state_space.shape))
+        return cls({a: spec.observation_space(a) for a in agents},
+                   {a: spec.action_space(a) for a in agents}, **hyperparameters)
+
+    @classmethod
     def from_trainer(cls, trainer: Any, **hyperparameters):
-        """An instance over ``trainer.possible_agents`` with the trainer's spaces; the mixer reads the
-        env's global state when its ``state_space`` is a Box (``state_shape``, unless given)."""
-        agents = list(trainer.possible_agents)
-        state_space = getattr(getattr(trainer, "spec", None), "state_space", None)
-        if isinstance(state_space, gym.spaces.Box) and "config" not in hyperparameters:
-            hyperparameters.setdefault("state_shape", tuple(state_space.shape))
-        return cls({a: trainer.observation_space(a) for a in agents},
-                   {a: trainer.action_space(a) for a in agents}, **hyperparameters)
+        """:meth:`from_spec` of ``trainer.spec``."""
+        return cls.from_spec(trainer.spec, **hyperparameters)
 
     def seat_agents(self) -> list[QMIXSeat]:
         """One actor per agent, in ``possible_agents`` order: ``trainer.train(q.seat_agents(), ...)``."""

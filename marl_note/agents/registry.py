@@ -138,8 +138,9 @@ class Algorithm:
       each (``numpy``: MLP networks in plain numpy, :mod:`marl_note.agents.numpy`).
     - ``actions``: the action spaces it takes, by Gymnasium class name (:data:`ACTION_SPACES`).
     - ``on_policy``: learns only from data collected with its current weights (PPO); required.
-    - ``joint``: one learner over every seat of a Parallel env, acting through ``seat_agents()``
-      and fed with ``observe_joint`` (MADDPG); False: an agent per seat, fed with ``observe``.
+    - ``joint``: one learner over every seat of a Parallel env, built by ``cls.from_spec(spec, **options)``
+      from the env's :class:`~marl_note.types.EnvSpec` (spaces, global state), acting through
+      ``seat_agents()`` and fed with ``observe_joint`` (MADDPG); False: an agent per seat, fed with ``observe``.
     - ``images``: whether it takes image observations.
     - ``fits``: ``fits(name, spec, seats) -> str | None``, an extra reason an env does not fit
       (AlphaZero's board rules), checked before the generic ones; None: no extra reason.

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from marl_note.agents import registry
+from marl_note.agents.base import JointLearnerClass
 from marl_note.cli.common import CLIError
 from marl_note.cli.plugins import algorithm
 
@@ -142,11 +143,9 @@ def build_learners(backend: str, algo: str, spec: Any, plan: SeatPlan, kwargs: M
     """The learning agents of ``plan``, keyed by checkpoint name (one per distinct agent)."""
     cls = agent_class(algo, backend)
     if plan.mode == "joint":
-        names = list(spec.possible_agents)
-        if "state_space" in inspect.signature(cls).parameters:  # a centralised critic over the env's state (MAPPO)
-            kwargs = {"state_space": spec.state_space, **kwargs}
-        return {algo: cls({a: spec.observation_space(a) for a in names}, {a: spec.action_space(a) for a in names},
-                          seed=seed, **kwargs)}
+        if not isinstance(cls, JointLearnerClass):
+            raise CLIError(f"--algo {algo} is registered as joint, but {cls.__qualname__} has no from_spec(spec, ...)")
+        return {algo: cls.from_spec(spec, seed=seed, **kwargs)}  # its own use of the env's state, if any
     learners = {}
     for k, name in enumerate(plan.checkpoint_names):
         seat = plan.learners[0] if name == "agent" else name

@@ -24,6 +24,8 @@ def test_a_tiny_budget_run_trains_saves_and_evaluates_in_the_other_backend(tmp_p
     assert record["gradient_steps"] > 0
     learner = restore(out / "last" / algo)
     assert type(learner).__name__ == algo.upper() and learner.mixer == algo and learner.updates > 0
+    # the learner reads the env's global state (MPE's state(): 3 agents x 18), as from_trainer builds it
+    assert learner.cfg.state_shape == (54,) and learner.state_dim == 54
     capsys.readouterr()
     assert main(["evaluate", "--checkpoint", str(out), "--episodes", "2", "--backend", "tf"]) == 0, \
         capsys.readouterr().err
