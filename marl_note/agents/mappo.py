@@ -25,13 +25,14 @@ from marl_note.agents.exploration.masked import masked_argmax, masked_softmax, s
 from marl_note.agents.maddpg_seats import MADDPGSeat, check_agent_spaces
 from marl_note.agents.networks import mlp_weights
 from marl_note.agents.options import NetworkOptions
+from marl_note.agents.running_stats import RunningMeanStd
 from marl_note.agents.schedule import updates_cut_short
 from marl_note.agents.spaces import check_mask
 from marl_note.replay.rollout import compute_gae
 from marl_note.types import EnvSpec, JointTransitions
 from marl_note.validation import non_negative_float, optional, positive_float, positive_int, unit_interval
 
-__all__ = ["IPPOConfig", "IPPOCore", "MAPPOConfig", "MAPPOCore", "MAPPOSeat", "RunningMeanStd"]
+__all__ = ["IPPOConfig", "IPPOCore", "MAPPOConfig", "MAPPOCore", "MAPPOSeat"]
 
 _METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
 
@@ -99,41 +100,6 @@ class IPPOConfig(MAPPOConfig):
     """
 
     critic: str = "local"
-
-
-class RunningMeanStd:
-    """Running mean and variance of value targets (value normalisation by running statistics).
-
-    Example:
-        >>> r = RunningMeanStd()
-        >>> r.update(np.array([1.0, 3.0]))
-        >>> float(r.mean), float(r.var), r.normalize(np.array([3.0])).round(3).tolist()
-        (2.0, 1.0, [1.0])
-    """
-
-    def __init__(self) -> None:
-        self.mean, self.var, self.count = np.float64(0.0), np.float64(1.0), np.float64(0.0)
-
-    def update(self, x: np.ndarray) -> None:
-        x = np.asarray(x, np.float64).reshape(-1)
-        if not len(x):
-            return
-        m, v, n = x.mean(), x.var(), float(len(x))
-        total = self.count + n
-        delta = m - self.mean
-        self.mean = self.mean + delta * n / total
-        self.var = (self.var * self.count + v * n + delta ** 2 * self.count * n / total) / total
-        self.count = np.float64(total)
-
-    @property
-    def std(self) -> float:
-        return float(np.sqrt(max(float(self.var), 1e-8)))
-
-    def normalize(self, x: np.ndarray) -> np.ndarray:
-        return ((np.asarray(x, np.float64) - self.mean) / self.std).astype(np.float32)
-
-    def denormalize(self, x: np.ndarray) -> np.ndarray:
-        return (np.asarray(x, np.float64) * self.std + self.mean).astype(np.float32)
 
 
 class MAPPOSeat(MADDPGSeat):
@@ -468,13 +434,10 @@ class MAPPOCore(AgentCore):
     # -- state -------------------------------------------------------------------------------------
     def _extra_state(self) -> dict[str, np.ndarray]:
         """The value normalisation's running statistics (``value_norm.mean``, ``.var``, ``.count``)."""
-        s = self.value_stats
-        return {"value_norm.mean": np.asarray(s.mean), "value_norm.var": np.asarray(s.var),
-                "value_norm.count": np.asarray(s.count)}
+        return self.value_stats.state("value_norm")
 
     def _load_extra_state(self, state: Mapping[str, Any]) -> None:
-        s = self.value_stats
-        s.mean, s.var, s.count = (np.float64(np.asarray(state[f"value_norm.{k}"])) for k in ("mean", "var", "count"))
+        self.value_stats.load("value_norm", state)
 
     def __repr__(self) -> str:
         kind = "MAPPO" if self.cfg.critic == "central" else "IPPO"

@@ -25,6 +25,7 @@ from marl_note.agents.exploration.policies import EpsGreedyQPolicy
 from marl_note.agents.maddpg_seats import MADDPGSeat, image_observation
 from marl_note.agents.networks import mlp_weights
 from marl_note.agents.options import BufferOptions, NetworkOptions, ScheduleOptions
+from marl_note.agents.running_stats import RunningMeanStd
 from marl_note.agents.schedule import gradient_steps, mean_metrics
 from marl_note.agents.spaces import ObsEncoder, check_mask
 from marl_note.replay.joint import JointReplayBuffer
@@ -66,6 +67,7 @@ class QMIXConfig(ScheduleOptions, BufferOptions, NetworkOptions):
     eps_min: float = 0.05
     eps_anneal_steps: int = 50_000
     team_reward: str = "mean"
+    standardize_rewards: bool = False
     share_weights: bool = True
     mixing_embed: int = 32
     hypernet_hidden: int = 64
@@ -98,7 +100,7 @@ class QMIXConfig(ScheduleOptions, BufferOptions, NetworkOptions):
         put("hypernet_hidden", positive_int("hypernet_hidden", self.hypernet_hidden,
                                             "hidden units of QMIX's hypernetworks"))
         put("max_grad_norm", optional(positive_float, "max_grad_norm", self.max_grad_norm))
-        for name in ("double", "share_weights"):
+        for name in ("double", "share_weights", "standardize_rewards"):
             put(name, bool(getattr(self, name)))
 
 
@@ -172,13 +174,17 @@ class QMIXCore(AgentCore):
     concatenation of every agent's encoded observation (zeros where an agent did not act).
 
     The team reward of a step is the ``team_reward`` (``"sum"`` or ``"mean"``, over the agents
-    that acted) of the agents' rewards; the TD target is ``r + gamma * live * Q'_tot(s', a*)``
-    where ``Q'_tot`` is the target mixer over the target Q-networks, ``a*_i`` each agent's best
-    action among those legal at its next observation (``next_mask``), chosen by the online network
-    when ``double=True``, and ``live`` is 0 only where no agent goes on (every acting agent
-    terminated): a truncated step bootstraps. An agent that did not act in a row (``alive``
-    False: dead or not yet there) is out of the mixer's input (its Q-value is zero) and of the
-    loss; an agent gone at the next step (not alive or terminated) adds nothing to the target.
+    that acted) of the agents' rewards; with ``standardize_rewards=True`` the TD target reads it
+    standardised, minus the running mean and over the running standard deviation of the team
+    rewards stored so far (EPyMARL's ``standardise_rewards``: it keeps ``Q_tot`` near zero, so that
+    QMIX's mixer need not scale the agents' Q-values up to the size of the returns). The TD target
+    is ``r + gamma * live * Q'_tot(s', a*)`` where ``Q'_tot`` is the target mixer over the target
+    Q-networks, ``a*_i`` each agent's best action among those legal at its next observation
+    (``next_mask``), chosen by the online network when ``double=True``, and ``live`` is 0 only
+    where no agent goes on (every acting agent terminated): a truncated step bootstraps. An agent
+    that did not act in a row (``alive`` False: dead or not yet there) is out of the mixer's input
+    (its Q-value is zero) and of the loss; an agent gone at the next step (not alive or
+    terminated) adds nothing to the target.
     Rows where no agent acted weigh nothing. The loss is the mean squared TD error over rows.
 
     Exploration is epsilon-greedy over legal actions, ``eps`` falling linearly to ``eps_min`` over
@@ -253,6 +259,7 @@ class QMIXCore(AgentCore):
                                         seed=int(self.rng.integers(0, 2**63 - 1)), state_space=state_space)
         self.policy = EpsGreedyQPolicy(cfg.eps, cfg.eps_min, n_steps_annealing=cfg.eps_anneal_steps)
         self._new_rows = 0
+        self.reward_stats = RunningMeanStd()  # of the stored rows' team rewards (standardize_rewards)
         self._seats = [QMIXSeat(self, a) for a in self.agents]
         weights: dict[str, np.ndarray] = {}
         for a in self.agents:
@@ -355,6 +362,9 @@ class QMIXCore(AgentCore):
                              f"reads the env's state) but the batch has no state/next_state: build the trainer's "
                              f"envs with their state, or leave state_shape None (the joint observation)")
         self.replay.add(joint)
+        if self.cfg.standardize_rewards:
+            alive = np.asarray(joint.alive, bool)
+            self.reward_stats.update(self.team_reward(joint.rew, alive)[alive.any(axis=1)])
         self._new_rows += len(joint)
         self.agent_steps += int(np.asarray(joint.alive, bool).sum())
         self.policy.step(len(joint))
@@ -362,7 +372,7 @@ class QMIXCore(AgentCore):
     # -- learning ----------------------------------------------------------------------------------
     def team_reward(self, rew: np.ndarray, alive: np.ndarray) -> np.ndarray:
         """The team reward ``[B]`` of agents' rewards ``[B, n]``: their sum, or their mean over the
-        agents that acted (``team_reward``)."""
+        agents that acted (``team_reward``); as the env gave it (not standardised)."""
         total = np.asarray(rew, np.float32).sum(axis=1)
         if self.cfg.team_reward == "sum":
             return total
@@ -376,7 +386,8 @@ class QMIXCore(AgentCore):
         observation, ``[B, outputs]``; actions beyond the agent's own are never legal); joint:
         ``act`` ``[B, n]`` int64 (0-based, 0 where the agent did not act), ``alive`` and
         ``next_live`` ``[B, n]``, ``state`` / ``next_state`` ``[B, state_dim]``, ``rew`` (the team
-        reward), ``live`` (0 where no agent goes on) and ``weight`` (0 where no agent acted), ``[B]``.
+        reward, standardised with ``standardize_rewards``), ``live`` (0 where no agent goes on) and
+        ``weight`` (0 where no agent acted), ``[B]``.
         """
         alive = np.asarray(batch.alive, bool)
         next_live = alive & ~np.asarray(batch.terminated, bool)
@@ -405,9 +416,12 @@ class QMIXCore(AgentCore):
                 raise ValueError(f"state_shape={self.cfg.state_shape}: the batch has no state/next_state")
             states = [np.asarray(batch.state, np.float32).reshape(n, self.state_dim)]
             next_states = [np.asarray(batch.next_state, np.float32).reshape(n, self.state_dim)]
+        rew = self.team_reward(batch.rew, alive)
+        if self.cfg.standardize_rewards:
+            rew = self.reward_stats.normalize(rew)
         out.update(act=np.stack(acts, axis=1), alive=alive.astype(np.float32), next_live=next_live.astype(np.float32),
                    state=np.concatenate(states, axis=1), next_state=np.concatenate(next_states, axis=1),
-                   rew=self.team_reward(batch.rew, alive), live=next_live.any(axis=1).astype(np.float32),
+                   rew=rew, live=next_live.any(axis=1).astype(np.float32),
                    weight=alive.any(axis=1).astype(np.float32))
         return out
 
@@ -454,9 +468,12 @@ class QMIXCore(AgentCore):
         return sorted(k for k in state if k.startswith(prefixes))
 
     def _extra_state(self) -> dict[str, np.ndarray]:
-        """``new_transitions`` and the exploration schedule (``policy.*``)."""
+        """``new_transitions``, the exploration schedule (``policy.*``) and, with ``standardize_rewards``,
+        the team rewards' running statistics (``reward_norm.*``)."""
         out = {"new_transitions": np.asarray(self._new_rows, np.int64)}
         out.update({f"policy.{k}": np.asarray(v) for k, v in self.policy.state_dict().items()})
+        if self.cfg.standardize_rewards:
+            out.update(self.reward_stats.state("reward_norm"))
         return out
 
     def _load_extra_state(self, state: Mapping[str, Any]) -> None:
@@ -464,6 +481,8 @@ class QMIXCore(AgentCore):
         own = {k[len("policy."):]: v for k, v in state.items() if k.startswith("policy.")}
         if own:
             self.policy.load_state_dict(own)
+        if self.cfg.standardize_rewards:
+            self.reward_stats.load("reward_norm", state)
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(agents={list(self.agents)}, mixer={self.mixer!r}, "

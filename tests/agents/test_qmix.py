@@ -201,6 +201,36 @@ def test_team_reward_and_which_steps_bootstrap(backend):
         np.testing.assert_allclose(q.td_target(batch), np.array(r) + 0.5 * np.array([3, 0, 2, 3]), atol=1e-5)
 
 
+def test_standardized_rewards_enter_the_target_by_the_stored_rows_running_statistics(backend, tmp_path):
+    """standardize_rewards: the target's reward is (team reward - mean) / std over every stored row where
+    an agent acted (rows where none did are left out of the statistics), batch after batch; the
+    statistics survive a checkpoint (into the other backend); without the option the target is as before."""
+    QMIX = qmix_class(backend)
+    rng = np.random.default_rng(3)
+    first, second = joint_batch(40, rng), joint_batch(24, rng)
+    for b in (first, second):
+        b.rew = rng.normal(-2.0, 3.0, b.rew.shape).astype(np.float32)
+    first.alive[:5] = False  # five rows where no agent acted
+    plain = QMIX(OBS, ACT, **SMALL, seed=5)
+    std = QMIX(OBS, ACT, **SMALL, standardize_rewards=True, seed=5)
+    for q in (plain, std):
+        q.observe_joint(first)
+        q.observe_joint(second)
+    seen = np.concatenate([std.team_reward(b.rew, b.alive)[b.alive.any(axis=1)] for b in (first, second)])
+    assert len(seen) == 59
+    np.testing.assert_allclose([std.reward_stats.mean, std.reward_stats.std], [seen.mean(), seen.std()], rtol=1e-6)
+    probe = joint_batch(16, rng)
+    team = plain.team_reward(probe.rew, probe.alive)
+    np.testing.assert_allclose(std.td_target(probe) - plain.td_target(probe),
+                               (team - seen.mean()) / seen.std() - team, rtol=1e-4, atol=1e-4)
+    assert {"reward_norm.mean", "reward_norm.var", "reward_norm.count"} <= set(std.state_dict())
+    assert not any(k.startswith("reward_norm.") for k in plain.state_dict())
+    other = qmix_class("tf" if backend == "torch" else "torch")
+    moved = other.restore(std.save(tmp_path / "std"))
+    assert moved.cfg.standardize_rewards and float(moved.reward_stats.count) == 59
+    np.testing.assert_allclose(moved.td_target(probe), std.td_target(probe), atol=1e-4)
+
+
 # --------------------------------------------------------------------------- targets, schedule, exploration
 
 def test_targets_are_copied_every_target_update_steps_or_follow_by_polyak(backend):
