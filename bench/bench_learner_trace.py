@@ -2,12 +2,14 @@
 
     python bench/bench_learner_trace.py --recipe simple_spread_v3-qmix [--env-steps 160000] [--every 20000]
                                         [--seed 0] [--backend torch] [--set target_update=1000 ...]
+                                        [--trainer-set batch_size=512 ...]
 
-Trains the recipe (``marl_note/cli/recipes/NAME.toml``) for ``--env-steps`` with its periodic tests off, and
-after each ``--every`` env steps prints one JSON line: the env steps, the process CPU seconds so far, and the
+Trains the recipe (``marl_note/cli/recipes/NAME.toml``) for ``--env-steps`` with its periodic tests off
+(first line: ``{"settings": ...}``, the recipe's agent and trainer settings as run), and after each ``--every`` env steps prints one JSON line: the env steps, the process CPU seconds so far, and the
 mean and maximum over that stretch of every number the learner's updates returned (``loss``, ``q_tot_mean``,
 ``td_abs``, ...). ``--set KEY=VALUE`` overrides an agent setting of the recipe (values read as Python
-literals, as ``--agent-arg`` reads them). A run that meets a non-finite update prints it as a last line
+literals, as ``--agent-arg`` reads them); ``--trainer-set KEY=VALUE`` a trainer setting (``batch_size``,
+``update_freq``, ...). A run that meets a non-finite update prints it as a last line
 ``{"stopped": ...}``. What it is for: seeing a value estimate drift or diverge (docs/benchmarks.md, "QMIX
 diverges on simple_spread").
 """
@@ -63,15 +65,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--backend", default="torch", choices=("torch", "tf", "numpy"))
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="an agent setting of the recipe")
+    p.add_argument("--trainer-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a trainer setting of the recipe (batch_size, update_freq, num_envs, ...)")
     args = p.parse_args(argv)
     if args.env_steps <= 0 or args.every <= 0:
         p.error("--env-steps and --every must be positive")
     try:
         overrides = parse_assignments(args.set, "--set")
+        trainer_overrides = parse_assignments(args.trainer_set, "--trainer-set")
     except CLIError as exc:
         p.error(str(exc))
     r = recipe(args.recipe).with_budget(env_steps=args.env_steps, minutes=None, episodes=None)
-    r = dataclasses.replace(r, trainer={**r.trainer, "test_freq": 10**9}, agent={**r.agent, **overrides})
+    r = dataclasses.replace(r, trainer={**r.trainer, **trainer_overrides, "test_freq": 10**9}, agent={**r.agent, **overrides})
+    print(json.dumps({"settings": {"recipe": r.name, "seed": args.seed, "backend": args.backend,
+                                   "agent": r.agent, "trainer": r.trainer}}, default=str), flush=True)
     run = prepare(r, seed=args.seed, backend=args.backend)
     trace = Trace(args.every)
     try:

@@ -21,9 +21,12 @@ def bench():
 
 def test_one_line_per_stretch_with_the_learners_metrics_and_the_settings_given(capsys):
     status = bench().main(["--recipe", "simple_spread_v3-vdn", "--env-steps", "1200", "--every", "400",
-                           "--set", "learning_starts=100", "--set", "eps_anneal_steps=10"])
+                           "--set", "learning_starts=100", "--set", "eps_anneal_steps=10",
+                           "--trainer-set", "batch_size=32"])
     assert status == 0
-    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    header, *lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert header["settings"]["trainer"]["batch_size"] == 32 and header["settings"]["agent"]["learning_starts"] == 100
+    assert header["settings"]["trainer"]["test_freq"] == 10**9  # periodic tests off
     assert [line["env_steps"] for line in lines] == [400, 800, 1200]
     for line in lines:
         assert {"loss", "loss_max", "q_tot_mean", "td_abs", "cpu_s"} <= set(line)
