@@ -5,9 +5,10 @@
                                         [--trainer-set batch_size=512 ...]
 
 Trains the recipe (``marl_note/cli/recipes/NAME.toml``) for ``--env-steps`` with its periodic tests off
-(first line: ``{"settings": ...}``, the recipe's agent and trainer settings as run), and after each ``--every`` env steps prints one JSON line: the env steps, the process CPU seconds so far, and the
-mean and maximum over that stretch of every number the learner's updates returned (``loss``, ``q_tot_mean``,
-``td_abs``, ...). ``--set KEY=VALUE`` overrides an agent setting of the recipe (values read as Python
+(first line: ``{"settings": ...}``, the recipe's agent and trainer settings as run), and after each
+``--every`` env steps prints one JSON line: the env steps, the process CPU seconds so far, and the mean and
+maximum over that stretch of every number the learner's updates returned (``loss``, ``q_tot_mean``, ``td_abs``,
+...). ``--set KEY=VALUE`` overrides an agent setting of the recipe (values read as Python
 literals, as ``--agent-arg`` reads them); ``--trainer-set KEY=VALUE`` a trainer setting (``batch_size``,
 ``update_freq``, ...). A run that meets a non-finite update prints it as a last line
 ``{"stopped": ...}``. What it is for: seeing a value estimate drift or diverge (docs/benchmarks.md, "QMIX
@@ -76,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     except CLIError as exc:
         p.error(str(exc))
     r = recipe(args.recipe).with_budget(env_steps=args.env_steps, minutes=None, episodes=None)
-    r = dataclasses.replace(r, trainer={**r.trainer, **trainer_overrides, "test_freq": 10**9}, agent={**r.agent, **overrides})
+    r = dataclasses.replace(r, trainer={**r.trainer, **trainer_overrides, "test_freq": 10**9},
+                            agent={**r.agent, **overrides})
     print(json.dumps({"settings": {"recipe": r.name, "seed": args.seed, "backend": args.backend,
                                    "agent": r.agent, "trainer": r.trainer}}, default=str), flush=True)
     run = prepare(r, seed=args.seed, backend=args.backend)
