@@ -126,7 +126,7 @@ class MADDPGCore(AgentCore):
     Example:
         >>> import gymnasium as gym, numpy as np
         >>> from marl_note.agents.torch import MADDPG
-        >>> from marl_note.types import EnvSpec, JointTransitions
+        >>> from marl_note.types import JointTransitions
         >>> obs = {"a": gym.spaces.Box(-1, 1, (2,)), "b": gym.spaces.Box(-1, 1, (3,))}
         >>> acts = {"a": gym.spaces.Discrete(3), "b": gym.spaces.Box(-1, 1, (2,))}
         >>> m = MADDPG(obs, acts, learning_starts=4, seed=0)

@@ -203,7 +203,7 @@ class QMIXCore(AgentCore):
     Example:
         >>> import gymnasium as gym, numpy as np
         >>> from marl_note.agents.torch import QMIX
-        >>> from marl_note.types import EnvSpec, JointTransitions
+        >>> from marl_note.types import JointTransitions
         >>> obs = {"a": gym.spaces.Box(-1, 1, (2,)), "b": gym.spaces.Box(-1, 1, (3,))}
         >>> acts = {"a": gym.spaces.Discrete(3), "b": gym.spaces.Discrete(2)}
         >>> q = QMIX(obs, acts, learning_starts=4, hidden_sizes=(8,), seed=0)
