@@ -49,7 +49,7 @@ versions it got are written to ``OUT/versions.json`` and printed.
 
 Run:  python bench/bench_benchmarl.py [--budget 20000] [--seeds 0] [--algos mappo,ppo]
                                       [--libs marl_note,benchmarl] [--eval-episodes 100] [--out runs/bench-benchmarl]
-                                      [--random] [--timeout SECONDS]
+                                      [--random] [--timeout SECONDS] [--agent-arg KEY=VALUE ...]
 
 An algorithm runs on each library that has it (``--algos mappo,ppo``: BenchMARL's MAPPO, marl_note's PPO, and
 marl_note's MAPPO where its CLI has it). The table goes to stdout and every row to ``OUT/results.csv``
@@ -121,7 +121,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--random", action="store_true",
                         help="also score uniformly random actions with the same evaluation (one row per seed)")
     parser.add_argument("--timeout", type=float, default=None, help="seconds per training run (default: none)")
+    parser.add_argument("--agent-arg", action="append", default=[], metavar="KEY=VALUE",
+                        help="marl_note runs only: passed to `marl_note train --agent-arg` over the recipe's own "
+                             "(repeatable); the rows' algo and run dirs name it, e.g. 'mappo gamma=0.9'")
     args = parser.parse_args(argv)
+    for item in args.agent_arg:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or not value.strip() or " " in key:
+            parser.error(f"--agent-arg: expected KEY=VALUE, got {item!r}")
     known = set(ALGOS["marl_note"]) | set(ALGOS["benchmarl"])
     for algo in args.algos:
         if algo not in known:
@@ -279,10 +286,12 @@ def zoo_recipes(recipes_dir: str = os.path.join(ROOT, "marl_note", "cli", "recip
 
 
 def marl_note_train_command(python: str, algo: str, budget: int, seed: int, out: str,
-                            recipe: str | None = None) -> list[str]:
+                            recipe: str | None = None, agent_args: Sequence[str] = ()) -> list[str]:
     """The ``marl_note train`` command of one run: the zoo's ``recipe`` for the algorithm where it has one
-    (``simple_spread_v3`` is shared PPO with agent ids), else ``--algo`` with the CLI's defaults."""
+    (``simple_spread_v3`` is shared PPO with agent ids), else ``--algo`` with the CLI's defaults;
+    ``agent_args`` (``KEY=VALUE``) go to ``--agent-arg`` over them."""
     chosen = ["--recipe", recipe] if recipe is not None else ["--algo", algo]
+    chosen += [word for item in agent_args for word in ("--agent-arg", item)]
     # --episodes/--minutes lifted so that --env-steps is the budget (a recipe has its own episode and minute caps)
     return [python, "-m", "marl_note", "train", "--env", ENV, *chosen, "--env-arg", f"max_cycles={MAX_CYCLES}",
             "--env-steps", str(budget), "--episodes", "100000000", "--minutes", "100000", "--seed", str(seed),
@@ -311,9 +320,17 @@ def _json_tail(text: str) -> dict[str, Any]:
     raise RuntimeError(f"no result line in the worker's output:\n{text[-2000:]}")
 
 
-def run_marl_note(algo: str, budget: int, seed: int, episodes: int, out: str, timeout: float | None) -> dict:
-    run_dir = os.path.join(out, f"marl_note-{algo}-{budget}-s{seed}")
-    command = marl_note_train_command(sys.executable, algo, budget, seed, run_dir, zoo_recipes().get(algo))
+def variant(algo: str, agent_args: Sequence[str] = ()) -> str:
+    """A row's algorithm label: ``algo``, then the ``--agent-arg`` settings it ran with (``mappo gamma=0.9``)."""
+    return " ".join([algo, *agent_args])
+
+
+def run_marl_note(algo: str, budget: int, seed: int, episodes: int, out: str, timeout: float | None,
+                  agent_args: Sequence[str] = ()) -> dict:
+    label = "".join(f"-{item}" for item in agent_args).replace(os.sep, "_")
+    run_dir = os.path.join(out, f"marl_note-{algo}{label}-{budget}-s{seed}")
+    command = marl_note_train_command(sys.executable, algo, budget, seed, run_dir, zoo_recipes().get(algo),
+                                      agent_args)
     os.makedirs(out, exist_ok=True)
     wall, cpu = _timed(command, timeout, run_dir + ".log")
     with open(os.path.join(run_dir, "marl_note_run.json")) as f:
@@ -524,7 +541,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{lib} {algo} seed {seed}: {args.budget} env steps ...", flush=True)
         try:
             if lib == "marl_note":
-                result = run_marl_note(algo, args.budget, seed, args.eval_episodes, args.out, args.timeout)
+                result = run_marl_note(algo, args.budget, seed, args.eval_episodes, args.out, args.timeout,
+                                       args.agent_arg)
             else:
                 result = run_benchmarl(algo, args.budget, seed, args.eval_episodes, args.out, args.venv,
                                        args.timeout)
@@ -532,7 +550,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{lib} {algo} seed {seed} left out: {error}", flush=True)
             failed.append(f"{lib} {algo} seed {seed}")
             continue
-        rows.append(row(algo, lib, args.budget, seed, args.eval_episodes, result))
+        name = variant(algo, args.agent_arg) if lib == "marl_note" else algo
+        rows.append(row(name, lib, args.budget, seed, args.eval_episodes, result))
         append_csv(os.path.join(args.out, "results.csv"), rows[-1:])
         print(format_table(rows[-1:]), flush=True)
     for seed in args.seeds if args.random or "random" in args.libs else []:

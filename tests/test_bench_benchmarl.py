@@ -2,6 +2,7 @@
 table writers and the venv commands, without installing or training anything."""
 import csv
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -40,6 +41,8 @@ def test_options_and_their_defaults(bench):
     (["--budget", "20005"], "--budget must be a positive multiple of 10"),
     (["--eval-episodes", "0"], "--eval-episodes must be positive"),
     (["--seeds", "0,x"], "expected integers separated by commas"),
+    (["--agent-arg", "gamma"], "--agent-arg: expected KEY=VALUE, got 'gamma'"),
+    (["--agent-arg", "gamma="], "--agent-arg: expected KEY=VALUE, got 'gamma='"),
 ])
 def test_bad_options_are_named(bench, capsys, argv, message):
     with pytest.raises(SystemExit) as exit_info:
@@ -155,6 +158,23 @@ def test_marl_note_side_runs_through_the_cli(bench):
         assert ppo[ppo.index(flag) + 1] == value
     maddpg = bench.marl_note_train_command("py", "maddpg", 1000, 0, "o")
     assert maddpg[maddpg.index("--algo") + 1] == "maddpg" and "--recipe" not in maddpg
+    assert "--agent-arg" not in ppo + maddpg
+
+
+def test_agent_args_reach_the_cli_and_name_the_rows(bench, tmp_path):
+    args = bench.parse_args(["--agent-arg", "gamma=0.9", "--agent-arg", "n_epochs=5"])
+    assert args.agent_arg == ["gamma=0.9", "n_epochs=5"] and bench.parse_args([]).agent_arg == []
+    command = bench.marl_note_train_command("py", "mappo", 1000, 0, "o", "simple_spread_v3-mappo", args.agent_arg)
+    assert command[command.index("--recipe") + 1] == "simple_spread_v3-mappo"
+    assert [command[i + 1] for i, w in enumerate(command) if w == "--agent-arg"] == ["gamma=0.9", "n_epochs=5"]
+    assert bench.variant("mappo", args.agent_arg) == "mappo gamma=0.9 n_epochs=5" and bench.variant("qmix") == "qmix"
+    # a real run: the setting reaches the agent (its saved config), and the row and run dir name it
+    assert bench.main(["--libs", "marl_note", "--algos", "ippo", "--budget", "400", "--eval-episodes", "1",
+                       "--agent-arg", "gamma=0.5", "--out", str(tmp_path)]) == 0
+    with open(tmp_path / "results.csv", newline="") as f:
+        assert [r["algo"] for r in csv.DictReader(f)] == ["ippo gamma=0.5"]
+    run_dir = tmp_path / "marl_note-ippo-gamma=0.5-400-s0"
+    assert '"gamma": 0.5' in json.dumps(json.loads((run_dir / "last" / "ippo" / "manifest.json").read_text()))
 
 
 def test_zoo_recipes_of_the_env_by_algorithm(bench, tmp_path):
