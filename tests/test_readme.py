@@ -219,6 +219,21 @@ def test_readme_has_the_blocks_it_documents():
     assert all(b.checks for b in blocks if TRAINS.search(b.code))
 
 
+def table_after(text: str, header: str) -> list[str]:
+    """The Markdown table whose first line starts with ``header``: its lines, in order."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header))
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
+    return lines[start:end]
+
+
+def test_readme_cooperative_table_is_the_benchmarks_pages():
+    """The README shows the benchmarks page's cooperative table, the same rows (only the links differ)."""
+    header = "| env (budget in env steps; figure) | MAPPO |"
+    readme = [line.replace("(docs/benchmarks.md#", "(#") for line in table_after(README.read_text(), header)]
+    assert len(readme) > 3 and readme == table_after((DOCS / "benchmarks.md").read_text(), header)
+
+
 def test_every_guide_shows_running_code():
     guides = sorted((DOCS / "guides").glob("*.md"))
     assert len(guides) >= 8
