@@ -325,10 +325,15 @@ def variant(algo: str, agent_args: Sequence[str] = ()) -> str:
     return " ".join([algo, *agent_args])
 
 
+def marl_note_run_dir(out: str, algo: str, budget: int, seed: int, agent_args: Sequence[str] = ()) -> str:
+    """Where one marl_note run writes: ``OUT/marl_note-ALGO[-KEY=VALUE...]-BUDGET-sSEED``."""
+    label = "".join(f"-{item}" for item in agent_args).replace(os.sep, "_")
+    return os.path.join(out, f"marl_note-{algo}{label}-{budget}-s{seed}")
+
+
 def run_marl_note(algo: str, budget: int, seed: int, episodes: int, out: str, timeout: float | None,
                   agent_args: Sequence[str] = ()) -> dict:
-    label = "".join(f"-{item}" for item in agent_args).replace(os.sep, "_")
-    run_dir = os.path.join(out, f"marl_note-{algo}{label}-{budget}-s{seed}")
+    run_dir = marl_note_run_dir(out, algo, budget, seed, agent_args)
     command = marl_note_train_command(sys.executable, algo, budget, seed, run_dir, zoo_recipes().get(algo),
                                       agent_args)
     os.makedirs(out, exist_ok=True)
