@@ -18,7 +18,7 @@ SUITE = ["CartPole-v1", "Acrobot-v1", "MountainCar-v0", "LunarLander-v3", "Pendu
          "connect_four_v3", "texas_holdem_v4", "pistonball_v6", "knights_archers_zombies_v11", "pursuit_v5",
          "simple_spread_v3", "simple_tag_v3", "simple_spread_v3-vdn", "simple_spread_v3-qmix",
          "openspiel_kuhn_poker", "simple_reference_v3-mappo", "simple_speaker_listener_v4-mappo", "openspiel_hanabi",
-         "pursuit_v5-mappo", "simple_spread_v3-mappo", "simple_spread_v3-ippo"]
+         "pursuit_v5-mappo", "simple_spread_v3-mappo", "simple_spread_v3-ippo", "openspiel_leduc_poker"]
 # optional packages an env needs: (module, what installs it)
 NEEDS = {"LunarLander-v3": ("Box2D", "marl_note[zoo]"), "texas_holdem_v4": ("rlcard", "marl_note[zoo]"),
          "pistonball_v6": ("pymunk", "pettingzoo[butterfly]"),
@@ -29,7 +29,8 @@ NEEDS = {"LunarLander-v3": ("Box2D", "marl_note[zoo]"), "texas_holdem_v4": ("rlc
          "simple_spread_v3-ippo": ("mpe2", "mpe2"),
          "simple_speaker_listener_v4-mappo": ("mpe2", "mpe2"),
          "openspiel_kuhn_poker": ("pyspiel", "marl_note[openspiel]"),
-         "openspiel_hanabi": ("pyspiel", "marl_note[openspiel]")}
+         "openspiel_hanabi": ("pyspiel", "marl_note[openspiel]"),
+         "openspiel_leduc_poker": ("pyspiel", "marl_note[openspiel]")}
 
 
 def test_every_env_of_the_public_suite_has_a_recipe_that_loads_and_states_its_result():
