@@ -3,6 +3,7 @@ import doctest
 import importlib
 import inspect
 import pkgutil
+import tempfile
 
 import pytest
 
@@ -21,12 +22,15 @@ def _needs(name: str) -> str | None:
 
 
 @pytest.mark.parametrize("name", MODULES)
-def test_docstring_examples_run(name):
+def test_docstring_examples_run(name, tmp_path, monkeypatch):
     if _needs(name):
         pytest.importorskip(_needs(name))
     module = importlib.import_module(name)
+    # the examples' tempfile.mkdtemp() folders go under this test's own folder, which pytest removes
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert result.failed == 0
+    assert tempfile.gettempdir() == str(tmp_path)
 
 
 @pytest.mark.parametrize("package", ["marl_note.envs", "marl_note.replay", "marl_note.agents",

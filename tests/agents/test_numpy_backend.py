@@ -326,7 +326,8 @@ NO_FRAMEWORK = textwrap.dedent("""
                 hidden_sizes=(16,), learning_starts=16, seed=0)
     trainer.train([agent], learning_mask=[1], plot=False, progress=False)
     assert agent.updates > 0, agent.updates
-    again = type(agent).restore(agent.save(os.path.join(tempfile.mkdtemp(), "ck")))
+    with tempfile.TemporaryDirectory() as d:
+        again = type(agent).restore(agent.save(os.path.join(d, "ck")))
     assert again.updates == agent.updates
     loaded = sorted(m for m in ("torch", "tensorflow", "keras", "jax") if m in sys.modules)
     print("frameworks:", loaded)
