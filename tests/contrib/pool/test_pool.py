@@ -1,6 +1,8 @@
 """DecentralizedTrainer(actors=N): real envs, 2 actor processes, bounded runs, nothing left behind."""
 import functools
 import os
+import shutil
+import tempfile
 
 import gymnasium as gym
 import numpy as np
@@ -176,8 +178,11 @@ def test_actors_exit_and_shards_are_freed_when_the_learner_is_killed(tmp_path):
 
     script = tmp_path / "learner.py"
     script.write_text(KILLED_LEARNER)
+    # the killed learner cannot remove its multiprocessing folder (the forkserver's socket): give it one of
+    # ours, short enough for a socket path, removed below
+    own_tmp = tempfile.mkdtemp(prefix="mn-")
     proc = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "TMPDIR": own_tmp})
     try:
         pids = [int(p) for p in proc.stdout.readline().split()]
         blocks = proc.stdout.readline().split()  # the learner's own blocks: another job's may come and go
@@ -193,6 +198,7 @@ def test_actors_exit_and_shards_are_freed_when_the_learner_is_killed(tmp_path):
     finally:
         proc.kill()
         proc.wait(timeout=10)
+        shutil.rmtree(own_tmp, ignore_errors=True)
 
 
 def test_the_learner_drains_a_full_shard_while_it_waits_for_reports(no_leftovers):
