@@ -78,6 +78,64 @@ def module_from_numpy(prefix: str, module: nn.Module, state: Mapping[str, Any]) 
     module.load_state_dict(new)
 
 
+class PendingAdam:
+    """A ``torch.optim.Adam`` that is built at its first step: the parameters, learning rate and ``eps``
+    it will have, and the slots loaded into it meanwhile.
+
+    Building a torch optimiser imports ``torch._dynamo`` (1.2-1.5 s of CPU, once per process): an agent
+    that only acts (``evaluate``, ``play``, a restored checkpoint that is not trained) never pays it.
+    Until it is built, its numpy state reads and writes as the built optimiser's would (``{name}.lr``,
+    then torch's slots ``{name}.{i}.step``, ``.exp_avg``, ``.exp_avg_sq`` once it has any), and
+    :meth:`build` hands the slots to the optimiser it makes.
+
+    Example:
+        >>> p = nn.Parameter(torch.ones(2))
+        >>> pending = PendingAdam([p], lr=0.1)
+        >>> pending.load("opt", {"opt.lr": 0.5, "opt.0.step": np.float32(3), "opt.0.exp_avg": np.ones(2),
+        ...                      "opt.0.exp_avg_sq": np.ones(2)})
+        >>> sorted(pending.state("opt")), pending.lr
+        (['opt.0.exp_avg', 'opt.0.exp_avg_sq', 'opt.0.step', 'opt.lr'], 0.5)
+        >>> adam = pending.build("opt"); adam.param_groups[0]["lr"], float(adam.state[p]["step"])
+        (0.5, 3.0)
+    """
+
+    def __init__(self, params: Iterable[torch.Tensor], lr: float, eps: float = 1e-8):
+        self.params = list(params)
+        self.lr = float(lr)
+        self.eps = float(eps)
+        self.slots: dict[str, np.ndarray] = {}  # "{i}.{slot}" -> array, as torch's state_dict flattens them
+
+    def state(self, prefix: str) -> dict[str, np.ndarray]:
+        """What :func:`optimizer_to_numpy` gives for the built optimiser."""
+        return {f"{prefix}.lr": np.asarray(self.lr, np.float64),
+                **{f"{prefix}.{k}": v.copy() for k, v in self.slots.items()}}
+
+    def load(self, prefix: str, state: Mapping[str, Any]) -> None:
+        """What :func:`optimizer_from_numpy` does to the built optimiser: the slots saved under ``prefix``
+        replace these (none: none), cast as torch casts them (``step`` as saved, moments to the parameter's
+        dtype), and a saved learning rate replaces this one."""
+        slots = {}
+        for key, value in state.items():
+            if not key.startswith(prefix + ".") or key == f"{prefix}.lr":
+                continue
+            name = key[len(prefix) + 1:]
+            idx, slot = name.split(".", 1)
+            if not 0 <= int(idx) < len(self.params):
+                raise KeyError(f"{key}: {prefix} has {len(self.params)} parameters")
+            dtype = None if slot == "step" else torch.empty((), dtype=self.params[int(idx)].dtype).numpy().dtype
+            slots[name] = np.array(value, dtype=dtype)
+        self.slots = slots
+        if f"{prefix}.lr" in state:
+            self.lr = float(np.asarray(state[f"{prefix}.lr"]))
+
+    def build(self, prefix: str) -> torch.optim.Adam:
+        """The optimiser, holding the loaded slots (``prefix``: its name in the state)."""
+        opt = torch.optim.Adam(self.params, lr=self.lr, eps=self.eps)
+        if self.slots:
+            optimizer_from_numpy(prefix, opt, self.state(prefix))
+        return opt
+
+
 def optimizer_to_numpy(prefix: str, opt: torch.optim.Optimizer) -> dict[str, np.ndarray]:
     sd = opt.state_dict()
     out = {f"{prefix}.lr": np.asarray(opt.param_groups[0]["lr"], np.float64)}

@@ -10,7 +10,7 @@ Example:
     >>> from marl_note.agents.networks import mlp_weights
     >>> nets = TorchNetworks()
     >>> q = nets.mlp("q_net", mlp_weights("q_net", 3, (4,), 2, np.random.default_rng(0)), "relu")
-    >>> opt = nets.adam("optimizer", ["q_net"], lr=1e-3)
+    >>> nets.adam("optimizer", ["q_net"], lr=1e-3)
     >>> sorted(nets.state_dict())[:3], nets.weight_names
     (['optimizer.lr', 'q_net.0.bias', 'q_net.0.weight'], ('q_net',))
 """
@@ -28,6 +28,7 @@ from torch import nn
 from marl_note.agents.networks import ACTIVATIONS
 from marl_note.agents.numpy_policy import named_by
 from marl_note.agents.torch.common import (
+    PendingAdam,
     checked_step,
     module_from_numpy,
     module_to_numpy,
@@ -127,7 +128,8 @@ class TorchNetworks:
         self.device = torch.device(device)
         self.compile = bool(compile)
         self.modules: dict[str, nn.Module] = {}
-        self.optimizers: dict[str, torch.optim.Optimizer] = {}
+        # name -> a torch optimiser, or the Adam it will be at its first step (see PendingAdam)
+        self.optimizers: dict[str, torch.optim.Optimizer | PendingAdam] = {}
         self.version = 0  # counts weight changes (optimiser steps, syncs, loads): the numpy copy's freshness
         # called with an optimiser's parameters between backward and the checked step (gradient averaging
         # over ranks: marl_note.contrib.distributed.torch.ddp); None in one process. What it returns, a noise
@@ -171,12 +173,27 @@ class TorchNetworks:
         with torch.no_grad():
             return int(torso(torch.zeros(1, *shape)).flatten(1).shape[1])
 
-    def adam(self, name: str, modules: Iterable[str], lr: float, eps: float = 1e-8) -> torch.optim.Adam:
-        """Register and return an Adam optimiser over the parameters of ``modules``."""
-        params = [p for m in modules for p in self.modules[m].parameters()]
-        opt = torch.optim.Adam(params, lr=lr, eps=eps)
-        self.optimizers[name] = opt
+    def adam(self, name: str, modules: Iterable[str], lr: float, eps: float = 1e-8) -> None:
+        """Register Adam ``name`` over the parameters of ``modules`` (built at its first step: :meth:`optimizer`)."""
+        self.adam_over(name, [p for m in modules for p in self.modules[m].parameters()], lr, eps)
+
+    def adam_over(self, name: str, params: Iterable[torch.Tensor], lr: float, eps: float = 1e-8) -> None:
+        """Register Adam ``name`` over ``params`` (built at its first step: :meth:`optimizer`)."""
+        self.optimizers[name] = PendingAdam(params, lr, eps)
+
+    def optimizer(self, name: str) -> torch.optim.Optimizer:
+        """Optimiser ``name``, built now if it has not taken a step yet."""
+        opt = self.optimizers[name]
+        if isinstance(opt, PendingAdam):
+            opt = self.optimizers[name] = opt.build(name)
         return opt
+
+    def optimized_params(self, name: str) -> list[torch.Tensor]:
+        """The parameters optimiser ``name`` steps, in order (without building it)."""
+        opt = self.optimizers[name]
+        if isinstance(opt, PendingAdam):
+            return list(opt.params)
+        return [p for group in opt.param_groups for p in group["params"]]
 
     def tensor(self, x: Any, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         return torch.as_tensor(np.asarray(x), device=self.device).to(dtype)
@@ -193,7 +210,7 @@ class TorchNetworks:
         Raises :class:`~marl_note.types.NonFiniteError` naming ``who`` and ``update`` before any
         weight is written.
         """
-        opt = self.optimizers[optimizer]
+        opt = self.optimizer(optimizer)
         self.version += 1
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -227,11 +244,16 @@ class TorchNetworks:
     # -- learning rates --------------------------------------------------------------------------------
     def learning_rates(self) -> dict[str, float]:
         """``{optimizer name: learning rate}`` (a torch optimiser's first parameter group's, which the state saves)."""
-        return {name: float(opt.param_groups[0]["lr"]) for name, opt in self.optimizers.items()}
+        return {name: opt.lr if isinstance(opt, PendingAdam) else float(opt.param_groups[0]["lr"])
+                for name, opt in self.optimizers.items()}
 
     def set_learning_rate(self, name: str, lr: float) -> None:
         """Set every parameter group of optimiser ``name`` to ``lr`` (checked by the caller)."""
-        for group in self.optimizers[name].param_groups:
+        opt = self.optimizers[name]
+        if isinstance(opt, PendingAdam):
+            opt.lr = float(lr)
+            return
+        for group in opt.param_groups:
             if torch.is_tensor(group["lr"]):
                 group["lr"].fill_(lr)
             else:
@@ -243,7 +265,7 @@ class TorchNetworks:
         for name, module in self.modules.items():
             out.update(module_to_numpy(name, module))
         for name, opt in self.optimizers.items():
-            out.update(optimizer_to_numpy(name, opt))
+            out.update(opt.state(name) if isinstance(opt, PendingAdam) else optimizer_to_numpy(name, opt))
         return out
 
     def numpy_weights(self, prefixes: Iterable[str]) -> dict[str, np.ndarray]:
@@ -260,9 +282,11 @@ class TorchNetworks:
         for name, module in self.modules.items():
             module_from_numpy(name, module, state)
         for name, opt in self.optimizers.items():
-            optimizer_from_numpy(name, opt, state)
+            if isinstance(opt, PendingAdam):
+                opt.load(name, state)
+            else:
+                optimizer_from_numpy(name, opt, state)
 
     def optimizer_slot_shapes(self) -> dict[str, list[tuple[int, ...]]]:
         """Optimiser name -> the shapes of its parameters, in order (what its saved slots must have)."""
-        return {name: [tuple(p.shape) for group in opt.param_groups for p in group["params"]]
-                for name, opt in self.optimizers.items()}
+        return {name: [tuple(p.shape) for p in self.optimized_params(name)] for name in self.optimizers}

@@ -112,7 +112,7 @@ class QMIXNetworks(TorchNetworks):
     def grad_sq_norm(self, batch: Mapping[str, Any]) -> float:
         """``|G_B|^2`` of the TD loss over the online Q-networks and mixer (float64; nothing written)."""
         loss, _, _ = self._loss(self._tensors(batch))
-        params = [p for group in self.optimizers["optimizer"].param_groups for p in group["params"]]
+        params = self.optimized_params("optimizer")
         return float(sum(g.double().square().sum() for g in torch.autograd.grad(loss, params)))
 
     def train_step(self, batch: Mapping[str, Any], *, who: str, update: int) -> dict[str, float]:

@@ -42,7 +42,7 @@ class SACNetworks(TorchNetworks):
         self.adam("actor_optimizer", ["actor"], actor_lr)
         self.adam("critic_optimizer", ["qf1", "qf2"], critic_lr)
         if autotune:
-            self.optimizers["alpha_optimizer"] = torch.optim.Adam([self.log_alpha], lr=temperature_lr, eps=1e-8)
+            self.adam_over("alpha_optimizer", [self.log_alpha], temperature_lr)
         self._critic_loss = maybe_compile(self.critic_loss, self.compile, "SAC critic loss")
         self._actor_loss = maybe_compile(self.actor_loss, self.compile, "SAC actor loss")
 

@@ -78,7 +78,7 @@ class RLNetworks(TorchNetworks):
     def _param_lists(self, agent: RLCore) -> list[list[torch.Tensor]]:
         groups = getattr(agent, "param_groups", None)
         if groups is None:
-            return [[p for g in opt.param_groups for p in g["params"]] for opt in self.optimizers.values()]
+            return [self.optimized_params(name) for name in self.optimizers]
         return [list(g.parameters()) if isinstance(g, nn.Module) else list(g) for g in groups]
 
     def train_step(self, agent: RLCore, arrays: tuple[np.ndarray, ...]) -> list[float]:
@@ -105,8 +105,8 @@ class RLNetworks(TorchNetworks):
             name = "loss" if len(losses) == 1 else f"loss {i}"
             checks[name], checks[f"{name} gradient norm"] = loss, grad_norm(params, agent.max_grad_norm)
         check_finite_update(who, update, checks)
-        for opt in self.optimizers.values():
-            opt.step()
+        for name in self.optimizers:
+            self.optimizer(name).step()
         return [loss.item() for loss in losses]
 
 
