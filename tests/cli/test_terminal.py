@@ -59,9 +59,14 @@ def test_evaluate_and_play_into_tensorflow_print_no_framework_logs(tmp_path, cap
 def test_ctrl_c_saves_the_learners_and_the_run_checkpoint_and_exits_130(tmp_path):
     pytest.importorskip("torch")
     out = str(tmp_path / "cartpole")
-    proc = subprocess.Popen([sys.executable, "-m", "marl_note", "train", "--env", "CartPole-v1", "--algo", "dqn",
-                             "--episodes", "2000", "--num-envs", "2", "--update-freq", "50", "--test-freq",
-                             "100000", "--out", out, "--agent-arg", "hidden_sizes=[16]"],
+    # `python -m marl_note train ...` as typed at a terminal: Ctrl-C raises KeyboardInterrupt there. A process tree
+    # started in the background by a shell without job control (a CI script's `cmd &`) ignores SIGINT, and a child
+    # inherits that, so the child is started with Python's own handler, whatever this test process was given
+    command = ["train", "--env", "CartPole-v1", "--algo", "dqn", "--episodes", "2000", "--num-envs", "2",
+               "--update-freq", "50", "--test-freq", "100000", "--out", out, "--agent-arg", "hidden_sizes=[16]"]
+    as_at_a_terminal = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+                        "sys.argv = ['marl_note', *sys.argv[1:]]; runpy.run_module('marl_note', run_name='__main__')")
+    proc = subprocess.Popen([sys.executable, "-c", as_at_a_terminal, *command],
                             env=ENV, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         # the first progress line after a chunk (stderr is a pipe: plain lines, one at the start, then every 5%
