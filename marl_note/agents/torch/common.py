@@ -115,15 +115,12 @@ class PendingAdam:
         replace these (none: none), cast as torch casts them (``step`` as saved, moments to the parameter's
         dtype), and a saved learning rate replaces this one."""
         slots = {}
-        for key, value in state.items():
-            if not key.startswith(prefix + ".") or key == f"{prefix}.lr":
-                continue
-            name = key[len(prefix) + 1:]
-            idx, slot = name.split(".", 1)
-            if not 0 <= int(idx) < len(self.params):
-                raise KeyError(f"{key}: {prefix} has {len(self.params)} parameters")
-            dtype = None if slot == "step" else torch.empty((), dtype=self.params[int(idx)].dtype).numpy().dtype
-            slots[name] = np.array(value, dtype=dtype)
+        for idx, saved in saved_slots(prefix, state).items():
+            if not 0 <= idx < len(self.params):
+                raise KeyError(f"{prefix}.{idx}.{next(iter(saved))}: {prefix} has {len(self.params)} parameters")
+            moments = torch.empty((), dtype=self.params[idx].dtype).numpy().dtype
+            for slot, value in saved.items():
+                slots[f"{idx}.{slot}"] = np.array(value, dtype=None if slot == "step" else moments)
         self.slots = slots
         if f"{prefix}.lr" in state:
             self.lr = float(np.asarray(state[f"{prefix}.lr"]))
@@ -146,15 +143,20 @@ def optimizer_to_numpy(prefix: str, opt: torch.optim.Optimizer) -> dict[str, np.
     return out
 
 
+def saved_slots(prefix: str, state: Mapping[str, Any]) -> dict[int, dict[str, Any]]:
+    """``{parameter index: {slot: value}}`` of the optimiser slots ``{prefix}.{i}.{slot}`` in ``state``."""
+    slots: dict[int, dict[str, Any]] = {}
+    for key, value in state.items():
+        if key.startswith(prefix + ".") and key != f"{prefix}.lr":
+            idx, slot = key[len(prefix) + 1:].split(".", 1)
+            slots.setdefault(int(idx), {})[slot] = value
+    return slots
+
+
 def optimizer_from_numpy(prefix: str, opt: torch.optim.Optimizer, state: Mapping[str, Any]) -> None:
     sd = opt.state_dict()
-    slots: dict[int, dict[str, torch.Tensor]] = {}
-    for key, value in state.items():
-        if not key.startswith(prefix + ".") or key == f"{prefix}.lr":
-            continue
-        idx, slot = key[len(prefix) + 1:].split(".", 1)
-        slots.setdefault(int(idx), {})[slot] = torch.as_tensor(np.asarray(value))
-    sd["state"] = slots
+    sd["state"] = {idx: {slot: torch.as_tensor(np.asarray(value)) for slot, value in saved.items()}
+                   for idx, saved in saved_slots(prefix, state).items()}
     if f"{prefix}.lr" in state:
         for group in sd["param_groups"]:
             group["lr"] = float(np.asarray(state[f"{prefix}.lr"]))
