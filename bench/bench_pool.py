@@ -175,7 +175,9 @@ def collection(args, common) -> None:
     for backend, pool in backends:
         if pool is not None:
             import ray
-            ray.init(address=args.ray_address, include_dashboard=False, log_to_driver=False)
+
+            from marl_note.contrib.pool.ray_backend import start_ray
+            start_ray(args.ray_address)
         try:
             for actors in (1, 2):
                 s, n, _, steps, _ = run("CartPole-v1", cartpole_seats((64, 64), 10**9), float("inf"), steps_budget,

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from marl_note.contrib.pool.pool import ActorError
+from marl_note.contrib.pool.ray_backend import NICENESS_VARIABLE, start_ray
 from marl_note.trainers import DecentralizedTrainer
 from tests.contrib.pool.pool_envs import crashing_cartpole, failing_cartpole
 
@@ -35,7 +36,7 @@ def _children() -> set[int]:
 @pytest.fixture(scope="module")
 def local_ray():
     before = _children()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    start_ray(num_cpus=2)  # as the pool starts Ray
     yield before
     ray.shutdown()
 
@@ -65,6 +66,17 @@ def test_ray_actors_feed_the_learner_and_act_with_refreshed_weights(local_ray):
     assert lag and all(np.isfinite(lag)) and min(lag) >= 0
     assert lag[-1] < agent.updates  # the actors act with refreshed weights, not the first version
     assert ray.is_initialized()  # a Ray the caller started is left running
+
+
+def test_ray_workers_run_at_the_learners_priority(local_ray):
+    # Ray's default niceness (15) starves the actors on a shared machine; the variable is set only
+    # while Ray starts
+    @ray.remote(num_cpus=1)
+    def niceness():
+        return os.nice(0)
+
+    assert ray.get(niceness.remote(), timeout=60) == os.nice(0)
+    assert NICENESS_VARIABLE not in os.environ
 
 
 def test_a_ray_actor_crash_raises_its_traceback(local_ray):
