@@ -245,8 +245,9 @@ def test_ppo_batch_and_clip_follow_the_rollouts_noise_on_cartpole():
                              seed=0)
     trainer = cartpole(batch_size=128, episodes_per_train=40)
     trainer.update_freq = 128  # two chunks (2 envs x 128 steps... ) per rollout: one is measured, one is not
+    # objective="steps": the batch follows the measured noise alone, not wall-time costs that move with the load
     cb = adjust(batch_params={"min": 8, "max": 256, "rate": 1.0, "smooth": 0.0}, clip_params={"rate": 0.5},
-                num_samples=128, every=1)
+                num_samples=128, every=1, objective="steps")
     trainer.train([agent], [True], callbacks=[cb], progress=False, plot=False)
     b_simple = [v for _, v in cb.history["b_simple"].values()]
     assert b_simple and all(np.isfinite(b_simple))  # measured only when an update followed

@@ -135,7 +135,10 @@ def _adaptive_run(ctx: DistributedContext) -> dict:
     trainer = _trainer(ctx, episodes=14, batch_size=16)
     agent = _dqn(seed=0)
     lr0 = agent.learning_rates()
-    cb = adabatch({"min": 4, "max": 64, "align": 2, "rate": 1.0, "smooth": 0.0}, num_samples=64, every=1)
+    # objective="steps": the batch follows the measured noise alone (the time objective's cost estimate is
+    # wall time, so the batch it picks moved with the machine's load: 16 kept on a loaded machine)
+    cb = adabatch({"min": 4, "max": 64, "align": 2, "rate": 1.0, "smooth": 0.0}, num_samples=64, every=1,
+                  objective="steps")
     trainer.train([agent], learning_mask=[1], callbacks=[cb], plot=False, progress=False)
     trainer.close()
     return {"rounds": cb.rounds, "batch": trainer.batch_size, "lr0": lr0, "lr": agent.learning_rates(),
