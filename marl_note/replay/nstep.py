@@ -1,7 +1,6 @@
 """Insert-time n-step accumulation: one-step transitions in, discounted n-step transitions out."""
 from __future__ import annotations
 
-from collections import deque
 from typing import Any
 
 import numpy as np
@@ -10,6 +9,7 @@ from marl_note.types import Transitions
 
 _FIRST = ("obs", "act", "mask")  # taken from the window's first step
 _LAST = ("next_obs", "next_mask", "terminated", "truncated")  # taken from its last step
+_KEPT = (*_FIRST, *_LAST, "rew", "stream")  # what a held-back step keeps
 
 
 class NStepAccumulator:
@@ -22,6 +22,8 @@ class NStepAccumulator:
     transition of that stream. A transition whose window is not complete yet is held
     back; :meth:`flush` releases all held transitions with their shorter windows.
     Streams (``stream`` ids; ``None`` = one stream) may interleave arbitrarily.
+    Each call works on whole arrays: a batch of transitions costs ``n`` vectorised passes over
+    it (one per window step), not Python work per transition.
 
     Example:
         >>> import numpy as np
@@ -47,12 +49,15 @@ class NStepAccumulator:
             raise ValueError(f"gamma must lie in [0, 1], got {gamma}")
         self.n = int(n)
         self.gamma = float(gamma)
-        self._pending: dict[int, deque] = {}
+        self._powers = np.array([self.gamma ** k for k in range(self.n + 1)])  # gamma**k for k = 0..n, float64
+        self._held: dict[str, np.ndarray] = {}  # the held-back steps' fields (those present), in arrival order
+        self._held_ids = np.zeros(0, np.int64)  # and their stream ids
+        self._streams: dict[int, int] = {}  # stream id -> rank of its first appearance (the order flush releases)
         self._template: Transitions | None = None  # an empty batch fixing field shapes/presence
 
     def __len__(self) -> int:
         """Number of transitions held back."""
-        return sum(len(q) for q in self._pending.values())
+        return len(self._held_ids)
 
     def _check(self, t: Transitions) -> None:
         if not isinstance(t, Transitions):
@@ -79,58 +84,80 @@ class NStepAccumulator:
                 raise ValueError("stream ids must be given in every batch or in none")
 
     def add(self, transitions: Transitions) -> Transitions:
-        """Feed one-step transitions; return the n-step transitions that became ready (maybe none)."""
+        """Feed one-step transitions; return the n-step transitions that became ready (maybe none), in the
+        order they became ready: by the arrival of a window's last step, then of its first."""
         self._check(transitions)
         t = transitions
         if self._template is None:  # (Any: None exactly where t has None, which Transitions allows)
             empty: dict[str, Any] = {k: (None if v is None else np.asarray(v)[:0].copy()) for k, v in vars(t).items()}
             self._template = Transitions(**empty)
-        arrays = {k: (None if v is None else np.asarray(v)) for k, v in vars(t).items()}
-        streams = np.zeros(len(t), np.int64) if t.stream is None else np.asarray(t.stream).astype(np.int64)
-        done = np.logical_or(np.asarray(t.terminated), np.asarray(t.truncated))
-        ready = []
-        for i in range(len(t)):
-            row = {k: (None if v is None else v[i].copy()) for k, v in arrays.items()}
-            queue = self._pending.setdefault(int(streams[i]), deque())
-            queue.append(row)
-            if done[i]:
-                while queue:
-                    ready.append(self._window(queue))
-                    queue.popleft()
-            elif len(queue) == self.n:
-                ready.append(self._window(queue))
-                queue.popleft()
-        return self._build(ready, has_stream=t.stream is not None)
+        new = {k: np.asarray(getattr(t, k)) for k in _KEPT if getattr(t, k) is not None}
+        ids = np.zeros(len(t), np.int64) if t.stream is None else np.asarray(t.stream).astype(np.int64)
+        for s in dict.fromkeys(ids.tolist()):  # streams seen for the first time, in arrival order
+            self._streams.setdefault(s, len(self._streams))
+        if len(self._held_ids):  # the held-back steps come first: they arrived first
+            new = {k: np.concatenate([self._held[k], v]) for k, v in new.items()}
+            ids = np.concatenate([self._held_ids, ids])
+        first, last, rew, length, ready = self._windows(new, ids, release_all=False)
+        order = np.lexsort((first, last))  # by the arrival of the window's last step, then of its first
+        out = self._build(new, first[order], last[order], rew[order], length[order], t.stream is not None)
+        held = np.flatnonzero(~ready)  # the tail of each stream, still in arrival order
+        self._held = {k: v[held] for k, v in new.items()}
+        self._held_ids = ids[held]
+        return out
 
     def flush(self) -> Transitions:
         """Release every held transition with its (shorter) window, and forget all pending state."""
-        ready = []
-        for queue in self._pending.values():
-            while queue:
-                ready.append(self._window(queue))
-                queue.popleft()
-        self._pending.clear()
         has_stream = self._template is not None and self._template.stream is not None
-        return self._build(ready, has_stream=has_stream)
+        steps, ids = self._held, self._held_ids
+        first, last, rew, length, _ = self._windows(steps, ids, release_all=True)
+        rank = np.array([self._streams[s] for s in ids.tolist()], np.int64)
+        order = np.lexsort((first, rank[first]))  # stream by stream (first seen first), each in arrival order
+        out = self._build(steps, first[order], last[order], rew[order], length[order], has_stream)
+        self.reset()
+        return out
 
     def reset(self) -> None:
         """Drop all held transitions without releasing them."""
-        self._pending.clear()
+        self._held, self._held_ids = {}, np.zeros(0, np.int64)
+        self._streams.clear()
 
-    def _window(self, queue: deque) -> dict:
-        """The n-step transition starting at ``queue[0]`` and ending at ``queue[-1]``."""
-        first, last, k = queue[0], queue[-1], len(queue)
-        rew = 0.0
-        for i, row in enumerate(queue):
-            rew += self.gamma ** i * float(row["rew"])
-        out = {name: first[name] for name in _FIRST}
-        out.update({name: last[name] for name in _LAST})
-        out["rew"] = rew
-        out["stream"] = first["stream"]
-        out["discount"] = self.gamma ** k
-        return out
+    def _windows(self, steps: dict[str, np.ndarray], ids: np.ndarray, release_all: bool
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The complete windows among those starting at each of ``steps`` (all of them with ``release_all``):
+        ``(first, last, rew, length, ready)``. ``first`` and ``last`` index each window's first and last step,
+        ``rew`` is its discounted return (float64, added in step order), ``length`` its number of steps;
+        ``ready`` says, per step, whether its window is complete (cut by an episode end, or ``n`` steps)."""
+        total = len(ids)
+        if total == 0:
+            none = np.zeros(0, np.int64)
+            return none, none, np.zeros(0), none, np.zeros(0, bool)
+        done = np.logical_or(steps["terminated"], steps["truncated"])
+        step_rew = np.asarray(steps["rew"], np.float64)
+        by_stream = np.argsort(ids, kind="stable")  # each stream's steps together, in arrival order
+        stream = ids[by_stream]
+        start = np.arange(total)  # positions in by_stream order: a window starts at each
+        end = start.copy()
+        rew, length = np.zeros(total), np.zeros(total, np.int64)
+        growing, cut = np.ones(total, bool), np.zeros(total, bool)
+        for k in range(self.n):  # the window's (k+1)-th step, where it has one
+            at = np.minimum(start + k, total - 1)
+            grows = growing & (start + k < total) & (stream[at] == stream)
+            step = by_stream[at]
+            np.add(rew, self._powers[k] * step_rew[step], out=rew, where=grows)
+            length += grows
+            np.copyto(end, at, where=grows)
+            ends = grows & done[step]
+            cut |= ends
+            growing = grows & ~ends
+        complete = np.ones(total, bool) if release_all else cut | (length == self.n)
+        ready = np.empty(total, bool)
+        ready[by_stream] = complete
+        pick = np.flatnonzero(complete)
+        return by_stream[pick], by_stream[end[pick]], rew[pick], length[pick], ready
 
-    def _build(self, rows: list[dict], has_stream: bool) -> Transitions:
+    def _build(self, steps: dict[str, np.ndarray], first: np.ndarray, last: np.ndarray, rew: np.ndarray,
+               length: np.ndarray, has_stream: bool) -> Transitions:
         tpl = self._template
         if tpl is None:  # nothing was ever added: an empty batch of 1-D arrays
             empty = np.zeros(0)
@@ -142,10 +169,10 @@ class NStepAccumulator:
             ref = getattr(tpl, name)
             if ref is None or (name == "stream" and not has_stream):
                 fields[name] = None
-            elif rows:
-                fields[name] = np.stack([np.asarray(r[name]) for r in rows]).astype(ref.dtype, copy=False)
+            elif len(first):
+                fields[name] = steps[name][last if name in _LAST else first].astype(ref.dtype, copy=False)
             else:
                 fields[name] = ref.copy()
-        fields["rew"] = np.array([r["rew"] for r in rows], dtype=np.float32)
-        fields["discount"] = np.array([r["discount"] for r in rows], dtype=np.float32)
+        fields["rew"] = rew.astype(np.float32)
+        fields["discount"] = self._powers[length].astype(np.float32)
         return Transitions(**fields)

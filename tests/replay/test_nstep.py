@@ -77,6 +77,26 @@ def test_matches_brute_force_reference(n, gamma, n_streams, chunk, seed):
     assert ready.obs.dtype == data.obs.dtype and ready.discount.dtype == np.float32
 
 
+@pytest.mark.parametrize("n,n_streams,chunk,seed", [(3, 4, 17, 0), (5, 8, 64, 1), (2, 1, 3, 2)])
+def test_release_order_is_by_last_step_then_first(n, n_streams, chunk, seed):
+    """Windows come out as they complete: by the arrival of their last step, then of their first (ids are
+    arrival order here: obs[:, 0] is a step's id and next_obs[:, 0] - 0.5 its last step's); a flush releases
+    stream by stream in the order the streams were first seen, each in arrival order."""
+    data = random_stream_data(np.random.default_rng(seed), 400, n_streams)
+    acc = NStepAccumulator(n, 0.9)
+    released = 0
+    for i in range(0, len(data), chunk):
+        out = acc.add(data[i:i + chunk])
+        keys = list(zip((out.next_obs[:, 0] - 0.5).tolist(), out.obs[:, 0].tolist()))
+        assert keys == sorted(keys)
+        assert all(last >= i for last, _ in keys)  # completed by a step of this batch
+        released += len(out)
+    rest = acc.flush()
+    first_seen = list(dict.fromkeys(data.stream.tolist()))
+    keys = [(first_seen.index(s), first) for s, first in zip(rest.stream.tolist(), rest.obs[:, 0].tolist())]
+    assert keys == sorted(keys) and released + len(rest) == len(data)
+
+
 def test_interleaved_streams_do_not_mix():
     def mk(s, r, term=False):
         return Transitions(obs=np.array([[r]]), act=np.array([0]), rew=np.array([r]), next_obs=np.array([[r + 0.5]]),
