@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from marl_note.agents.networks import ACTIVATIONS, activate
+from marl_note.agents.numpy.fused import adam_update
 
 __all__ = ["Dense", "MLP", "FlatGrads", "Adam", "activation_grad", "clip_grad_norm", "total_norm", "polyak",
            "mlp_keys", "flat_view"]
@@ -377,10 +378,16 @@ class Adam:
         if self._m is None or self._v is None:
             self._m = np.zeros(self._bounds[-1], self._dtype)
             self._v = np.zeros(self._bounds[-1], self._dtype)
+        m, v = self._m, self._v
+        steps = [t + 1 for t in self.steps]
+        if self._flat is not None and len(set(steps)) == 1 and adam_update(
+                self._flat, flat_g, m, v, self.betas, self.eps, self.lr, steps[0]):
+            self.steps = steps  # one compiled loop (Numba), the same bits as the passes below
+            return
         work = self._dtype if flat_g.dtype == self._dtype else np.result_type(flat_g, self._m)
         if self._scratch is None or self._scratch.dtype != work:
             self._scratch = np.empty(self._bounds[-1], work)
-        m, v, tmp = self._m, self._v, self._scratch
+        tmp = self._scratch
         b1, b2 = self.betas
         # torch's m.lerp_(g, 1 - b1) and v.mul_(b2).addcmul_(g, g, 1 - b2), in place through one scratch array
         np.subtract(flat_g, m, out=tmp)
@@ -390,7 +397,7 @@ class Adam:
         np.multiply(flat_g, flat_g, out=tmp)
         np.multiply(dtype(1.0 - b2), tmp, out=tmp)
         v += tmp
-        self.steps = [t + 1 for t in self.steps]
+        self.steps = steps
         if len(set(self.steps)) == 1:  # one step count (always, unless a loaded state had several)
             update = self._update(m, v, self.steps[0], out=tmp if tmp.dtype == self._dtype else None)
         else:
