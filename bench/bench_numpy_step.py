@@ -233,6 +233,7 @@ def learn_phases(agent: Any, calls: int) -> dict[str, float]:
     obs, next_obs = arrays["obs"], arrays["next_obs"]
     forward = nets.q_net.forward(obs)
     target = nets.td_target(arrays)
+    grads = nets._loss(arrays, target, forward, nets.grads("optimizer"))[3]  # one step's gradients, in place
     fns: dict[str, Callable[[], object]] = {
         "learn()": lambda: agent.learn(agent.replay.sample(64)),
         "replay sample": lambda: agent.replay.sample(64),
@@ -242,6 +243,7 @@ def learn_phases(agent: Any, calls: int) -> dict[str, float]:
         "  target network pass": lambda: nets.target_net(next_obs),
         "  TD target (pass + argmax)": lambda: nets.td_target(arrays),
         "  loss + backward": lambda: nets._loss(arrays, target, forward, nets.grads("optimizer")),
+        "  clipping + Adam (step)": lambda: nets.step("optimizer", 0.0, grads, nets.config.max_grad_norm, "DQN", 1),
     }
     return {name: 1e6 * thread_timed(fn, calls) for name, fn in fns.items()}
 
