@@ -1,8 +1,8 @@
 """Fused loops for the numpy backend's elementwise passes, compiled with Numba when it is installed.
 
 A numpy expression reads and writes whole arrays: torch's Adam written in numpy is 13 passes over the
-moments and weights, about 130 us a step for a 90,000-weight network on one core, where one loop over
-the same arrays takes under 30 us. With Numba installed (``pip install 'marl_note[numba]'``) the numpy
+moments and weights, about 126 us a step for a 90,000-weight network on one core, where one loop over
+the same arrays takes about 37 us. With Numba installed (``pip install 'marl_note[numba]'``) the numpy
 backend runs such passes as one compiled loop each; without it, the numpy expressions run. Both do
 the same float operations in the same order, so they give the same bits (``tests/agents/
 test_numpy_fused.py`` checks it), and a run's results do not depend on whether Numba is there.
