@@ -165,3 +165,58 @@ def test_unwindowed_replay_draws_the_generators_integers():
     assert drawn.min() >= 20 and drawn.max() <= 29
     with pytest.raises(ValueError, match="positive integer"):
         buf.sample_indices(0)
+
+
+@pytest.mark.parametrize("ended", [0.5, 1.0], ids=["half ended", "all ended"])
+@pytest.mark.parametrize("masked", [False, True], ids=["all legal", "masked"])
+@pytest.mark.parametrize("double", [False, True])
+def test_dqn_next_state_passes_skip_the_ended_rows_with_the_same_bits(ended, masked, double, monkeypatch):
+    """With a quarter or more of the batch ended (terminated, or no legal next action), the next-state passes
+    run over the other rows only, and the TD target, |TD| and step are those of passes over every row."""
+    import marl_note.agents.numpy.dqn as numpy_dqn
+
+    rng = np.random.default_rng(4)
+    n = 32
+    next_mask = rng.random((n, 3)) < 0.6 if masked else None
+    terminated = rng.random(n) < ended
+    if masked:
+        next_mask[:, 0] = True
+        next_mask[:4] = False  # no legal next action: no next-state value either
+        terminated[:4] = False
+    batch = Transitions(obs=rng.normal(size=(n, 4)).astype(np.float32), act=rng.integers(0, 3, n),
+                        rew=(rng.normal(size=n) * 3).astype(np.float32),
+                        next_obs=rng.normal(size=(n, 4)).astype(np.float32), terminated=terminated,
+                        truncated=np.zeros(n, bool), next_mask=next_mask)
+    skipping, full = (DQN(gym.spaces.Box(-1.0, 1.0, (4,), np.float32), gym.spaces.Discrete(3), hidden_sizes=(16, 16),
+                          double=double, seed=0) for _ in range(2))
+    arrays = skipping._arrays(batch)
+    alive = arrays["alive"] > 0
+    assert 0 < n - alive.sum() and (ended < 1 or not alive.any())
+    seen = []
+    for net in (skipping.nets.q_net, skipping.nets.target_net):
+        for method in ("forward", "predict"):
+            real = getattr(net, method)
+            monkeypatch.setattr(net, method, lambda x, real=real: seen.append(len(x)) or real(x))
+    target = skipping.nets.td_target(arrays)
+    np.testing.assert_array_equal(bits(target), bits(old_target(full.nets, arrays)))
+    np.testing.assert_array_equal(bits(target[~alive]), bits(arrays["rew"][~alive]))
+    assert seen == [alive.sum()] * (2 if double else 1)  # the target network, then the online one (double)
+    seen.clear()
+    _, td_abs = skipping.nets.train_step(arrays, "DQN", 1)
+    assert seen == ([n + alive.sum(), alive.sum()] if double else [alive.sum(), n])
+    monkeypatch.setattr(numpy_dqn, "SKIP_ENDED", 2.0)  # evaluate every row
+    _, want_td_abs = full.nets.train_step(arrays, "DQN", 1)
+    np.testing.assert_array_equal(bits(td_abs), bits(want_td_abs))
+    for k, v in full.state_dict().items():
+        np.testing.assert_allclose(skipping.state_dict()[k], v, rtol=0, atol=1e-7, err_msg=k)
+
+
+def test_dqn_evaluates_every_next_state_when_few_rows_ended():
+    from marl_note.agents.numpy.dqn import SKIP_ENDED, DQNNetworks
+
+    alive = np.ones(64, np.float32)
+    few = int(np.ceil(SKIP_ENDED * 64)) - 1
+    alive[:few] = 0
+    assert DQNNetworks.live_rows(alive) is None
+    alive[few] = 0
+    np.testing.assert_array_equal(DQNNetworks.live_rows(alive), np.arange(few + 1, 64))

@@ -6,6 +6,10 @@ chosen by the online network with ``double``, among the legal next actions), the
 loss weighted by the importance weights and averaged, its gradient through the Q-network, clipping
 to ``max_grad_norm`` and torch's Adam. From the same weights and batch it gives the same weights as
 :class:`marl_note.agents.torch.DQN` to float32 rounding.
+
+Rows whose episode ended (or whose next state has no legal action) have no next-state value: when a third
+of the batch or more is such rows, the next-state passes skip them (their ``0 * Q`` term is 0 whatever ``Q``
+is): 4-6% of a step on the connect four recipe, where nearly half the sampled transitions end a game.
 """
 from __future__ import annotations
 
@@ -17,6 +21,11 @@ import numpy as np
 from marl_note.agents.dqn import DQNConfig, DQNCore
 from marl_note.agents.numpy.layers import MLP, Dense
 from marl_note.agents.numpy.networks import NumpyNetworks
+
+# The fewest ended rows (a fraction of the batch) for which the next-state passes leave them out: gathering the
+# other rows costs a few microseconds, about what a 64-64 network's passes save at a third of a batch of 64
+# (numpy's step 0.97x as long with half the rows ended; a 256-256 step 0.97x at 30%, 0.94x at 50%).
+SKIP_ENDED = 1 / 3
 
 __all__ = ["DQN", "DQNNetworks", "DuelingQNet", "first_rows"]
 
@@ -107,15 +116,32 @@ class DQNNetworks(NumpyNetworks):
     def q_values(self, obs: np.ndarray) -> np.ndarray:
         return self.q_net(np.asarray(obs, np.float32))
 
-    def _target(self, b: Mapping[str, np.ndarray], chooser: np.ndarray | None = None) -> np.ndarray:
-        """The TD target; ``chooser``: the online Q-values at ``next_obs`` when already computed (double)."""
-        next_obs = np.asarray(b["next_obs"], np.float32)
+    def _target(self, b: Mapping[str, np.ndarray], live: np.ndarray | None, chooser: np.ndarray | None = None
+                ) -> np.ndarray:
+        """The TD target ``r + discount * alive * Q_target(s', a*)``, the next-state passes over the rows ``live``
+        only (:meth:`live_rows`; None: every row), the others' ``Q`` taken as 0; ``chooser``: the online Q-values
+        at those rows' ``next_obs`` when already computed (double)."""
+        next_obs, legal = np.asarray(b["next_obs"], np.float32), b["legal"]
+        if live is not None:
+            next_obs, legal = next_obs[live], legal[live]
         q_next = self.target_net(next_obs)
         if chooser is None:
             chooser = self.q_net(next_obs) if self.config.double else q_next
-        legal = b["legal"]
         best = (chooser if legal.all() else np.where(legal, chooser, -np.inf)).argmax(axis=1)
-        return b["rew"] + b["discount"] * b["alive"] * q_next[self._rows(len(best)), best]
+        value = q_next[self._rows(len(best)), best]
+        if live is not None:  # the ended rows' Q as 0: their target r, as from any finite Q
+            full = np.zeros(len(b["rew"]), value.dtype)
+            full[live] = value
+            value = full
+        return b["rew"] + b["discount"] * b["alive"] * value
+
+    @staticmethod
+    def live_rows(alive: np.ndarray) -> np.ndarray | None:
+        """The rows whose next state has a value (``alive`` not 0), when at least :data:`SKIP_ENDED` of the
+        batch has none: the next-state passes then leave the others out. None: every row is evaluated (a few
+        ended rows cost less to evaluate than to gather the rest)."""
+        live = np.flatnonzero(alive)
+        return None if len(alive) - len(live) < SKIP_ENDED * len(alive) else live
 
     def _rows(self, n: int) -> np.ndarray:
         """``np.arange(n)``, kept for the batch size (read only: the row index of a gather)."""
@@ -125,7 +151,7 @@ class DQNNetworks(NumpyNetworks):
         return rows
 
     def td_target(self, arrays: Mapping[str, np.ndarray]) -> np.ndarray:
-        return self._target(arrays)
+        return self._target(arrays, self.live_rows(arrays["alive"]))
 
     def _loss(self, b: Mapping[str, np.ndarray], target: np.ndarray, forward: tuple[np.ndarray, Any] | None = None,
               grads: dict[str, np.ndarray] | None = None
@@ -164,19 +190,19 @@ class DQNNetworks(NumpyNetworks):
     def grad_sq_norm(self, arrays: Mapping[str, np.ndarray]) -> float:
         """``|G_B|^2``: the squared norm of the gradient of the batch's mean loss over the online
         network's parameters, unclipped, in float64; nothing is written."""
-        *_, grads = self._loss(arrays, self._target(arrays))
+        *_, grads = self._loss(arrays, self._target(arrays, self.live_rows(arrays["alive"])))
         return float(sum(np.square(g, dtype=np.float64).sum() for g in grads.values()))
 
     def train_step(self, arrays: Mapping[str, np.ndarray], who: str, update: int
                    ) -> tuple[dict[str, float], np.ndarray]:
         """One Adam step on the batch; returns ``(metrics, |TD| per row)``. Non-finite steps raise, unwritten."""
-        forward, chooser = None, None
+        forward, chooser, live = None, None, self.live_rows(arrays["alive"])
         if self.config.double:  # one pass of the online network over obs and next_obs together
-            obs = np.asarray(arrays["obs"], np.float32)
-            both, cache = self.q_net.forward(np.concatenate([obs, np.asarray(arrays["next_obs"], np.float32)]))
+            obs, next_obs = np.asarray(arrays["obs"], np.float32), np.asarray(arrays["next_obs"], np.float32)
+            both, cache = self.q_net.forward(np.concatenate([obs, next_obs if live is None else next_obs[live]]))
             n = len(obs)
             forward, chooser = (both[:n], first_rows(cache, n)), both[n:]
-        target = self._target(arrays, chooser)
+        target = self._target(arrays, live, chooser)
         loss, q, td_abs, grads = self._loss(arrays, target, forward, self.grads("optimizer"))
         self.step("optimizer", loss, grads, self.config.max_grad_norm, who, update)
         return {"loss": loss, "q_mean": float(q.sum() / len(q)), "td_abs": float(td_abs.sum() / len(q))}, td_abs
