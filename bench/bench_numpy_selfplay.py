@@ -12,7 +12,9 @@ tests, as the recipe runs them), its split into collecting, updating and testing
 steps, and the final greedy strength as ``bench/bench_strength.py`` measures it: ``--games`` games per seat
 against a random legal-move player, ``WinOrBlockPlayer`` and (tic-tac-toe) ``PerfectTicTacToePlayer`` or
 (connect four) ``AlphaBetaPlayer(depth=2)``. The last lines are the medians over the seeds and numpy's wall
-and CPU time as a ratio of torch's (issue #34's floor: at least 2x faster, i.e. <= 0.5x, the same strength).
+and CPU time as a ratio of torch's (issue #34's floor: at least 2x faster, i.e. <= 0.5x, the same strength), then
+each seed's ratios of the wall time, of the wall time per env step (the backends' float rounding sends a seed down
+other games, of other lengths, in the same number of games) and of the update time per gradient step.
 
 ``--smoke`` cuts the recipe to 400 env steps and 4 games per seat (a smoke test of the script, not a
 measurement).
@@ -120,6 +122,22 @@ def main() -> None:
         n, t = medians["numpy"], medians["torch"]
         print(f"  numpy / torch: wall {n['wall_s'] / t['wall_s']:.2f}x, CPU {n['cpu_s'] / t['cpu_s']:.2f}x "
               f"(issue #34: <= 0.5x, the same strength)", flush=True)
+        print(f"  numpy / torch per seed: {per_seed(runs['numpy'], runs['torch'])}", flush=True)
+
+
+def per_seed(numpy_runs: list[dict[str, Any]], torch_runs: list[dict[str, Any]]) -> str:
+    """Each seed's ratios: of the wall time, of the wall time per env step (the two backends play other games,
+    of other lengths, to the same number of games) and of the update time per gradient step."""
+    def ratio(a: float, b: float) -> str:
+        return f"{a / b:.2f}x" if b > 0 else "n/a"
+
+    pairs = list(zip(numpy_runs, torch_runs, strict=True))
+    wall = " / ".join(ratio(n["wall_s"], t["wall_s"]) for n, t in pairs)
+    env = " / ".join(ratio(n["wall_s"] / max(n["env_steps"], 1), t["wall_s"] / max(t["env_steps"], 1))
+                     for n, t in pairs)
+    step = " / ".join(ratio(n["split"].get("update_s", 0.0) / max(n["gradient_steps"], 1),
+                            t["split"].get("update_s", 0.0) / max(t["gradient_steps"], 1)) for n, t in pairs)
+    return f"wall {wall}; wall per env step {env}; update time per gradient step {step}"
 
 
 if __name__ == "__main__":

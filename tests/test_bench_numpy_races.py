@@ -41,3 +41,5 @@ def test_bench_numpy_selfplay_smoke_runs_and_names_each_backend(monkeypatch, cap
     assert re.search(r"seed 0 numpy +wall .* 400 env steps", stdout), stdout
     assert re.search(r"seed 0 torch +wall .* 400 env steps", stdout), stdout
     assert stdout.count("vs perfect: player_1 W") == 2 and "numpy / torch: wall" in stdout
+    assert re.search(r"numpy / torch per seed: wall \d+\.\d\dx; wall per env step \d+\.\d\dx; "
+                     r"update time per gradient step (\d+\.\d\dx|n/a)\n", stdout), stdout
