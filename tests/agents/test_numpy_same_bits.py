@@ -171,7 +171,7 @@ def test_unwindowed_replay_draws_the_generators_integers():
 @pytest.mark.parametrize("masked", [False, True], ids=["all legal", "masked"])
 @pytest.mark.parametrize("double", [False, True])
 def test_dqn_next_state_passes_skip_the_ended_rows_with_the_same_bits(ended, masked, double, monkeypatch):
-    """With a quarter or more of the batch ended (terminated, or no legal next action), the next-state passes
+    """With a third or more of the batch ended (terminated, or no legal next action), the next-state passes
     run over the other rows only, and the TD target, |TD| and step are those of passes over every row."""
     import marl_note.agents.numpy.dqn as numpy_dqn
 
